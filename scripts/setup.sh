@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every system package vToken needs (Debian 12, root). Idempotent: when all
+# packages are present it only runs dpkg-query and exits.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git clang
+  libxxhash-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libsqlite3-dev sqlite3
+  libtorch-dev libopenblas0-pthread
+  bible-kjv bible-kjv-text
+  python3 python3-matplotlib
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
