@@ -1,0 +1,26 @@
+#include "apps/vtoken-cli/command.h"
+
+#include <algorithm>
+
+namespace vtoken::cli {
+namespace {
+int g_exit_code = 0;
+}  // namespace
+
+std::vector<CommandEntry>& Commands() {
+  static std::vector<CommandEntry> commands;
+  return commands;
+}
+
+bool RegisterCommand(std::string name, CommandSetup setup) {
+  auto& commands = Commands();
+  commands.push_back({std::move(name), std::move(setup)});
+  std::sort(commands.begin(), commands.end(),
+            [](const CommandEntry& a, const CommandEntry& b) { return a.name < b.name; });
+  return true;
+}
+
+void SetExitCode(int code) { g_exit_code = code; }
+int ExitCode() { return g_exit_code; }
+
+}  // namespace vtoken::cli

@@ -1,0 +1,40 @@
+// vtoken-cli: the workbench's command-line front end. Subcommands live in cmd_*.cc files.
+#include <malloc.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "apps/vtoken-cli/command.h"
+
+int main(int argc, char** argv) {
+  // glibc returning large buffers to the OS after every torch op causes page-fault storms on
+  // these machines (training step 11 s -> 1.5 s); keep freed memory in the process instead.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // torch's OpenMP pool and OpenBLAS's pool spin against each other on small machines. The
+  // OpenMP runtime reads its environment when it is loaded, before main(), so re-exec once.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/1);
+    execv("/proc/self/exe", argv);  // Only returns on failure; then run with the default policy.
+  }
+
+  CLI::App app{"vtoken-cli: token-level KV-cache virtualization workbench"};
+  app.require_subcommand(1);
+  for (const auto& entry : vtoken::cli::Commands()) entry.setup(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "vtoken-cli: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vtoken-cli: error: %s\n", e.what());
+    return 1;
+  }
+  return vtoken::cli::ExitCode();
+}
