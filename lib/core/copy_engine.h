@@ -1,0 +1,82 @@
+// CopyEngine: executes the slot copies of a relocation, possibly asynchronously, so the copies
+// overlap compute. Tickets complete in submission order. The caller frees source blocks (via
+// VirtualKvCache::CompleteRelocation) only once a ticket has completed, and must not read a
+// destination slot before then.
+//
+// Implementations here copy HostKvStore bytes; lib/model adds torch (CPU thread / CUDA stream)
+// engines over the model's KV tensors. Submit/Wait/Poll are called from one thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "lib/core/host_kv_store.h"
+#include "lib/core/types.h"
+
+namespace vtoken {
+
+using CopyTicket = uint64_t;
+
+class CopyEngine {
+ public:
+  virtual ~CopyEngine() = default;
+  // Starts copying every (src, dst) pair in every layer; returns a ticket > 0.
+  virtual CopyTicket Submit(std::vector<SlotCopy> copies) = 0;
+  // Blocks until `ticket` (and every earlier ticket) completed.
+  virtual void Wait(CopyTicket ticket) = 0;
+  // True when `ticket` has completed; never blocks.
+  virtual bool Poll(CopyTicket ticket) = 0;
+  // Bytes copied so far by completed tickets.
+  virtual int64_t bytes_copied() const = 0;
+};
+
+// Copies on the calling thread inside Submit; every ticket is complete on return.
+class SyncHostCopyEngine final : public CopyEngine {
+ public:
+  explicit SyncHostCopyEngine(HostKvStore& store) : store_(store) {}
+  CopyTicket Submit(std::vector<SlotCopy> copies) override;
+  void Wait(CopyTicket) override {}
+  bool Poll(CopyTicket) override { return true; }
+  int64_t bytes_copied() const override { return bytes_; }
+
+ private:
+  HostKvStore& store_;
+  CopyTicket next_ = 1;
+  int64_t bytes_ = 0;
+};
+
+// Copies on a worker thread, in submission order. `delay_us` stalls each ticket before it copies,
+// which widens the window where destinations are pending (used to test the read fence).
+class AsyncHostCopyEngine final : public CopyEngine {
+ public:
+  explicit AsyncHostCopyEngine(HostKvStore& store, int64_t delay_us = 0);
+  ~AsyncHostCopyEngine() override;  // Finishes queued copies, then joins the worker.
+  AsyncHostCopyEngine(const AsyncHostCopyEngine&) = delete;
+  AsyncHostCopyEngine& operator=(const AsyncHostCopyEngine&) = delete;
+
+  CopyTicket Submit(std::vector<SlotCopy> copies) override;
+  void Wait(CopyTicket ticket) override;
+  bool Poll(CopyTicket ticket) override;
+  int64_t bytes_copied() const override;
+
+ private:
+  void Run();
+
+  HostKvStore& store_;
+  int64_t delay_us_;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  std::deque<std::pair<CopyTicket, std::vector<SlotCopy>>> queue_;
+  CopyTicket next_ = 1;
+  CopyTicket completed_ = 0;
+  int64_t bytes_ = 0;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace vtoken

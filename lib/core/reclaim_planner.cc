@@ -1,0 +1,126 @@
+#include "lib/core/reclaim_planner.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace vtoken {
+
+Status ValidateReclaimOptions(const ReclaimOptions& o) {
+  if (!(o.frag_threshold >= 0.0 && o.frag_threshold < 1.0)) {
+    return InvalidArgumentError("frag_threshold must be in [0, 1), got " +
+                                std::to_string(o.frag_threshold));
+  }
+  if (!(o.low_watermark > 0.0 && o.low_watermark <= 1.0)) {
+    return InvalidArgumentError("low_watermark must be in (0, 1], got " +
+                                std::to_string(o.low_watermark));
+  }
+  if (o.max_moves_per_step < 1) {
+    return InvalidArgumentError("max_moves_per_step must be >= 1, got " +
+                                std::to_string(o.max_moves_per_step));
+  }
+  return Status::Ok();
+}
+
+StatusOr<ReclaimOptions::Trigger> ParseTrigger(const std::string& name) {
+  if (name == "pressure") return ReclaimOptions::Trigger::kPressure;
+  if (name == "always") return ReclaimOptions::Trigger::kAlways;
+  return InvalidArgumentError("unknown trigger '" + name + "' (expected pressure or always)");
+}
+
+ReclaimPlanner::ReclaimPlanner(const ReclaimOptions& options) : options_(options) {
+  assert(ValidateReclaimOptions(options).ok());
+}
+
+bool ReclaimPlanner::Triggered(const CacheSnapshot& snap) const {
+  if (options_.trigger == ReclaimOptions::Trigger::kAlways) return true;
+  if (snap.allocated_blocks == 0 || snap.num_blocks == 0) return false;
+  const double waste = 1.0 - static_cast<double>(snap.live_slots) /
+                                 (static_cast<double>(snap.allocated_blocks) * snap.block_size);
+  const double free_fraction = static_cast<double>(snap.num_free_blocks) / snap.num_blocks;
+  return waste > options_.frag_threshold && free_fraction < options_.low_watermark;
+}
+
+namespace {
+
+struct Candidate {
+  SeqPlan plan;
+  int64_t waste = 0;  // Empty slots in the candidate blocks: what repacking could recover.
+};
+
+// Best plan for one sequence within `max_moves` moves and `max_dst` destination blocks.
+SeqPlan PlanSequence(const SeqSnapshot& seq, int32_t block_size, int64_t max_moves,
+                     int64_t max_dst) {
+  std::vector<const BlockSnapshot*> blocks;
+  for (const BlockSnapshot& b : seq.blocks) {
+    if (b.refcount == 1 && !b.is_tail && !b.busy && b.live < block_size) blocks.push_back(&b);
+  }
+  // Sparsest first; block id breaks ties so plans are deterministic.
+  std::sort(blocks.begin(), blocks.end(), [](const BlockSnapshot* a, const BlockSnapshot* b) {
+    return a->live != b->live ? a->live < b->live : a->block < b->block;
+  });
+  int64_t live = 0;
+  int64_t best_gain = 0;
+  size_t best_k = 0;
+  for (size_t k = 1; k <= blocks.size(); ++k) {
+    live += blocks[k - 1]->live;
+    if (live > max_moves) break;
+    const int64_t dst = (live + block_size - 1) / block_size;
+    if (dst > max_dst) break;
+    const int64_t gain = static_cast<int64_t>(k) - dst;
+    if (gain > best_gain) {
+      best_gain = gain;
+      best_k = k;
+    }
+  }
+  SeqPlan plan{.seq = seq.seq, .src_blocks = {}, .num_moves = 0, .num_dst_blocks = 0};
+  if (best_gain <= 0) return plan;
+  for (size_t i = 0; i < best_k; ++i) {
+    plan.src_blocks.push_back(blocks[i]->block);
+    plan.num_moves += blocks[i]->live;
+  }
+  plan.num_dst_blocks = static_cast<int32_t>((plan.num_moves + block_size - 1) / block_size);
+  return plan;
+}
+
+}  // namespace
+
+ReclaimPlan ReclaimPlanner::Plan(const CacheSnapshot& snap) const {
+  ReclaimPlan plan;
+  plan.snapshot_version = snap.version;
+  if (!Triggered(snap)) return plan;
+  const int32_t bs = snap.block_size;
+  // Rank sequences by reclaimable waste, measured without budget limits.
+  std::vector<Candidate> ranked;
+  for (const SeqSnapshot& seq : snap.seqs) {
+    SeqPlan p = PlanSequence(seq, bs, INT64_MAX, INT64_MAX);
+    if (p.src_blocks.empty()) continue;
+    const int64_t waste = int64_t{bs} * static_cast<int64_t>(p.src_blocks.size()) - p.num_moves;
+    ranked.push_back({std::move(p), waste});
+  }
+  std::sort(ranked.begin(), ranked.end(), [](const Candidate& a, const Candidate& b) {
+    return a.waste != b.waste ? a.waste > b.waste : a.plan.seq < b.plan.seq;
+  });
+  int64_t moves_left = options_.max_moves_per_step;
+  int64_t dst_left = snap.num_free_blocks;
+  for (const Candidate& c : ranked) {
+    if (moves_left <= 0 || dst_left <= 0) break;
+    SeqPlan p = c.plan;
+    if (p.num_moves > moves_left || p.num_dst_blocks > dst_left) {
+      auto it = std::find_if(snap.seqs.begin(), snap.seqs.end(),
+                             [&](const SeqSnapshot& s) { return s.seq == p.seq; });
+      p = PlanSequence(*it, bs, moves_left, dst_left);
+      if (p.src_blocks.empty()) continue;
+    }
+    moves_left -= p.num_moves;
+    dst_left -= p.num_dst_blocks;
+    plan.num_moves += p.num_moves;
+    plan.num_src_blocks += static_cast<int32_t>(p.src_blocks.size());
+    plan.num_dst_blocks += p.num_dst_blocks;
+    plan.seqs.push_back(std::move(p));
+  }
+  std::sort(plan.seqs.begin(), plan.seqs.end(),
+            [](const SeqPlan& a, const SeqPlan& b) { return a.seq < b.seq; });
+  return plan;
+}
+
+}  // namespace vtoken

@@ -1,0 +1,56 @@
+// ReclaimPlanner: decides which sparse blocks to repack. Plan() is a pure function of a
+// CacheSnapshot: it never touches the cache, so it can run anywhere and be tested in isolation.
+//
+// Trigger: the waste ratio F exceeds frag_threshold and the free fraction of the pool is below
+// low_watermark (or always, for ablations). Per sequence, candidates are private (refcount 1),
+// settled (not the open tail, not touched by an in-flight copy) blocks that are not full, lowest
+// utilization first. Taking the k sparsest candidates with T live tokens needs ceil(T / block_size)
+// destination blocks; the planner picks the k that frees the most blocks (fewest moves on ties)
+// and keeps a sequence's plan only if it frees strictly more blocks than it takes. Sequences
+// with the most reclaimable waste go first; the plan stops at max_moves_per_step moves and at the
+// free blocks available for destinations. Thread-compatible (const).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "lib/core/reclaim_plan.h"
+#include "lib/core/status.h"
+
+namespace vtoken {
+
+struct ReclaimOptions {
+  enum class Trigger {
+    kPressure,  // F > frag_threshold and free fraction < low_watermark.
+    kAlways,    // Plan on every call (ablations, tests).
+  };
+  Trigger trigger = Trigger::kPressure;
+  // Waste ratio F above which reclamation may run, in [0, 1). Default 0.25 (the paper's).
+  double frag_threshold = 0.25;
+  // Free blocks / pool blocks below which the pool counts as under pressure, in (0, 1].
+  // 1.0 makes every call with F above the threshold a candidate.
+  double low_watermark = 0.25;
+  // Upper bound on tokens moved by one plan (bounds per-step copy time). Must be >= 1.
+  int64_t max_moves_per_step = 4096;
+};
+
+Status ValidateReclaimOptions(const ReclaimOptions& options);
+StatusOr<ReclaimOptions::Trigger> ParseTrigger(const std::string& name);
+
+class ReclaimPlanner {
+ public:
+  // REQUIRES: ValidateReclaimOptions(options).ok().
+  explicit ReclaimPlanner(const ReclaimOptions& options);
+
+  const ReclaimOptions& options() const { return options_; }
+  // True when the trigger condition holds for `snapshot`.
+  bool Triggered(const CacheSnapshot& snapshot) const;
+  // Returns the plan for `snapshot` (empty when not triggered or nothing pays off). The plan
+  // carries snapshot.version.
+  ReclaimPlan Plan(const CacheSnapshot& snapshot) const;
+
+ private:
+  ReclaimOptions options_;
+};
+
+}  // namespace vtoken

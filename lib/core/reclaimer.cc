@@ -1,0 +1,81 @@
+#include "lib/core/reclaimer.h"
+
+#include <chrono>
+
+namespace vtoken {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Reclaimer::Reclaimer(VirtualKvCache& cache, CopyEngine& engine, const ReclaimOptions& options,
+                     int64_t bytes_per_token_all_layers)
+    : cache_(cache),
+      engine_(engine),
+      planner_(options),
+      bytes_per_token_(bytes_per_token_all_layers) {}
+
+StatusOr<int64_t> Reclaimer::Step() {
+  const auto start = std::chrono::steady_clock::now();
+  const ReclaimPlan plan = planner_.Plan(cache_.Snapshot());
+  stats_.planner_seconds += SecondsSince(start);
+  if (plan.empty()) return int64_t{0};
+  VTOKEN_ASSIGN_OR_RETURN(Relocation relocation, cache_.BeginRelocation(plan));
+  if (observer_ != nullptr) observer_->BeforeCopy(relocation);
+  const CopyTicket ticket = engine_.Submit(relocation.Copies());
+  for (const SeqRelocation& s : relocation.seqs) {
+    VTOKEN_RETURN_IF_ERROR(cache_.ApplyMoves(s.seq, s.moves));
+  }
+  const int64_t moves = relocation.num_moves();
+  ++stats_.plans;
+  stats_.moves += moves;
+  stats_.bytes += moves * bytes_per_token_;
+  stats_.blocks_freed += plan.blocks_freed();
+  in_flight_.push_back({std::move(relocation), ticket});
+  if (force_sync_) VTOKEN_RETURN_IF_ERROR(Drain());
+  return moves;
+}
+
+Status Reclaimer::RetireFront() {
+  InFlight& front = in_flight_.front();
+  if (observer_ != nullptr) observer_->AfterCopy(front.relocation);
+  Status status = cache_.CompleteRelocation(front.relocation.id);
+  in_flight_.pop_front();
+  return status;
+}
+
+Status Reclaimer::Poll() {
+  while (!in_flight_.empty() && engine_.Poll(in_flight_.front().ticket)) {
+    VTOKEN_RETURN_IF_ERROR(RetireFront());
+  }
+  return Status::Ok();
+}
+
+StatusOr<bool> Reclaimer::FenceForRead(SeqId seq) {
+  VTOKEN_RETURN_IF_ERROR(Poll());
+  if (!cache_.HasSequence(seq) || !cache_.HasPendingReads(seq)) return false;
+  const auto start = std::chrono::steady_clock::now();
+  // Tickets complete in order: retire until seq reads nothing pending.
+  while (!in_flight_.empty() && cache_.HasPendingReads(seq)) {
+    engine_.Wait(in_flight_.front().ticket);
+    VTOKEN_RETURN_IF_ERROR(RetireFront());
+  }
+  ++stats_.fence_waits;
+  stats_.fence_seconds += SecondsSince(start);
+  return true;
+}
+
+Status Reclaimer::Drain() {
+  const auto start = std::chrono::steady_clock::now();
+  while (!in_flight_.empty()) {
+    engine_.Wait(in_flight_.front().ticket);
+    VTOKEN_RETURN_IF_ERROR(RetireFront());
+  }
+  stats_.fence_seconds += SecondsSince(start);
+  return Status::Ok();
+}
+
+}  // namespace vtoken

@@ -1,0 +1,83 @@
+// Reclaimer: drives one relocation pipeline over a VirtualKvCache and a CopyEngine, in the
+// stage-aware order of the paper: snapshot -> Plan (pure) -> BeginRelocation -> Submit copies ->
+// ApplyMoves (table committed at once; destinations stay pending) -> later, once the copy
+// engine reports completion, CompleteRelocation frees the source blocks. A reader calls
+// FenceForRead(seq) before attention reads seq's slots; it waits only when a pending copy
+// touches them.
+//
+// Not thread-safe; lives on the scheduler thread with the cache.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+
+#include "lib/core/copy_engine.h"
+#include "lib/core/reclaim_planner.h"
+#include "lib/core/status.h"
+#include "lib/core/virtual_kv_cache.h"
+
+namespace vtoken {
+
+// Reclamation cost counters (DESIGN.md §8).
+struct ReclaimStats {
+  int64_t plans = 0;          // Non-empty plans executed.
+  int64_t moves = 0;          // Tokens relocated.
+  int64_t bytes = 0;          // KV bytes submitted for copying.
+  int64_t blocks_freed = 0;   // Source blocks minus destination blocks over all plans.
+  int64_t fence_waits = 0;    // Reads that had to wait for a copy.
+  double planner_seconds = 0;  // Snapshot + Plan CPU time.
+  double fence_seconds = 0;    // Time spent blocked in fences and drains.
+};
+
+// Hooks for verification (`vtoken-cli check`): called around each relocation's copies.
+class RelocationObserver {
+ public:
+  virtual ~RelocationObserver() = default;
+  // After BeginRelocation, before the copies are submitted (sources hold the data).
+  virtual void BeforeCopy(const Relocation& relocation) = 0;
+  // After the copies completed, before sources are unpinned (both ends hold the data).
+  virtual void AfterCopy(const Relocation& relocation) = 0;
+};
+
+class Reclaimer {
+ public:
+  // `bytes_per_token_all_layers` only feeds ReclaimStats::bytes. REQUIRES: valid options.
+  Reclaimer(VirtualKvCache& cache, CopyEngine& engine, const ReclaimOptions& options,
+            int64_t bytes_per_token_all_layers);
+
+  void set_observer(RelocationObserver* observer) { observer_ = observer; }
+  // Waits for each copy right after submitting it (the paper's force-sync ablation).
+  void set_force_sync(bool force_sync) { force_sync_ = force_sync; }
+  const ReclaimPlanner& planner() const { return planner_; }
+
+  // Plans from the current cache state and, when the plan is not empty, begins it, submits its
+  // copies and commits the table. Returns the number of tokens moved.
+  StatusOr<int64_t> Step();
+  // Completes every relocation whose copies finished. Never blocks.
+  Status Poll();
+  // Blocks until no pending copy touches a slot `seq` reads. Returns true if it had to wait.
+  StatusOr<bool> FenceForRead(SeqId seq);
+  // Waits for and completes every in-flight relocation.
+  Status Drain();
+  int64_t num_in_flight() const { return static_cast<int64_t>(in_flight_.size()); }
+  const ReclaimStats& stats() const { return stats_; }
+
+ private:
+  struct InFlight {
+    Relocation relocation;
+    CopyTicket ticket = 0;
+  };
+  // Completes the oldest in-flight relocation. REQUIRES: its ticket completed.
+  Status RetireFront();
+
+  VirtualKvCache& cache_;
+  CopyEngine& engine_;
+  ReclaimPlanner planner_;
+  int64_t bytes_per_token_;
+  RelocationObserver* observer_ = nullptr;
+  bool force_sync_ = false;
+  std::deque<InFlight> in_flight_;
+  ReclaimStats stats_;
+};
+
+}  // namespace vtoken

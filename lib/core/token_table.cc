@@ -1,0 +1,106 @@
+#include "lib/core/token_table.h"
+
+#include <cassert>
+#include <string>
+
+namespace vtoken {
+
+void TokenTable::Append(SlotIndex slot, BlockId block) {
+  auto it = held_.find(block);
+  assert(it != held_.end());
+  ++it->second.live;
+  entries_.push_back(Entry{.slot = slot, .live = true});
+  ++num_live_;
+}
+
+void TokenTable::AppendDead() { entries_.push_back(Entry{}); }
+
+int32_t TokenTable::MarkDead(TokenId token, BlockId block) {
+  Entry& e = entries_[token];
+  assert(e.live);
+  e.live = false;
+  e.slot = kNoSlot;
+  --num_live_;
+  return --held_.at(block).live;
+}
+
+int32_t TokenTable::Relocate(TokenId token, SlotIndex dst, BlockId src_block, BlockId dst_block) {
+  Entry& e = entries_[token];
+  assert(e.live);
+  e.slot = dst;
+  ++held_.at(dst_block).live;
+  return --held_.at(src_block).live;
+}
+
+void TokenTable::AddBlock(BlockId block) {
+  assert(!holds(block));
+  held_.emplace(block, Held{.index = static_cast<int32_t>(blocks_.size()), .live = 0});
+  blocks_.push_back(block);
+}
+
+void TokenTable::RemoveBlock(BlockId block) {
+  auto it = held_.find(block);
+  assert(it != held_.end());
+  const int32_t index = it->second.index;
+  const BlockId last = blocks_.back();
+  blocks_[index] = last;
+  held_.at(last).index = index;
+  blocks_.pop_back();
+  held_.erase(it);
+  if (tail_block_ == block) SetTail(kNoBlock, 0);
+}
+
+std::vector<SlotIndex> TokenTable::LiveSlots() const {
+  std::vector<SlotIndex> slots;
+  slots.reserve(num_live_);
+  for (const Entry& e : entries_) {
+    if (e.live) slots.push_back(e.slot);
+  }
+  return slots;
+}
+
+std::vector<TokenId> TokenTable::LiveTokens() const {
+  std::vector<TokenId> tokens;
+  tokens.reserve(num_live_);
+  for (TokenId t = 0; t < num_tokens(); ++t) {
+    if (entries_[t].live) tokens.push_back(t);
+  }
+  return tokens;
+}
+
+Status TokenTable::CheckInvariants(int32_t block_size) const {
+  std::unordered_map<BlockId, int32_t> live;
+  int64_t num_live = 0;
+  for (TokenId t = 0; t < num_tokens(); ++t) {
+    const Entry& e = entries_[t];
+    if (e.live != (e.slot != kNoSlot)) {
+      return InternalError("token " + std::to_string(t) + " live bit disagrees with its slot");
+    }
+    if (!e.live) continue;
+    ++num_live;
+    const BlockId block = static_cast<BlockId>(e.slot / block_size);
+    if (!holds(block)) {
+      return InternalError("token " + std::to_string(t) + " lives in block " +
+                           std::to_string(block) + " that its sequence does not hold");
+    }
+    ++live[block];
+  }
+  if (num_live != num_live_) return InternalError("table live count is stale");
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const Held& h = held_.at(blocks_[i]);
+    if (h.index != static_cast<int32_t>(i)) return InternalError("held block index is stale");
+    const auto it = live.find(blocks_[i]);
+    const int32_t counted = it == live.end() ? 0 : it->second;
+    if (counted != h.live) {
+      return InternalError("block " + std::to_string(blocks_[i]) + " live count " +
+                           std::to_string(h.live) + " != " + std::to_string(counted));
+    }
+  }
+  if (held_.size() != blocks_.size()) return InternalError("held block map size is stale");
+  if (tail_block_ != kNoBlock && !holds(tail_block_)) {
+    return InternalError("tail block is not held");
+  }
+  return Status::Ok();
+}
+
+}  // namespace vtoken

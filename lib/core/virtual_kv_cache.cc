@@ -1,0 +1,496 @@
+#include "lib/core/virtual_kv_cache.h"
+
+#include <algorithm>
+#include <cassert>
+#include <set>
+#include <string>
+#include <unordered_set>
+
+namespace vtoken {
+namespace {
+
+std::string SeqName(SeqId seq) { return "sequence " + std::to_string(seq); }
+
+}  // namespace
+
+Status ValidateCacheOptions(const CacheOptions& options) {
+  return ValidateBlockPoolOptions(options.pool);
+}
+
+int64_t Relocation::num_moves() const {
+  int64_t n = 0;
+  for (const SeqRelocation& s : seqs) n += static_cast<int64_t>(s.moves.size());
+  return n;
+}
+
+std::vector<SlotCopy> Relocation::Copies() const {
+  std::vector<SlotCopy> copies;
+  copies.reserve(num_moves());
+  for (const SeqRelocation& s : seqs) {
+    for (const Move& m : s.moves) copies.push_back({m.src, m.dst});
+  }
+  return copies;
+}
+
+VirtualKvCache::VirtualKvCache(const CacheOptions& options)
+    : options_(options), pool_(options.pool) {}
+
+StatusOr<TokenTable*> VirtualKvCache::MutableTable(SeqId seq) {
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return NotFoundError("unknown " + SeqName(seq));
+  return it->second.get();
+}
+
+SeqId VirtualKvCache::AddSequence() {
+  const SeqId seq = next_seq_++;
+  tables_.emplace(seq, std::make_unique<TokenTable>());
+  ++version_;
+  return seq;
+}
+
+std::vector<SeqId> VirtualKvCache::Sequences() const {
+  std::vector<SeqId> seqs;
+  seqs.reserve(tables_.size());
+  for (const auto& [seq, table] : tables_) seqs.push_back(seq);
+  return seqs;
+}
+
+void VirtualKvCache::ReleaseBlock(TokenTable& table, BlockId block) {
+  table.RemoveBlock(block);
+  pool_.Release(block);
+}
+
+StatusOr<ForkResult> VirtualKvCache::ForkSequence(SeqId parent_id, int64_t num_tokens) {
+  VTOKEN_ASSIGN_OR_RETURN(TokenTable * parent, MutableTable(parent_id));
+  if (num_tokens < 0 || num_tokens > parent->num_tokens()) {
+    return InvalidArgumentError("cannot fork " + std::to_string(num_tokens) + " tokens of " +
+                                SeqName(parent_id) + " which has " +
+                                std::to_string(parent->num_tokens()));
+  }
+  const int32_t bs = block_size();
+  // A block is shareable when every live parent token in it precedes the fork point and the
+  // parent will not append into it again.
+  std::unordered_map<BlockId, TokenId> max_token;
+  for (TokenId t = 0; t < parent->num_tokens(); ++t) {
+    const TokenTable::Entry& e = parent->entry(t);
+    if (e.live) max_token[pool_.BlockOf(e.slot)] = t;
+  }
+  auto shareable = [&](BlockId block) {
+    if (max_token.at(block) >= num_tokens) return false;
+    return block != parent->tail_block() || parent->tail_used() == bs;
+  };
+  int64_t num_fresh = 0;
+  for (TokenId t = 0; t < num_tokens; ++t) {
+    const TokenTable::Entry& e = parent->entry(t);
+    if (e.live && !shareable(pool_.BlockOf(e.slot))) ++num_fresh;
+  }
+  const int64_t blocks_needed = (num_fresh + bs - 1) / bs;
+  if (blocks_needed > pool_.num_allocatable_blocks()) {
+    return ResourceExhaustedError("fork of " + SeqName(parent_id) + " needs " +
+                                  std::to_string(blocks_needed) + " blocks, " +
+                                  std::to_string(pool_.num_allocatable_blocks()) + " available");
+  }
+
+  const SeqId child_id = AddSequence();
+  TokenTable& child = *tables_.at(child_id);
+  ForkResult result{.child = child_id, .copies = {}};
+  for (TokenId t = 0; t < num_tokens; ++t) {
+    const TokenTable::Entry& e = parent->entry(t);
+    if (!e.live) {
+      child.AppendDead();
+      continue;
+    }
+    const BlockId block = pool_.BlockOf(e.slot);
+    if (shareable(block)) {
+      if (!child.holds(block)) {
+        child.AddBlock(block);
+        pool_.AddRef(block);
+      }
+      child.Append(e.slot, block);
+      pool_.AddSlotRef(e.slot);
+      continue;
+    }
+    if (child.tail_block() == kNoBlock || child.tail_used() == bs) {
+      StatusOr<BlockId> fresh = pool_.Allocate(child_id, AllocClass::kNormal);
+      assert(fresh.ok());  // Checked above.
+      child.AddBlock(*fresh);
+      child.SetTail(*fresh, 0);
+    }
+    const SlotIndex slot = pool_.FirstSlot(child.tail_block()) + child.tail_used();
+    child.Append(slot, child.tail_block());
+    child.SetTail(child.tail_block(), child.tail_used() + 1);
+    pool_.AddSlotRef(slot);
+    result.copies.push_back({e.slot, slot});
+  }
+  ++version_;
+  return result;
+}
+
+Status VirtualKvCache::FreeSequence(SeqId seq) {
+  VTOKEN_ASSIGN_OR_RETURN(TokenTable * table, MutableTable(seq));
+  for (TokenId t = 0; t < table->num_tokens(); ++t) {
+    const TokenTable::Entry& e = table->entry(t);
+    if (e.live) pool_.DropSlotRef(e.slot);
+  }
+  for (BlockId block : table->blocks()) pool_.Release(block);
+  tables_.erase(seq);
+  ++version_;
+  return Status::Ok();
+}
+
+int32_t VirtualKvCache::BlocksNeededFor(SeqId seq, int64_t n) const {
+  const TokenTable& t = table(seq);
+  const int64_t room = t.tail_block() == kNoBlock ? 0 : block_size() - t.tail_used();
+  if (n <= room) return 0;
+  return static_cast<int32_t>((n - room + block_size() - 1) / block_size());
+}
+
+StatusOr<std::vector<SlotIndex>> VirtualKvCache::SyncNewTokens(SeqId seq, int64_t n) {
+  VTOKEN_ASSIGN_OR_RETURN(TokenTable * table, MutableTable(seq));
+  if (n < 0) return InvalidArgumentError("cannot sync a negative number of tokens");
+  const int32_t needed = BlocksNeededFor(seq, n);
+  if (needed > pool_.num_allocatable_blocks()) {
+    return ResourceExhaustedError(SeqName(seq) + " needs " + std::to_string(needed) +
+                                  " more blocks, " +
+                                  std::to_string(pool_.num_allocatable_blocks()) + " available");
+  }
+  std::vector<SlotIndex> slots;
+  slots.reserve(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (table->tail_block() == kNoBlock || table->tail_used() == block_size()) {
+      StatusOr<BlockId> block = pool_.Allocate(seq, AllocClass::kNormal);
+      assert(block.ok());  // Checked above.
+      table->AddBlock(*block);
+      table->SetTail(*block, 0);
+    }
+    const SlotIndex slot = pool_.FirstSlot(table->tail_block()) + table->tail_used();
+    table->Append(slot, table->tail_block());
+    table->SetTail(table->tail_block(), table->tail_used() + 1);
+    pool_.AddSlotRef(slot);
+    slots.push_back(slot);
+  }
+  ++version_;
+  return slots;
+}
+
+Status VirtualKvCache::EvictToken(SeqId seq, TokenId token) {
+  if (mode() == Mode::kNative) {
+    return FailedPreconditionError("eviction is disabled in native mode");
+  }
+  VTOKEN_ASSIGN_OR_RETURN(TokenTable * table, MutableTable(seq));
+  if (token < 0 || token >= table->num_tokens()) {
+    return NotFoundError("unknown token " + std::to_string(token) + " of " + SeqName(seq) +
+                         " (" + std::to_string(table->num_tokens()) + " tokens)");
+  }
+  const TokenTable::Entry& e = table->entry(token);
+  if (!e.live) {
+    return FailedPreconditionError("token " + std::to_string(token) + " of " + SeqName(seq) +
+                                   " is already evicted");
+  }
+  const SlotIndex slot = e.slot;
+  const BlockId block = pool_.BlockOf(slot);
+  pool_.DropSlotRef(slot);
+  if (table->MarkDead(token, block) == 0) ReleaseBlock(*table, block);
+  ++version_;
+  return Status::Ok();
+}
+
+StatusOr<Relocation> VirtualKvCache::BeginRelocation(const ReclaimPlan& plan) {
+  if (mode() != Mode::kVtoken) {
+    return FailedPreconditionError(std::string("relocation is disabled in ") + ModeName(mode()) +
+                                   " mode");
+  }
+  if (plan.snapshot_version != version_) {
+    return FailedPreconditionError("stale plan: made from snapshot version " +
+                                   std::to_string(plan.snapshot_version) +
+                                   ", cache is at version " + std::to_string(version_));
+  }
+  if (plan.empty()) return Relocation{};
+  // Validate everything before mutating anything.
+  int64_t total_dst = 0;
+  std::set<SeqId> seen;
+  for (const SeqPlan& sp : plan.seqs) {
+    auto it = tables_.find(sp.seq);
+    if (it == tables_.end()) return NotFoundError("plan names unknown " + SeqName(sp.seq));
+    if (!seen.insert(sp.seq).second) {
+      return InvalidArgumentError("plan names " + SeqName(sp.seq) + " twice");
+    }
+    const TokenTable& t = *it->second;
+    int64_t live = 0;
+    std::set<BlockId> distinct;
+    for (BlockId b : sp.src_blocks) {
+      if (!distinct.insert(b).second || b < 0 || b >= pool_.num_blocks() || !t.holds(b) ||
+          pool_.refcount(b) != 1 || b == t.tail_block() || pool_.pinned(b)) {
+        return FailedPreconditionError("plan for " + SeqName(sp.seq) + " names block " +
+                                       std::to_string(b) +
+                                       " which is not a private, settled block it holds");
+      }
+      live += t.live_in(b);
+    }
+    const int64_t dst = (live + block_size() - 1) / block_size();
+    if (live != sp.num_moves || dst != sp.num_dst_blocks) {
+      return FailedPreconditionError("plan for " + SeqName(sp.seq) + " does not match the cache");
+    }
+    if (dst >= static_cast<int64_t>(sp.src_blocks.size())) {
+      return FailedPreconditionError("plan for " + SeqName(sp.seq) + " frees no block: " +
+                                     std::to_string(sp.src_blocks.size()) + " sources, " +
+                                     std::to_string(dst) + " destinations");
+    }
+    total_dst += dst;
+  }
+  if (total_dst > pool_.num_free_blocks()) {
+    return ResourceExhaustedError("relocation needs " + std::to_string(total_dst) +
+                                  " destination blocks, " +
+                                  std::to_string(pool_.num_free_blocks()) + " free (headroom " +
+                                  std::to_string(pool_.headroom_blocks()) + ")");
+  }
+
+  Relocation rel;
+  rel.id = next_relocation_++;
+  InFlight& flight = in_flight_[rel.id];
+  for (const SeqPlan& sp : plan.seqs) {
+    TokenTable& t = *tables_.at(sp.seq);
+    SeqRelocation sr{.seq = sp.seq, .moves = {}, .src_blocks = sp.src_blocks, .dst_blocks = {}};
+    for (int32_t i = 0; i < sp.num_dst_blocks; ++i) {
+      StatusOr<BlockId> block = pool_.Allocate(sp.seq, AllocClass::kReclaim);
+      assert(block.ok());  // Checked above.
+      t.AddBlock(*block);
+      pool_.Pin(*block);
+      sr.dst_blocks.push_back(*block);
+      flight.pinned_blocks.push_back(*block);
+    }
+    std::unordered_set<BlockId> sources(sp.src_blocks.begin(), sp.src_blocks.end());
+    for (BlockId b : sp.src_blocks) {
+      pool_.Pin(b);
+      flight.pinned_blocks.push_back(b);
+    }
+    int64_t next = 0;
+    for (TokenId tok = 0; tok < t.num_tokens(); ++tok) {
+      const TokenTable::Entry& e = t.entry(tok);
+      if (!e.live || !sources.count(pool_.BlockOf(e.slot))) continue;
+      const SlotIndex dst =
+          pool_.FirstSlot(sr.dst_blocks[next / block_size()]) + next % block_size();
+      ++next;
+      sr.moves.push_back({tok, e.slot, dst});
+      pending_slots_[dst] = sp.seq;
+      flight.dst_slots.push_back(dst);
+    }
+    rel.seqs.push_back(std::move(sr));
+  }
+  ++version_;
+  return rel;
+}
+
+std::vector<Move> VirtualKvCache::LiveMoves(const SeqRelocation& rel) const {
+  std::vector<Move> moves;
+  if (!HasSequence(rel.seq)) return moves;
+  const TokenTable& t = table(rel.seq);
+  for (const Move& m : rel.moves) {
+    if (m.token < t.num_tokens() && t.entry(m.token).live && t.entry(m.token).slot == m.src) {
+      moves.push_back(m);
+    }
+  }
+  return moves;
+}
+
+Status VirtualKvCache::ApplyMoves(SeqId seq, std::span<const Move> moves) {
+  VTOKEN_ASSIGN_OR_RETURN(TokenTable * table, MutableTable(seq));
+  std::unordered_set<SlotIndex> dsts;
+  for (const Move& m : moves) {
+    const std::string what = "move of token " + std::to_string(m.token) + " of " + SeqName(seq);
+    if (m.token < 0 || m.token >= table->num_tokens()) {
+      return NotFoundError(what + ": unknown token");
+    }
+    const TokenTable::Entry& e = table->entry(m.token);
+    if (!e.live || e.slot != m.src) {
+      return FailedPreconditionError(what + ": token is not live at slot " +
+                                     std::to_string(m.src));
+    }
+    auto it = pending_slots_.find(m.dst);
+    if (it == pending_slots_.end() || it->second != seq) {
+      return FailedPreconditionError(what + ": destination slot " + std::to_string(m.dst) +
+                                     " is not reserved for this sequence");
+    }
+    if (pool_.slot_refs(m.dst) != 0 || !dsts.insert(m.dst).second) {
+      return FailedPreconditionError(what + ": destination slot " + std::to_string(m.dst) +
+                                     " is already occupied");
+    }
+    if (pool_.refcount(pool_.BlockOf(m.src)) != 1) {
+      return FailedPreconditionError(what + ": source block is shared");
+    }
+  }
+  for (const Move& m : moves) {
+    const BlockId src_block = pool_.BlockOf(m.src);
+    pool_.AddSlotRef(m.dst);
+    pool_.DropSlotRef(m.src);
+    if (table->Relocate(m.token, m.dst, src_block, pool_.BlockOf(m.dst)) == 0) {
+      ReleaseBlock(*table, src_block);
+    }
+  }
+  ++version_;
+  return Status::Ok();
+}
+
+Status VirtualKvCache::CompleteRelocation(uint64_t id) {
+  auto it = in_flight_.find(id);
+  if (it == in_flight_.end()) {
+    return NotFoundError("unknown relocation " + std::to_string(id));
+  }
+  for (SlotIndex slot : it->second.dst_slots) {
+    auto p = pending_slots_.find(slot);
+    // A destination its token never reached (evicted before ApplyMoves) leaves an empty block.
+    if (p != pending_slots_.end()) {
+      auto t = tables_.find(p->second);
+      const BlockId block = pool_.BlockOf(slot);
+      if (t != tables_.end() && t->second->holds(block) && t->second->live_in(block) == 0) {
+        ReleaseBlock(*t->second, block);
+      }
+      pending_slots_.erase(p);
+    }
+  }
+  for (BlockId block : it->second.pinned_blocks) pool_.Unpin(block);
+  in_flight_.erase(it);
+  ++version_;
+  return Status::Ok();
+}
+
+bool VirtualKvCache::HasPendingReads(SeqId seq) const {
+  if (pending_slots_.empty()) return false;
+  const TokenTable& t = table(seq);
+  for (const auto& [slot, owner] : pending_slots_) {
+    const BlockId block = pool_.BlockOf(slot);
+    if (pool_.slot_refs(slot) > 0 && t.holds(block)) return true;
+  }
+  return false;
+}
+
+std::vector<uint64_t> VirtualKvCache::InFlightRelocations() const {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, flight] : in_flight_) ids.push_back(id);
+  return ids;
+}
+
+FragStats VirtualKvCache::Stats() const {
+  FragStats s;
+  s.block_size = block_size();
+  s.allocated_blocks = pool_.num_allocated_blocks();
+  s.live_slots = pool_.num_live_slots();
+  s.waste_ratio = s.allocated_blocks == 0
+                      ? 0.0
+                      : 1.0 - static_cast<double>(s.live_slots) /
+                                  (static_cast<double>(s.allocated_blocks) * block_size());
+  for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
+    if (pool_.is_free(b)) continue;
+    const int bin = std::min(3, pool_.live_count(b) * 4 / block_size());
+    ++s.utilization_hist[bin];
+  }
+  for (const auto& [seq, table] : tables_) {
+    s.ideal_blocks += (table->num_live() + block_size() - 1) / block_size();
+    s.held_blocks += table->num_blocks();
+  }
+  s.num_seqs = static_cast<int32_t>(tables_.size());
+  return s;
+}
+
+CacheSnapshot VirtualKvCache::Snapshot() const {
+  CacheSnapshot snap;
+  snap.version = version_;
+  snap.block_size = block_size();
+  snap.num_blocks = pool_.num_blocks();
+  snap.num_free_blocks = pool_.num_free_blocks();
+  snap.headroom_blocks = pool_.headroom_blocks();
+  snap.allocated_blocks = pool_.num_allocated_blocks();
+  snap.live_slots = pool_.num_live_slots();
+  snap.seqs.reserve(tables_.size());
+  for (const auto& [seq, table] : tables_) {
+    SeqSnapshot ss{.seq = seq, .num_live = table->num_live(), .blocks = {}};
+    ss.blocks.reserve(table->num_blocks());
+    for (BlockId b : table->blocks()) {
+      ss.blocks.push_back(BlockSnapshot{.block = b,
+                                        .live = table->live_in(b),
+                                        .refcount = pool_.refcount(b),
+                                        .is_tail = b == table->tail_block(),
+                                        .busy = pool_.pinned(b)});
+    }
+    std::sort(ss.blocks.begin(), ss.blocks.end(),
+              [](const BlockSnapshot& a, const BlockSnapshot& b) { return a.block < b.block; });
+    snap.seqs.push_back(std::move(ss));
+  }
+  return snap;
+}
+
+Status VirtualKvCache::CheckInvariants() const {
+  VTOKEN_RETURN_IF_ERROR(pool_.CheckInvariants());
+  const int32_t bs = block_size();
+  std::vector<int32_t> holders(pool_.num_blocks(), 0);
+  // slot -> (readers, logical token of the first reader)
+  std::unordered_map<SlotIndex, std::pair<int32_t, TokenId>> readers;
+  for (const auto& [seq, table] : tables_) {
+    VTOKEN_RETURN_IF_ERROR(table->CheckInvariants(bs));
+    for (BlockId b : table->blocks()) {
+      if (pool_.is_free(b)) {
+        return InternalError(SeqName(seq) + " holds free block " + std::to_string(b));
+      }
+      ++holders[b];
+    }
+    if (table->tail_used() < 0 || table->tail_used() > bs) {
+      return InternalError(SeqName(seq) + " tail fill out of range");
+    }
+    std::unordered_set<SlotIndex> own;
+    for (TokenId t = 0; t < table->num_tokens(); ++t) {
+      const TokenTable::Entry& e = table->entry(t);
+      if (!e.live) continue;
+      if (!own.insert(e.slot).second) {
+        return InternalError(SeqName(seq) + ": two live tokens share slot " +
+                             std::to_string(e.slot));
+      }
+      auto [it, inserted] = readers.try_emplace(e.slot, 0, t);
+      ++it->second.first;
+      if (!inserted && it->second.second != t) {
+        return InternalError("slot " + std::to_string(e.slot) +
+                             " holds different tokens for different sequences");
+      }
+    }
+  }
+  for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
+    if (holders[b] != pool_.refcount(b)) {
+      return InternalError("block " + std::to_string(b) + " refcount " +
+                           std::to_string(pool_.refcount(b)) + " != " +
+                           std::to_string(holders[b]) + " holding sequences");
+    }
+  }
+  for (const auto& [slot, count] : readers) {
+    if (count.first != pool_.slot_refs(slot)) {
+      return InternalError("slot " + std::to_string(slot) + " reader count is stale");
+    }
+    if (count.first > 1 && pool_.refcount(pool_.BlockOf(slot)) < 2) {
+      return InternalError("slot " + std::to_string(slot) + " read by several sequences " +
+                           "in a private block");
+    }
+  }
+  if (static_cast<int64_t>(readers.size()) != pool_.num_live_slots()) {
+    return InternalError("pool counts live slots no sequence reads");
+  }
+  // Read-after-copy: pending destinations and copy sources stay pinned until the copy is done.
+  std::unordered_set<BlockId> flight_blocks;
+  for (const auto& [id, flight] : in_flight_) {
+    for (BlockId b : flight.pinned_blocks) {
+      if (!pool_.pinned(b)) return InternalError("in-flight block " + std::to_string(b) +
+                                                 " is not pinned");
+      flight_blocks.insert(b);
+    }
+  }
+  for (const auto& [slot, seq] : pending_slots_) {
+    if (!flight_blocks.count(pool_.BlockOf(slot))) {
+      return InternalError("pending slot " + std::to_string(slot) + " outside any relocation");
+    }
+  }
+  for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
+    if (pool_.pinned(b) && !flight_blocks.count(b)) {
+      return InternalError("block " + std::to_string(b) + " pinned by no relocation");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace vtoken
