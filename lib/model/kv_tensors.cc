@@ -1,0 +1,57 @@
+#include "lib/model/kv_tensors.h"
+
+#include <string>
+
+namespace vtoken::model {
+
+StatusOr<KvTensors> KvTensors::Create(const KvTensorsOptions& options) {
+  if (options.num_layers <= 0 || options.num_slots <= 0 || options.num_kv_heads <= 0 ||
+      options.head_dim <= 0) {
+    return InvalidArgumentError("KvTensors: num_layers, num_slots, num_kv_heads and head_dim "
+                                "must be positive");
+  }
+  KvTensors kv;
+  kv.options_ = options;
+  auto tensor_options = torch::TensorOptions().dtype(options.dtype).device(options.device);
+  for (int64_t i = 0; i < options.num_layers; ++i) {
+    kv.k_.push_back(
+        torch::zeros({options.num_slots, options.num_kv_heads, options.head_dim}, tensor_options));
+    kv.v_.push_back(
+        torch::zeros({options.num_slots, options.num_kv_heads, options.head_dim}, tensor_options));
+  }
+  return kv;
+}
+
+Status KvTensors::CheckSlots(const std::vector<int64_t>& slots) const {
+  for (int64_t slot : slots) {
+    if (slot < 0 || slot >= options_.num_slots) {
+      return InvalidArgumentError("KvTensors: slot " + std::to_string(slot) +
+                                  " out of range [0, " + std::to_string(options_.num_slots) + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+Status KvTensors::CopySlots(const std::vector<int64_t>& src_slots,
+                            const std::vector<int64_t>& dst_slots) {
+  if (src_slots.size() != dst_slots.size()) {
+    return InvalidArgumentError("KvTensors::CopySlots: " + std::to_string(src_slots.size()) +
+                                " sources but " + std::to_string(dst_slots.size()) +
+                                " destinations");
+  }
+  VTOKEN_RETURN_IF_ERROR(CheckSlots(src_slots));
+  VTOKEN_RETURN_IF_ERROR(CheckSlots(dst_slots));
+  if (src_slots.empty()) return Status::Ok();
+  torch::NoGradGuard no_grad;
+  auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
+  auto src = torch::tensor(src_slots, index_options);
+  auto dst = torch::tensor(dst_slots, index_options);
+  for (int64_t i = 0; i < options_.num_layers; ++i) {
+    // index_select materializes the sources first: that is what makes overlapping moves safe.
+    k_[i].index_copy_(0, dst, k_[i].index_select(0, src));
+    v_[i].index_copy_(0, dst, v_[i].index_select(0, src));
+  }
+  return Status::Ok();
+}
+
+}  // namespace vtoken::model

@@ -1,0 +1,133 @@
+// LlamaModel: a Llama-architecture decoder (Llama 2/3/3.1, Mistral, Qwen2) computed exactly as
+// Hugging Face's LlamaForCausalLM computes it, so HF checkpoints give the same logits: RMSNorm in
+// fp32, RoPE with the rotate_half convention (optionally llama3-scaled), grouped-query attention,
+// SwiGLU MLP, optional q/k/v bias, optional tied embeddings.
+//
+// Two forward paths share the weights:
+//   ForwardDense  [B, T] tokens -> [B, T, vocab] logits with a causal mask; autograd-friendly,
+//                 used for training and as the reference in tests.
+//   ForwardPaged  one batched inference step over several sequences whose earlier K/V live in
+//                 a KvTensors store at arbitrary slots; also returns per-token eviction signals.
+//
+// A LlamaModel is not thread-safe; use one per thread (weights could be shared but are not).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lib/core/status.h"
+#include "lib/model/io/hf_config.h"
+#include "lib/model/kv_tensors.h"
+
+namespace vtoken::model {
+
+struct LlamaOptions {
+  // Dtype of activations and of the weights as held in memory. Checkpoint weights in another
+  // dtype are converted at load time. RMSNorm and softmax always run in fp32.
+  torch::Dtype compute_dtype = torch::kFloat32;
+  torch::Device device = torch::kCPU;
+};
+
+// One sequence's part of a paged step.
+struct PagedSeqInput {
+  std::vector<int32_t> tokens;         // New tokens: a prefill chunk, or 1 for decode.
+  std::vector<int64_t> positions;      // RoPE positions of the new tokens.
+  std::vector<int64_t> write_slots;    // Slots where the new tokens' K/V are written.
+  std::vector<int64_t> context_slots;  // Live slots of the earlier tokens, in logical order.
+  int obs_window = 32;                 // Signals come from the last min(obs_window, n) queries.
+};
+
+struct PagedSeqOutput {
+  torch::Tensor last_logits;  // [vocab] fp32 logits of the last new token.
+  // Per token of context_slots then the new tokens: attention mass received, averaged over
+  // layers, query heads and signal queries.
+  std::vector<float> attn;
+  // Per token (same order): L2 norm of the cached K, averaged over layers and KV heads.
+  std::vector<float> key_norm;
+};
+
+// Returns the RoPE inverse frequencies [head_dim / 2] (fp32) for `config`, with llama3 scaling
+// applied when config.rope_scaling.type == "llama3" (HF's _compute_llama3_parameters).
+torch::Tensor RopeInverseFrequencies(const ModelConfig& config);
+
+// HF LlamaRMSNorm: x * rsqrt(mean(x^2) + eps) computed in fp32, cast back, times weight.
+torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+class LlamaModel {
+ public:
+  // Random weights (normal, std 0.02; norms at 1; biases 0) reproducible from `seed`.
+  // Returns InvalidArgument when the config is inconsistent (e.g. heads not divisible).
+  static StatusOr<LlamaModel> RandomInit(const ModelConfig& config, uint64_t seed,
+                                         const LlamaOptions& options = {});
+
+  // Builds a model from HF-named tensors (any float dtype; converted to compute_dtype).
+  // Returns NotFound naming the first missing tensor, InvalidArgument on a shape mismatch.
+  static StatusOr<LlamaModel> FromNamedTensors(
+      const ModelConfig& config,
+      const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+      const LlamaOptions& options = {});
+
+  // Loads DIR/config.json and DIR/model.safetensors (one unsharded file; any of F32/F16/BF16).
+  // Errors from ParseConfigJson / SafetensorsFile::Open pass through; then as FromNamedTensors.
+  static StatusOr<LlamaModel> FromDirectory(const std::string& dir,
+                                            const LlamaOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+  const LlamaOptions& options() const { return options_; }
+
+  // tokens: [B, T] int64 -> logits [B, T, vocab] in compute_dtype. Positions are 0..T-1.
+  // `visible`, if given, is a [T, T] bool mask replacing the causal one: query i attends to key
+  // j iff visible[i][j]. It lets a dense pass replay a paged run in which tokens were evicted.
+  // REQUIRES: every row of `visible` has at least one true entry.
+  torch::Tensor ForwardDense(const torch::Tensor& tokens,
+                             const torch::Tensor& visible = torch::Tensor()) const;
+
+  // One batched step. For every input, writes the new tokens' K/V at write_slots, then attends
+  // over context_slots followed by the new tokens (causal among the new ones). Results do not
+  // depend on where tokens physically sit. Returns InvalidArgument on inconsistent lengths, a
+  // slot out of range, an empty token list or a token id outside the vocabulary.
+  StatusOr<std::vector<PagedSeqOutput>> ForwardPaged(const std::vector<PagedSeqInput>& inputs,
+                                                     KvTensors& kv) const;
+
+  // Options for a KvTensors store that fits this model.
+  KvTensorsOptions KvOptions(int64_t num_slots) const;
+
+  // Trainable tensors under their HF names (model.embed_tokens.weight, model.layers.0....,
+  // model.norm.weight, lm_head.weight unless tied). The tensors alias the model's weights.
+  std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() const;
+
+  int64_t NumParameters() const;
+
+  // Writes config.json and model.safetensors (fp32, HF names) into `dir` (which must exist).
+  Status Save(const std::string& dir) const;
+
+ private:
+  struct Layer {
+    torch::Tensor input_norm, q, k, v, o;
+    torch::Tensor q_bias, k_bias, v_bias, o_bias;  // undefined when the config has none
+    torch::Tensor post_norm, gate, up, down;
+  };
+
+  LlamaModel() = default;
+  // Fills inv_freq_ and checks shapes; shared by the factories.
+  Status Finish();
+  torch::Tensor Embed(const torch::Tensor& tokens) const;
+  torch::Tensor LmHead(const torch::Tensor& hidden) const;
+  // cos/sin [N, head_dim] for int64 positions [N].
+  std::pair<torch::Tensor, torch::Tensor> RopeCosSin(const torch::Tensor& positions) const;
+  torch::Tensor Mlp(const Layer& layer, const torch::Tensor& x) const;
+
+  ModelConfig config_;
+  LlamaOptions options_;
+  torch::Tensor embed_;     // [vocab, hidden]
+  std::vector<Layer> layers_;
+  torch::Tensor norm_;      // [hidden]
+  torch::Tensor lm_head_;   // [vocab, hidden]; aliases embed_ when tied
+  torch::Tensor inv_freq_;  // [head_dim / 2] fp32
+};
+
+}  // namespace vtoken::model
