@@ -66,8 +66,7 @@ TEST(BpeTrainerTest, MostFrequentPairIsMergedFirst) {
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
   ASSERT_EQ(tok->num_merges(), 3);
   // (a, b) x5 beats (Ġ, a) x4; then (Ġ, ab) x4; then ties at 1 go to the smallest ids: (Ġ, c).
-  EXPECT_EQ(tok->spec().merges,
-            (std::vector<Merge>{{"a", "b"}, {"Ġ", "ab"}, {"Ġ", "c"}}));
+  EXPECT_EQ(tok->spec().merges, (std::vector<Merge>{{"a", "b"}, {"Ġ", "ab"}, {"Ġ", "c"}}));
   EXPECT_EQ(tok->vocab_size(), 261);
   EXPECT_EQ(tok->TokenId("Ġab"), 257);
   EXPECT_EQ(tok->TokenId("<|begin_of_text|>"), 259);
@@ -80,8 +79,8 @@ TEST(BpeTrainerTest, MatchesNaiveReferenceOnRandomText) {
   const unsigned seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937 rng(seed);
-  const std::vector<std::string> words = {"the", "then", "there", "he", "her", "aaaa",
-                                          "abab", "ba",  "'s",    "12345", "é", "Ωμ"};
+  const std::vector<std::string> words = {"the",  "then", "there", "he",    "her", "aaaa",
+                                          "abab", "ba",   "'s",    "12345", "é",   "Ωμ"};
   std::string corpus;
   for (int i = 0; i < 2000; ++i) {
     corpus += words[rng() % words.size()];
@@ -104,8 +103,8 @@ TEST(BpeTrainerTest, SaveLoadRoundTrip) {
   // Special tokens are split out of the corpus, never learned from.
   for (const auto& [a, b] : tok->spec().merges) EXPECT_EQ((a + b).find('|'), std::string::npos);
 
-  fs::path path = fs::temp_directory_path() /
-                  ("vtoken_bpe_trainer_" + std::to_string(::getpid()) + ".json");
+  fs::path path =
+      fs::temp_directory_path() / ("vtoken_bpe_trainer_" + std::to_string(::getpid()) + ".json");
   ASSERT_TRUE(tok->Save(path.string()).ok());
   auto loaded = Tokenizer::Load(path.string());
   fs::remove(path);

@@ -6,9 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "lib/model/io/pretokenizer.h"
 
@@ -29,13 +28,11 @@ TEST(PreTokenizeTest, Llama3Contractions) {
 }
 
 TEST(PreTokenizeTest, Gpt2ContractionsAreCaseSensitive) {
-  EXPECT_EQ(PreTokenize(SplitPattern::kGpt2, "I'm HERE'S"),
-            (Pieces{"I", "'m", " HERE", "'", "S"}));
+  EXPECT_EQ(PreTokenize(SplitPattern::kGpt2, "I'm HERE'S"), (Pieces{"I", "'m", " HERE", "'", "S"}));
 }
 
 TEST(PreTokenizeTest, DigitGroups) {
-  EXPECT_EQ(PreTokenize(SplitPattern::kLlama3, "a 12345b"),
-            (Pieces{"a", " ", "123", "45", "b"}));
+  EXPECT_EQ(PreTokenize(SplitPattern::kLlama3, "a 12345b"), (Pieces{"a", " ", "123", "45", "b"}));
   EXPECT_EQ(PreTokenize(SplitPattern::kQwen2, "a 12345b"),
             (Pieces{"a", " ", "1", "2", "3", "4", "5", "b"}));
   EXPECT_EQ(PreTokenize(SplitPattern::kGpt2, "a 12345b"), (Pieces{"a", " 12345", "b"}));
@@ -116,9 +113,9 @@ Json FixtureJson(bool merges_as_arrays, bool ignore_merges) {
   vocab["xyz"] = next++;  // 262
   vocab["ĠĠ"] = next++;   // 263, no merge either
   Json root;
-  root["added_tokens"] = Json::array(
-      {{{"id", kBos}, {"content", "<|begin_of_text|>"}, {"special", true}},
-       {{"id", kEos}, {"content", "<|end_of_text|>"}, {"special", true}}});
+  root["added_tokens"] =
+      Json::array({{{"id", kBos}, {"content", "<|begin_of_text|>"}, {"special", true}},
+                   {{"id", kEos}, {"content", "<|end_of_text|>"}, {"special", true}}});
   root["normalizer"] = nullptr;
   root["pre_tokenizer"] = {
       {"type", "Sequence"},
@@ -130,10 +127,8 @@ Json FixtureJson(bool merges_as_arrays, bool ignore_merges) {
         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
   root["post_processor"] = nullptr;
   root["decoder"] = {{"type", "ByteLevel"}};
-  root["model"] = {{"type", "BPE"},
-                   {"ignore_merges", ignore_merges},
-                   {"vocab", vocab},
-                   {"merges", merges_json}};
+  root["model"] = {
+      {"type", "BPE"}, {"ignore_merges", ignore_merges}, {"vocab", vocab}, {"merges", merges_json}};
   return root;
 }
 
@@ -255,10 +250,10 @@ TEST_F(TokenizerTest, Gpt2ByteLevelForm) {
 
 TEST_F(TokenizerTest, SaveThenLoadGivesTheSameTokenizer) {
   Json json = FixtureJson(true, true);
-  json["post_processor"] = {
-      {"type", "TemplateProcessing"},
-      {"single", {{{"SpecialToken", {{"id", "<|end_of_text|>"}, {"type_id", 0}}}},
-                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}};
+  json["post_processor"] = {{"type", "TemplateProcessing"},
+                            {"single",
+                             {{{"SpecialToken", {{"id", "<|end_of_text|>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}};
   Tokenizer tok = LoadJson(json);
   EXPECT_EQ(tok.bos_id(), kEos);  // The template wins over the name.
   std::string path = (dir_ / "saved.json").string();
@@ -319,8 +314,7 @@ TEST_F(TokenizerTest, UnknownSplitRegex) {
   json["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\d+|\\w+";
   Status s = LoadError(json.dump());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("unsupported pre_tokenizer Split regex: \\d+|\\w+"),
-            std::string::npos)
+  EXPECT_NE(s.message().find("unsupported pre_tokenizer Split regex: \\d+|\\w+"), std::string::npos)
       << s.message();
 }
 
@@ -338,8 +332,7 @@ TEST_F(TokenizerTest, AddedTokenReusingAnotherTokensId) {
   json["added_tokens"].push_back({{"id", 97}, {"content", "<pad>"}, {"special", true}});
   Status s = LoadError(json.dump());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("added token '<pad>' reuses id 97"), std::string::npos)
-      << s.message();
+  EXPECT_NE(s.message().find("added token '<pad>' reuses id 97"), std::string::npos) << s.message();
 }
 
 // The bundled vt-tiny tokenizer (VTOKEN_SOURCE_DIR is set by ctest).

@@ -152,7 +152,8 @@ size_t MatchLlama3(const CodePoints& t, size_t i, size_t max_digits) {
     return 1 + RunLength(t, i + 1, is_letter);
   }
   if (t.cls[i] == Cls::kNumber) {
-    return std::min(max_digits, RunLength(t, i, [&](size_t j) { return t.cls[j] == Cls::kNumber; }));
+    return std::min(max_digits,
+                    RunLength(t, i, [&](size_t j) { return t.cls[j] == Cls::kNumber; }));
   }
   size_t s = (t.cp[i] == ' ' && i + 1 < t.size() && t.cls[i + 1] == Cls::kOther) ? i + 1 : i;
   if (t.cls[s] == Cls::kOther) {

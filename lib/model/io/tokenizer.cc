@@ -4,11 +4,10 @@
 #include <array>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 namespace vtoken::model {
 namespace {
@@ -108,7 +107,8 @@ class SpecParser {
     if (byte_fallback) return Unsupported("model.byte_fallback is not supported (byte-level only)");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
       const Json& j = Field(model, key);
-      if (!j.is_null() && j != "") return Unsupported(std::string("model.") + key + " is not supported");
+      if (!j.is_null() && j != "")
+        return Unsupported(std::string("model.") + key + " is not supported");
     }
     VTOKEN_ASSIGN_OR_RETURN(spec.ignore_merges, GetBool(model, "ignore_merges", false, "model"));
     const Json& unk = Field(model, "unk_token");
@@ -214,8 +214,8 @@ class SpecParser {
       return ParseByteLevel(pre, /*splits=*/true, spec);
     }
     const Json& steps = Field(pre, "pretokenizers");
-    if (type != "Sequence" || !steps.is_array() || steps.size() != 2 ||
-        !steps[0].is_object() || !steps[1].is_object() || Field(steps[0], "type") != "Split" ||
+    if (type != "Sequence" || !steps.is_array() || steps.size() != 2 || !steps[0].is_object() ||
+        !steps[1].is_object() || Field(steps[0], "type") != "Split" ||
         Field(steps[1], "type") != "ByteLevel") {
       return Unsupported("unsupported pre_tokenizer " + type.dump() +
                          " (need ByteLevel or Sequence[Split, ByteLevel])");
@@ -257,8 +257,8 @@ class SpecParser {
 // ---- Tokenizer ---------------------------------------------------------------------------------
 
 struct Tokenizer::Index {
-  StringMap<int32_t> token_to_id;    // Vocab tokens (byte-level strings).
-  StringMap<int32_t> added_to_id;    // Added tokens by content.
+  StringMap<int32_t> token_to_id;  // Vocab tokens (byte-level strings).
+  StringMap<int32_t> added_to_id;  // Added tokens by content.
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges;  // (a, b) -> (rank, merged).
   std::array<int32_t, 256> byte_id;  // Single-byte token per byte, -1 when missing.
   std::optional<int32_t> unk_id;
@@ -316,7 +316,8 @@ StatusOr<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
   tok.id_to_bytes_.assign(max_id + 1, "");
   tok.id_used_.assign(max_id + 1, false);
   for (const auto& [token, id] : s.vocab) {
-    if (tok.id_used_[id]) return InvalidArgumentError("id " + std::to_string(id) + " is used twice");
+    if (tok.id_used_[id])
+      return InvalidArgumentError("id " + std::to_string(id) + " is used twice");
     tok.id_used_[id] = true;
     tok.id_to_bytes_[id] = ByteLevelDecode(token);
   }
@@ -349,8 +350,10 @@ StatusOr<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
     auto ia = ix.token_to_id.find(a);
     auto ib = ix.token_to_id.find(b);
     auto iab = ix.token_to_id.find(a + b);
-    if (ia == ix.token_to_id.end()) return InvalidArgumentError(name + ": unknown token '" + a + "'");
-    if (ib == ix.token_to_id.end()) return InvalidArgumentError(name + ": unknown token '" + b + "'");
+    if (ia == ix.token_to_id.end())
+      return InvalidArgumentError(name + ": unknown token '" + a + "'");
+    if (ib == ix.token_to_id.end())
+      return InvalidArgumentError(name + ": unknown token '" + b + "'");
     if (iab == ix.token_to_id.end()) {
       return InvalidArgumentError(name + ": merged token '" + a + b + "' is not in the vocab");
     }
@@ -373,10 +376,12 @@ StatusOr<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
     }
   }
   for (std::string_view name : kBosNames) {
-    if (!tok.bos_id_ && ix.added_to_id.contains(name)) tok.bos_id_ = ix.added_to_id.find(name)->second;
+    if (!tok.bos_id_ && ix.added_to_id.contains(name))
+      tok.bos_id_ = ix.added_to_id.find(name)->second;
   }
   for (std::string_view name : kEosNames) {
-    if (!tok.eos_id_ && ix.added_to_id.contains(name)) tok.eos_id_ = ix.added_to_id.find(name)->second;
+    if (!tok.eos_id_ && ix.added_to_id.contains(name))
+      tok.eos_id_ = ix.added_to_id.find(name)->second;
   }
   return tok;
 }
@@ -552,8 +557,10 @@ Status Tokenizer::Save(const std::string& path) const {
   } else {
     root["post_processor"] = nullptr;
   }
-  root["decoder"] = {
-      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  root["decoder"] = {{"type", "ByteLevel"},
+                     {"add_prefix_space", true},
+                     {"trim_offsets", true},
+                     {"use_regex", true}};
 
   OrderedJson model;
   model["type"] = "BPE";
@@ -565,7 +572,8 @@ Status Tokenizer::Save(const std::string& path) const {
   model["byte_fallback"] = false;
   model["ignore_merges"] = s.ignore_merges;
   std::vector<std::pair<std::string, int32_t>> vocab = s.vocab;
-  std::sort(vocab.begin(), vocab.end(), [](const auto& x, const auto& y) { return x.second < y.second; });
+  std::sort(vocab.begin(), vocab.end(),
+            [](const auto& x, const auto& y) { return x.second < y.second; });
   OrderedJson vocab_json = OrderedJson::object();
   for (const auto& [token, id] : vocab) vocab_json[token] = id;
   model["vocab"] = std::move(vocab_json);
