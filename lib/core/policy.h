@@ -1,0 +1,141 @@
+// The policy SDK: everything a policy author needs, in one header. A policy scores the live
+// tokens of one sequence (higher score = keep); the runtime (PolicyEvictor, policy_evictor.h)
+// does the rest: budget, protection of sink and recent tokens, picking the victims, when to
+// evict, per-token state storage and a seeded random source. See docs/WRITING_A_POLICY.md.
+//
+// A policy is one file policies/NAME.cc that defines a class derived from Policy and registers
+// it with VTOKEN_REGISTER_POLICY; rebuilding makes `--policy NAME` available everywhere.
+//
+// Signals arrive for the live tokens in logical order (increasing position), aggregated over
+// layers and KV heads:
+//   position  logical token id = the RoPE position its KV was computed with;
+//   age       steps since the token was written (0 for tokens written this step);
+//   attn      attention mass the token received this step, averaged over layers, KV heads and
+//             the step's queries (prefill: the last obs_window queries; decode: the new one);
+//             it sums to 1 over the live tokens;
+//   attn_sum  attn accumulated over every step since the token was written;
+//   key_norm  L2 norm of the token's key, averaged over layers and KV heads;
+//   state     state_size() floats owned by the policy, zero when the token is written. State is
+//             stored by logical token id, so it follows its token through relocations.
+//
+// Policy objects are shared by every sequence and must keep no mutable members: whatever a
+// policy remembers lives in `state` (per token) or comes from the context (per step).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "lib/core/policy_params.h"
+#include "lib/core/types.h"
+
+namespace vtoken {
+
+// A score above every signal-derived score: a policy's way to say "keep this token".
+inline constexpr float kKeepScore = std::numeric_limits<float>::infinity();
+
+// One live token as a policy sees it (see the file comment for each signal).
+struct TokenView {
+  TokenId position = 0;
+  int64_t age = 0;
+  float attn = 0;
+  float attn_sum = 0;
+  float key_norm = 0;
+  std::span<float> state;  // Written by Observe only; Score reads it.
+};
+
+// Deterministic random source of one sequence, seeded from the evictor's seed and the seq id,
+// so a policy's choices depend on nothing but (seed, seq, signals).
+class PolicyRng {
+ public:
+  explicit PolicyRng(uint64_t seed) : state_(seed) {}
+  // Next 64 random bits (splitmix64).
+  uint64_t Next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  // Uniform in [0, 1), 53 bits.
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+
+ private:
+  uint64_t state_;
+};
+
+// Per-sequence facts of the current step.
+struct PolicyContext {
+  int64_t step = 0;    // Steps this sequence has seen before this one (0: prefill).
+  int64_t budget = 0;  // Live tokens the sequence keeps after an eviction.
+  PolicyRng& rng;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+
+  // Floats of per-token state this policy keeps. Fixed for the policy's lifetime.
+  virtual int32_t state_size() const { return 0; }
+  // Called once per step after the signals were updated, with every live token; may update
+  // each token's state. The default does nothing.
+  virtual void Observe(std::span<const TokenView> tokens, PolicyContext& ctx) const {
+    (void)tokens;
+    (void)ctx;
+  }
+  // Called when an eviction runs (after Observe of the same step): writes scores[i] for
+  // tokens[i], higher = keep. Must not modify state. NaN scores count as lowest.
+  virtual void Score(std::span<const TokenView> tokens, PolicyContext& ctx,
+                     std::span<float> scores) const = 0;
+};
+
+// What the registry knows about a policy.
+struct PolicyInfo {
+  std::string name;
+  std::string rule;  // One line: what the policy keeps.
+  std::vector<ParamSpec> params;
+  std::string source_file;  // __FILE__ of the registering file (for `vtoken-cli policies`).
+  std::function<std::unique_ptr<Policy>(const PolicyParams&)> factory;
+
+  // A PolicyInfo building `P` from its resolved params (P(const PolicyParams&)) or, for a
+  // policy without parameters, from its default constructor.
+  template <typename P>
+  static PolicyInfo Of(std::string name, std::string rule, std::string source_file,
+                       std::vector<ParamSpec> params) {
+    PolicyInfo info{std::move(name), std::move(rule), std::move(params), std::move(source_file),
+                    nullptr};
+    info.factory = [](const PolicyParams& p) -> std::unique_ptr<Policy> {
+      if constexpr (std::is_constructible_v<P, const PolicyParams&>) {
+        return std::make_unique<P>(p);
+      } else {
+        (void)p;
+        return std::make_unique<P>();
+      }
+    };
+    return info;
+  }
+};
+
+// Adds a policy to the process-wide registry (static initialization). Two policies with one
+// name are a build error that cannot be reported as a value: the process exits with a message
+// naming both files.
+bool RegisterPolicy(PolicyInfo info);
+
+}  // namespace vtoken
+
+#define VTOKEN_POLICY_CONCAT_INNER(a, b) a##b
+#define VTOKEN_POLICY_CONCAT(a, b) VTOKEN_POLICY_CONCAT_INNER(a, b)
+
+// Registers class `Class` as policy `name` ("snake_case" string) with a one-line `rule`,
+// followed by its ParamSpecs, e.g.
+//   VTOKEN_REGISTER_POLICY(Tova, "tova", "keep the highest last-step attention");
+//   VTOKEN_REGISTER_POLICY(Decayed, "decayed_attention", "keep ...",
+//                          DoubleParam("decay", 0.9, "per-step decay", /*min=*/0, /*max=*/1));
+#define VTOKEN_REGISTER_POLICY(Class, name, rule, ...)                                           \
+  [[maybe_unused]] static const bool VTOKEN_POLICY_CONCAT(vtoken_policy_registered_, __LINE__) = \
+      ::vtoken::RegisterPolicy(                                                                  \
+          ::vtoken::PolicyInfo::Of<Class>(name, rule, __FILE__, {__VA_ARGS__}))

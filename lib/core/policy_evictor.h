@@ -1,0 +1,149 @@
+// PolicyEvictor: the runtime side of the policy SDK. It keeps, per sequence and by logical token
+// id, the signals a policy sees (age, attn, attn_sum, key_norm) and the policy's per-token state;
+// it decides when to evict, enforces the budget, protects sink and recent tokens, and turns the
+// policy's scores into victims.
+//
+// Per sequence and step the caller (the engine, or SyntheticSignalDriver for `vtoken-cli
+// check`) does:
+//   Observe(seq, live tokens, attn, key_norm)   the first call for a seq is its prefill;
+//   Victims(seq)                                 tokens to evict now (often none);
+//   VirtualKvCache::EvictToken for each victim;
+// and Forget(seq) when the sequence ends. Because everything is keyed by logical token id, a
+// relocation (which changes slots, never ids) is invisible here.
+//
+// Victim selection: when eviction is due (the prefill step, then every evict_interval-th decode
+// step) and the sequence holds more live tokens than its budget, the first num_sink and last
+// num_recent live tokens are protected and the lowest-scoring other tokens are evicted until
+// exactly `budget` remain. Ties go to the older token: candidates are ordered by (score,
+// position), NaN scores first, so equal scores evict the lower position first.
+//
+// Not thread-safe: one evictor belongs to the scheduler thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "lib/core/eviction_driver.h"
+#include "lib/core/policy.h"
+#include "lib/core/status.h"
+
+namespace vtoken {
+
+struct EvictorOptions {
+  // Live tokens a sequence keeps after an eviction, >= 1. 0: use keep_ratio instead.
+  int64_t budget_tokens = 0;
+  // Budget as a fraction of the prompt (the live tokens at a sequence's first Observe), in
+  // (0, 1]: budget = max(1, floor(keep_ratio * prompt)). 0: use budget_tokens. Exactly one of
+  // budget_tokens and keep_ratio must be set.
+  double keep_ratio = 0;
+  // First and last live tokens that are never evicted. With budget_tokens their sum may not
+  // exceed the budget; a keep_ratio budget smaller than their sum wins over them (sinks are kept
+  // first, then the most recent tokens), so the budget always holds.
+  int64_t num_sink = 0;
+  int64_t num_recent = 0;
+  // Eviction runs after prefill and then every evict_interval decode steps. Default 1.
+  int64_t evict_interval = 1;
+  // Seeds the PolicyRng of each sequence (together with its seq id).
+  uint64_t seed = 0;
+};
+
+// InvalidArgument naming the field for impossible options (negative counts, neither or both of
+// budget_tokens and keep_ratio, keep_ratio outside (0, 1], protection above budget_tokens).
+Status ValidateEvictorOptions(const EvictorOptions& options);
+
+class PolicyEvictor {
+ public:
+  // Looks the policy up, resolves its parameters and validates the options: NotFound for an
+  // unknown policy, InvalidArgument for bad parameters or options.
+  static StatusOr<std::unique_ptr<PolicyEvictor>> Create(std::string_view policy,
+                                                         const RawParams& params,
+                                                         const EvictorOptions& options);
+  // REQUIRES: ValidateEvictorOptions(options).ok(), policy != nullptr.
+  PolicyEvictor(std::string name, std::unique_ptr<Policy> policy, const EvictorOptions& options);
+
+  const std::string& policy_name() const { return name_; }
+  const EvictorOptions& options() const { return options_; }
+
+  // Records one step of `seq`: its live tokens in increasing logical order with the attention
+  // mass each received this step and its key norm; then runs the policy's Observe. Tokens never
+  // seen are new (age 0, zero state); a token seen before and missing now was evicted.
+  // InvalidArgument for mismatched lengths, ids not strictly increasing, a non-finite signal, or
+  // a token that was evicted and is listed as live again.
+  Status Observe(SeqId seq, std::span<const TokenId> live, std::span<const float> attn,
+                 std::span<const float> key_norm);
+  // Returns the tokens to evict now, in increasing order (empty when eviction is not due this
+  // step, already ran this step, or the sequence is within budget). The evictor treats them as
+  // evicted at once; the caller must evict each from the cache. NotFound for a sequence never
+  // observed.
+  StatusOr<std::vector<TokenId>> Victims(SeqId seq);
+  // Drops everything kept for `seq` (no-op for an unknown seq).
+  void Forget(SeqId seq);
+
+  bool HasSequence(SeqId seq) const { return seqs_.count(seq) > 0; }
+  // The budget of `seq`, fixed at its first Observe. NotFound for an unknown seq.
+  StatusOr<int64_t> Budget(SeqId seq) const;
+
+ private:
+  struct SeqState {
+    explicit SeqState(uint64_t seed) : rng(seed) {}
+    int64_t step = -1;          // Observe calls so far minus one.
+    int64_t evicted_step = -1;  // Step of the last eviction.
+    int64_t budget = 0;
+    std::vector<TokenId> live;  // Live tokens, increasing.
+    // By logical token id:
+    std::vector<int64_t> written_step;
+    std::vector<uint8_t> alive;
+    std::vector<float> attn;
+    std::vector<float> attn_sum;
+    std::vector<float> key_norm;
+    std::vector<float> state;  // [num ids * state_size]
+    PolicyRng rng;
+  };
+
+  Status CheckObservation(SeqId seq, const SeqState& s, std::span<const TokenId> live,
+                          std::span<const float> attn, std::span<const float> key_norm) const;
+  std::vector<TokenView> Views(SeqState& s);
+
+  std::string name_;
+  std::unique_ptr<Policy> policy_;
+  int32_t state_size_;
+  EvictorOptions options_;
+  std::unordered_map<SeqId, SeqState> seqs_;
+};
+
+// Drives a PolicyEvictor from CheckHarness (`vtoken-cli check --policy NAME`). Each
+// ChooseVictims call is one step of that sequence: it synthesizes signals for the live tokens
+// from the entropy word, observes them and returns the victims. The synthetic attention is
+// Zipf-like and persistent: a stable eighth of the tokens (by hash of seq and token) are heavy
+// hitters with 16x weight, the first token is a sink with 8x, the four newest tokens get 4x,
+// and every weight carries per-step noise; it is normalized to sum 1. Key norms are stable per
+// token in [1, 3), halved for heavy hitters and the sink.
+//
+// It also checks the evictor's contract on every step (victims are live and distinct, an
+// eviction leaves exactly the budget); the first breach or evictor error is kept in status().
+class SyntheticSignalDriver final : public EvictionDriver {
+ public:
+  explicit SyntheticSignalDriver(PolicyEvictor& evictor) : evictor_(evictor) {}
+
+  std::vector<TokenId> ChooseVictims(const VirtualKvCache& cache, SeqId seq,
+                                     uint64_t entropy) override;
+  void ForgetSequence(SeqId seq) override { evictor_.Forget(seq); }
+
+  const Status& status() const { return status_; }
+  int64_t policy_steps() const { return policy_steps_; }
+  int64_t victims() const { return victims_; }
+
+ private:
+  PolicyEvictor& evictor_;
+  Status status_;
+  int64_t policy_steps_ = 0;
+  int64_t victims_ = 0;
+  std::vector<float> attn_;
+  std::vector<float> key_norm_;
+};
+
+}  // namespace vtoken
