@@ -43,21 +43,37 @@ bool ReclaimPlanner::Triggered(const CacheSnapshot& snap) const {
 namespace {
 
 struct Candidate {
-  SeqPlan plan;
-  int64_t waste = 0;  // Empty slots in the candidate blocks: what repacking could recover.
+  const SeqSnapshot* seq = nullptr;
+  std::vector<const BlockSnapshot*> blocks;  // Movable blocks, sparsest first.
+  SeqPlan plan;                              // Best plan without budget limits.
+  int64_t waste = 0;  // Empty slots in the planned blocks: what repacking recovers.
 };
 
-// Best plan for one sequence within `max_moves` moves and `max_dst` destination blocks.
-SeqPlan PlanSequence(const SeqSnapshot& seq, int32_t block_size, int64_t max_moves,
-                     int64_t max_dst) {
-  std::vector<const BlockSnapshot*> blocks;
+// Movable blocks of `seq` ordered by live count, then block id (snapshot blocks are sorted by id,
+// and a counting sort over live counts keeps that order): O(blocks + block_size).
+std::vector<const BlockSnapshot*> SortedCandidates(const SeqSnapshot& seq, int32_t block_size,
+                                                   std::vector<int32_t>& counts) {
+  counts.assign(block_size + 1, 0);
+  int32_t total = 0;
   for (const BlockSnapshot& b : seq.blocks) {
-    if (b.refcount == 1 && !b.is_tail && !b.busy && b.live < block_size) blocks.push_back(&b);
+    if (b.refcount == 1 && !b.is_tail && !b.busy && b.live < block_size) {
+      ++counts[b.live + 1];
+      ++total;
+    }
   }
-  // Sparsest first; block id breaks ties so plans are deterministic.
-  std::sort(blocks.begin(), blocks.end(), [](const BlockSnapshot* a, const BlockSnapshot* b) {
-    return a->live != b->live ? a->live < b->live : a->block < b->block;
-  });
+  for (int32_t i = 1; i <= block_size; ++i) counts[i] += counts[i - 1];
+  std::vector<const BlockSnapshot*> sorted(total);
+  for (const BlockSnapshot& b : seq.blocks) {
+    if (b.refcount == 1 && !b.is_tail && !b.busy && b.live < block_size) {
+      sorted[counts[b.live]++] = &b;
+    }
+  }
+  return sorted;
+}
+
+// Best plan over the sparsest-first prefix within `max_moves` moves and `max_dst` destinations.
+SeqPlan BestPrefix(SeqId seq, const std::vector<const BlockSnapshot*>& blocks, int32_t block_size,
+                   int64_t max_moves, int64_t max_dst) {
   int64_t live = 0;
   int64_t best_gain = 0;
   size_t best_k = 0;
@@ -72,8 +88,9 @@ SeqPlan PlanSequence(const SeqSnapshot& seq, int32_t block_size, int64_t max_mov
       best_k = k;
     }
   }
-  SeqPlan plan{.seq = seq.seq, .src_blocks = {}, .num_moves = 0, .num_dst_blocks = 0};
+  SeqPlan plan{.seq = seq, .src_blocks = {}, .num_moves = 0, .num_dst_blocks = 0};
   if (best_gain <= 0) return plan;
+  plan.src_blocks.reserve(best_k);
   for (size_t i = 0; i < best_k; ++i) {
     plan.src_blocks.push_back(blocks[i]->block);
     plan.num_moves += blocks[i]->live;
@@ -89,26 +106,28 @@ ReclaimPlan ReclaimPlanner::Plan(const CacheSnapshot& snap) const {
   plan.snapshot_version = snap.version;
   if (!Triggered(snap)) return plan;
   const int32_t bs = snap.block_size;
-  // Rank sequences by reclaimable waste, measured without budget limits.
+  // Rank sequences by the waste their unbounded plan recovers.
   std::vector<Candidate> ranked;
+  std::vector<int32_t> counts;
   for (const SeqSnapshot& seq : snap.seqs) {
-    SeqPlan p = PlanSequence(seq, bs, INT64_MAX, INT64_MAX);
-    if (p.src_blocks.empty()) continue;
-    const int64_t waste = int64_t{bs} * static_cast<int64_t>(p.src_blocks.size()) - p.num_moves;
-    ranked.push_back({std::move(p), waste});
+    Candidate c;
+    c.seq = &seq;
+    c.blocks = SortedCandidates(seq, bs, counts);
+    c.plan = BestPrefix(seq.seq, c.blocks, bs, INT64_MAX, INT64_MAX);
+    if (c.plan.src_blocks.empty()) continue;
+    c.waste = int64_t{bs} * static_cast<int64_t>(c.plan.src_blocks.size()) - c.plan.num_moves;
+    ranked.push_back(std::move(c));
   }
   std::sort(ranked.begin(), ranked.end(), [](const Candidate& a, const Candidate& b) {
     return a.waste != b.waste ? a.waste > b.waste : a.plan.seq < b.plan.seq;
   });
   int64_t moves_left = options_.max_moves_per_step;
   int64_t dst_left = snap.num_free_blocks;
-  for (const Candidate& c : ranked) {
+  for (Candidate& c : ranked) {
     if (moves_left <= 0 || dst_left <= 0) break;
-    SeqPlan p = c.plan;
+    SeqPlan p = std::move(c.plan);
     if (p.num_moves > moves_left || p.num_dst_blocks > dst_left) {
-      auto it = std::find_if(snap.seqs.begin(), snap.seqs.end(),
-                             [&](const SeqSnapshot& s) { return s.seq == p.seq; });
-      p = PlanSequence(*it, bs, moves_left, dst_left);
+      p = BestPrefix(c.seq->seq, c.blocks, bs, moves_left, dst_left);
       if (p.src_blocks.empty()) continue;
     }
     moves_left -= p.num_moves;

@@ -1,0 +1,149 @@
+// Google Benchmark suite for lib/core. Figures and commands: docs/PERFORMANCE.md.
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <vector>
+
+#include "lib/core/check_harness.h"
+#include "lib/core/copy_engine.h"
+#include "lib/core/host_kv_store.h"
+#include "lib/core/reclaim_planner.h"
+#include "lib/core/virtual_kv_cache.h"
+
+namespace vtoken {
+namespace {
+
+// EvictToken on a sequence of 64K tokens; each iteration evicts one token, refilling the sequence
+// (outside the timed region) when every token is dead.
+void BM_EvictToken(benchmark::State& state) {
+  const int64_t n = 1 << 16;
+  VirtualKvCache cache({.mode = Mode::kNaive, .pool = {.num_blocks = 8192, .block_size = 16}});
+  SeqId seq = cache.AddSequence();
+  (void)cache.SyncNewTokens(seq, n);
+  TokenId next = 0;
+  for (auto _ : state) {
+    if (next == n) {
+      state.PauseTiming();
+      (void)cache.FreeSequence(seq);
+      seq = cache.AddSequence();
+      (void)cache.SyncNewTokens(seq, n);
+      next = 0;
+      state.ResumeTiming();
+    }
+    benchmark::DoNotOptimize(cache.EvictToken(seq, next));
+    next += 1;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_EvictToken);
+
+// SyncNewTokens(seq, 1) for decode: one token appended per call.
+void BM_SyncNewTokensDecode(benchmark::State& state) {
+  VirtualKvCache cache({.mode = Mode::kNaive, .pool = {.num_blocks = 1 << 16, .block_size = 16}});
+  SeqId seq = cache.AddSequence();
+  int64_t appended = 0;
+  for (auto _ : state) {
+    if (appended == (int64_t{1} << 20)) {
+      state.PauseTiming();
+      (void)cache.FreeSequence(seq);
+      seq = cache.AddSequence();
+      appended = 0;
+      state.ResumeTiming();
+    }
+    benchmark::DoNotOptimize(cache.SyncNewTokens(seq, 1));
+    ++appended;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_SyncNewTokensDecode);
+
+// Live-slot lists for a batch of 32 sequences of 2K tokens with half the tokens evicted.
+void BM_LiveSlotsBatch(benchmark::State& state) {
+  VirtualKvCache cache({.mode = Mode::kNaive, .pool = {.num_blocks = 8192, .block_size = 16}});
+  std::vector<SeqId> seqs;
+  for (int i = 0; i < 32; ++i) {
+    SeqId s = cache.AddSequence();
+    (void)cache.SyncNewTokens(s, 2048);
+    for (TokenId t = 1; t < 2048; t += 2) (void)cache.EvictToken(s, t);
+    seqs.push_back(s);
+  }
+  for (auto _ : state) {
+    for (SeqId s : seqs) benchmark::DoNotOptimize(cache.LiveSlots(s));
+  }
+  state.SetItemsProcessed(state.iterations() * 32 * 1024);
+}
+BENCHMARK(BM_LiveSlotsBatch);
+
+// Plan() on a snapshot of a fully allocated pool of N blocks, 64 sequences, random utilization.
+void BM_Plan(benchmark::State& state) {
+  const int32_t num_blocks = static_cast<int32_t>(state.range(0));
+  CacheSnapshot snap;
+  snap.version = 1;
+  snap.block_size = 16;
+  snap.num_blocks = num_blocks;
+  snap.num_free_blocks = num_blocks / 20;
+  uint64_t rng = 42;
+  const int32_t per_seq = (num_blocks - snap.num_free_blocks) / 64;
+  BlockId next = 0;
+  for (SeqId s = 0; s < 64; ++s) {
+    SeqSnapshot seq{.seq = s, .num_live = 0, .blocks = {}};
+    for (int32_t i = 0; i < per_seq; ++i) {
+      const int32_t live = 1 + static_cast<int32_t>(SplitMix64(rng) % 16);
+      seq.blocks.push_back({.block = next++, .live = live, .refcount = 1,
+                            .is_tail = i == per_seq - 1, .busy = false});
+      seq.num_live += live;
+      snap.live_slots += live;
+    }
+    snap.allocated_blocks += per_seq;
+    snap.seqs.push_back(std::move(seq));
+  }
+  ReclaimPlanner planner({.trigger = ReclaimOptions::Trigger::kAlways,
+                          .max_moves_per_step = int64_t{1} << 40});
+  int64_t moves = 0;
+  for (auto _ : state) {
+    ReclaimPlan plan = planner.Plan(snap);
+    moves = plan.num_moves;
+    benchmark::DoNotOptimize(plan);
+  }
+  state.counters["moves"] = static_cast<double>(moves);
+}
+BENCHMARK(BM_Plan)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMicrosecond);
+
+// Host relocation of 16-token blocks at 4 KiB per token per layer: every live token of half-full
+// blocks moves into dense blocks. Reported as bytes/s; compare with BM_Memcpy of the same bytes.
+constexpr int64_t kBytesPerToken = 4096;
+constexpr int32_t kLayers = 4;
+constexpr int32_t kBlockSize = 16;
+constexpr int32_t kSrcBlocks = 64;
+
+void BM_Relocate(benchmark::State& state) {
+  const int64_t slots = int64_t{kSrcBlocks} * 2 * kBlockSize;
+  HostKvStore store(kLayers, slots, kBytesPerToken);
+  SyncHostCopyEngine engine(store);
+  // Sources: the first half of each of 64 blocks; destinations: 32 dense blocks after them.
+  std::vector<SlotCopy> copies;
+  SlotIndex dst = int64_t{kSrcBlocks} * kBlockSize;
+  for (int32_t b = 0; b < kSrcBlocks; ++b) {
+    for (int32_t o = 0; o < kBlockSize / 2; ++o) copies.push_back({b * kBlockSize + o, dst++});
+  }
+  for (auto _ : state) engine.Wait(engine.Submit(copies));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(copies.size()) * kLayers *
+                          kBytesPerToken);
+}
+BENCHMARK(BM_Relocate)->Unit(benchmark::kMicrosecond);
+
+void BM_Memcpy(benchmark::State& state) {
+  const size_t bytes = size_t{kSrcBlocks} * kBlockSize / 2 * kLayers * kBytesPerToken;
+  std::vector<std::byte> src(bytes, std::byte{1}), dst(bytes);
+  for (auto _ : state) {
+    std::memcpy(dst.data(), src.data(), bytes);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
+}
+BENCHMARK(BM_Memcpy)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace vtoken
+
+BENCHMARK_MAIN();
