@@ -1,0 +1,29 @@
+# The two commands of the README. Both install system packages first (scripts/setup.sh).
+#   make demo   the main job
+#   make test   build everything and run every test
+BUILD_DIR ?= build/release
+JOBS ?= $(shell nproc)
+CLI := $(BUILD_DIR)/apps/vtoken-cli/vtoken-cli
+
+.PHONY: setup configure build demo test bench clean
+
+setup:
+	@bash scripts/setup.sh
+
+configure: setup
+	@cmake --preset release >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+demo: build
+	@OMP_WAIT_POLICY=PASSIVE $(CLI) check --seed 1 --steps 20000
+
+test: build
+	@cd $(BUILD_DIR) && OMP_WAIT_POLICY=PASSIVE ctest --output-on-failure -j $(JOBS) --timeout 900
+
+bench: build
+	@$(BUILD_DIR)/bench/core_bench
+
+clean:
+	@rm -rf $(BUILD_DIR)
