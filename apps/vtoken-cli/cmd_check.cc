@@ -1,10 +1,15 @@
 // `vtoken-cli check`: drives the virtual KV cache through a randomized workload with a host KV
-// store, verifying invariants and per-token KV hashes on every relocation.
+// store, verifying invariants and per-token KV hashes on every relocation. With --policy, a
+// registered eviction policy (fed synthetic attention signals) chooses every eviction.
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "apps/vtoken-cli/command.h"
 #include "lib/core/check_harness.h"
+#include "lib/core/policy_evictor.h"
+#include "lib/core/policy_registry.h"
 
 namespace vtoken::cli {
 namespace {
@@ -13,7 +18,31 @@ struct CheckArgs {
   CheckOptions options;
   std::string mode = "vtoken";
   std::string trigger = "always";
+  std::string policy;  // Empty: uniformly random victims.
+  std::vector<std::string> policy_params;
+  EvictorOptions evictor{.budget_tokens = 32};
 };
+
+// Builds the evictor for --policy; prints the error and returns nullptr on failure.
+std::unique_ptr<PolicyEvictor> MakeEvictor(const CheckArgs& args) {
+  StatusOr<const PolicyInfo*> info = FindPolicy(args.policy);
+  if (!info.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: %s\n", info.status().message().c_str());
+    return nullptr;
+  }
+  StatusOr<RawParams> raw = ParseParamAssignments(args.policy, (*info)->params, args.policy_params);
+  if (!raw.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: %s\n", raw.status().message().c_str());
+    return nullptr;
+  }
+  StatusOr<std::unique_ptr<PolicyEvictor>> evictor =
+      PolicyEvictor::Create(args.policy, *raw, args.evictor);
+  if (!evictor.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: %s\n", evictor.status().message().c_str());
+    return nullptr;
+  }
+  return std::move(evictor).value();
+}
 
 int RunCheckCommand(CheckArgs& args) {
   StatusOr<Mode> mode = ParseMode(args.mode);
@@ -28,7 +57,18 @@ int RunCheckCommand(CheckArgs& args) {
   }
   args.options.mode = *mode;
   args.options.reclaim.trigger = *trigger;
-  StatusOr<CheckReport> report = RunCheck(args.options);
+  args.evictor.seed = args.options.seed;
+  std::unique_ptr<PolicyEvictor> evictor;
+  std::unique_ptr<SyntheticSignalDriver> driver;
+  if (!args.policy.empty()) {
+    evictor = MakeEvictor(args);
+    if (evictor == nullptr) return 2;
+    driver = std::make_unique<SyntheticSignalDriver>(*evictor);
+  } else if (!args.policy_params.empty()) {
+    std::fprintf(stderr, "vtoken-cli: error: --policy-param needs --policy\n");
+    return 2;
+  }
+  StatusOr<CheckReport> report = RunCheck(args.options, driver.get());
   if (!report.ok()) {
     std::fprintf(stderr, "vtoken-cli: error: %s\n", report.status().message().c_str());
     return 2;
@@ -53,6 +93,20 @@ int RunCheckCommand(CheckArgs& args) {
   std::printf("  fence waits        %12lld\n", static_cast<long long>(r.fence_waits));
   std::printf("  violations         %12lld\n", static_cast<long long>(r.violations));
   for (const std::string& v : r.first_violations) std::printf("    %s\n", v.c_str());
+  if (driver != nullptr) {
+    const EvictorOptions& e = args.evictor;
+    const std::string budget = e.budget_tokens > 0 ? std::to_string(e.budget_tokens) + " tokens"
+                                                   : "keep ratio " + std::to_string(e.keep_ratio);
+    std::printf("  policy %s: budget %s, %lld sink, %lld recent, evict every %lld steps\n",
+                args.policy.c_str(), budget.c_str(), static_cast<long long>(e.num_sink),
+                static_cast<long long>(e.num_recent), static_cast<long long>(e.evict_interval));
+    std::printf("  policy steps       %12lld\n", static_cast<long long>(driver->policy_steps()));
+    std::printf("  policy victims     %12lld\n", static_cast<long long>(driver->victims()));
+    if (!driver->status().ok()) {
+      std::printf("  policy error: %s\n", driver->status().message().c_str());
+      return 1;
+    }
+  }
   return r.violations == 0 ? 0 : 1;
 }
 
@@ -60,8 +114,9 @@ CLI::App* SetupCheck(CLI::App& app) {
   auto args = std::make_shared<CheckArgs>();
   CheckOptions& o = args->options;
   CLI::App* cmd = app.add_subcommand(
-      "check", "Randomized relocation workload over a host KV store; verifies invariants and "
-               "per-token KV hashes; exits 1 on any violation");
+      "check",
+      "Randomized relocation workload over a host KV store; verifies invariants and "
+      "per-token KV hashes; exits 1 on any violation");
   cmd->add_option("--seed", o.seed, "Random seed")->capture_default_str();
   cmd->add_option("--steps", o.steps, "Operations to run")
       ->capture_default_str()
@@ -81,8 +136,9 @@ CLI::App* SetupCheck(CLI::App& app) {
                   "With --async: stall each copy this long (exercises the read fence)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--layers", o.num_layers, "KV layers")->capture_default_str()->check(
-      CLI::PositiveNumber);
+  cmd->add_option("--layers", o.num_layers, "KV layers")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--bytes-per-token", o.bytes_per_token, "KV bytes per token per layer")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -99,6 +155,28 @@ CLI::App* SetupCheck(CLI::App& app) {
   cmd->add_option("--max-moves", o.reclaim.max_moves_per_step, "Moves per reclaim step")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--policy", args->policy,
+                  "Eviction policy choosing the victims (see `vtoken-cli policies`); default: "
+                  "uniformly random victims");
+  cmd->add_option("--policy-param", args->policy_params, "Policy parameter key=value (repeatable)");
+  CLI::Option* budget =
+      cmd->add_option("--budget-tokens", args->evictor.budget_tokens,
+                      "With --policy: live tokens a sequence keeps after an eviction")
+          ->capture_default_str()
+          ->check(CLI::PositiveNumber);
+  cmd->add_option("--keep-ratio", args->evictor.keep_ratio,
+                  "With --policy: budget as a fraction of the prompt, in (0, 1] (instead of "
+                  "--budget-tokens)")
+      ->excludes(budget)
+      ->each([args](const std::string&) { args->evictor.budget_tokens = 0; });
+  cmd->add_option("--num-sink", args->evictor.num_sink, "With --policy: first tokens never evicted")
+      ->capture_default_str();
+  cmd->add_option("--num-recent", args->evictor.num_recent,
+                  "With --policy: last tokens never evicted")
+      ->capture_default_str();
+  cmd->add_option("--evict-interval", args->evictor.evict_interval,
+                  "With --policy: evict every N steps of a sequence")
+      ->capture_default_str();
   cmd->callback([args] { SetExitCode(RunCheckCommand(*args)); });
   return cmd;
 }

@@ -258,7 +258,7 @@ std::vector<TokenId> SyntheticSignalDriver::ChooseVictims(const VirtualKvCache& 
   }
   if (!status_.ok()) return {};
   victims_ += static_cast<int64_t>(victims->size());
-  return *std::move(victims);
+  return std::move(victims).value();
 }
 
 }  // namespace vtoken
