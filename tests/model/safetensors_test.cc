@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
 
 namespace vtoken::model {
 namespace {
@@ -310,6 +311,49 @@ TEST_F(SafetensorsTest, TensorsAreOrderedByOffset) {
   ASSERT_EQ(file->tensors().size(), 2u);
   EXPECT_EQ(file->tensors()[0].name, "z");
   EXPECT_EQ(file->tensors()[1].name, "a");
+}
+
+// Random byte flips and truncations of a valid file must give an error value or a file whose
+// views all lie inside it, never a crash (run under ASan to see out-of-bounds reads).
+TEST_F(SafetensorsTest, RandomCorruptionNeverCrashes) {
+  std::vector<float> a = {1, 2, 3};
+  std::vector<uint16_t> b = {4, 5};
+  const std::string good = Path("good.safetensors");
+  ASSERT_TRUE(WriteSafetensors(
+                  good, {{"a", DType::kF32, {3}, a.data()}, {"b", DType::kBF16, {1, 2}, b.data()}},
+                  {{"k", "v"}})
+                  .ok());
+  std::string bytes;
+  {
+    std::ifstream in(good, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const std::string path = Path("mutant.safetensors");
+  for (int iter = 0; iter < 500; ++iter) {
+    std::string mutant = bytes;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) {
+      mutant[rng() % mutant.size()] = static_cast<char>(rng() % 256);
+    }
+    if (rng() % 4 == 0) mutant.resize(rng() % mutant.size());
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << mutant;
+    StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+    if (!file.ok()) {
+      ASSERT_TRUE(file.status().code() == StatusCode::kDataLoss ||
+                  file.status().code() == StatusCode::kInvalidArgument)
+          << file.status().ToString();
+      continue;
+    }
+    for (const TensorView& t : file->tensors()) {
+      ASSERT_EQ(static_cast<int64_t>(t.bytes.size()),
+                t.num_elements() * static_cast<int64_t>(DTypeSize(t.dtype)));
+      std::vector<float> out(t.num_elements());
+      ASSERT_TRUE(ConvertToFloat(t, out).ok());
+    }
+  }
 }
 
 // Reference value of a binary16 bit pattern, built with ldexp (independent of the bit tricks).
