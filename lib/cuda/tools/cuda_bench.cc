@@ -1,0 +1,238 @@
+// vtoken-cuda-bench: GPU micro-benchmarks for lib/cuda, one JSON object per line on stdout.
+//   relocate  rows moved per launch vs one contiguous cudaMemcpy of the same bytes
+//   engine    CudaCopyEngine Submit (host cost) and Submit+Wait round trip
+//   hash      per-token XXH64 over all layers
+//   attention paged decode attention over shuffled live-slot lists, with and without token mass
+// Timings are CUDA-event times (device) except the engine's, which are host wall-clock times.
+// Usage: vtoken-cuda-bench [--quick]   (--quick: smaller shapes, fewer iterations)
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lib/cuda/cuda_copy_engine.h"
+#include "lib/cuda/device.h"
+#include "lib/cuda/kv_hash.h"
+#include "lib/cuda/paged_attention.h"
+#include "lib/cuda/relocate.h"
+
+namespace vtoken::cuda {
+namespace {
+
+[[noreturn]] void Die(const Status& status, const char* what) {
+  std::fprintf(stderr, "vtoken-cuda-bench: error: %s: %s\n", what, status.ToString().c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T Check(StatusOr<T> value, const char* what) {
+  if (!value.ok()) Die(value.status(), what);
+  return std::move(value).value();
+}
+
+void Check(const Status& status, const char* what) {
+  if (!status.ok()) Die(status, what);
+}
+
+void CheckCuda(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) {
+    Die(InternalError(std::string(cudaGetErrorName(error)) + ": " + cudaGetErrorString(error)),
+        what);
+  }
+}
+
+// Mean device milliseconds of `iters` runs of `body` on `stream`, after 3 warm-up runs.
+template <typename Body>
+double TimeMs(cudaStream_t stream, int iters, Body body) {
+  for (int i = 0; i < 3; ++i) body();
+  cudaEvent_t start, stop;
+  CheckCuda(cudaEventCreate(&start), "cudaEventCreate");
+  CheckCuda(cudaEventCreate(&stop), "cudaEventCreate");
+  CheckCuda(cudaEventRecord(start, stream), "cudaEventRecord");
+  for (int i = 0; i < iters; ++i) body();
+  CheckCuda(cudaEventRecord(stop, stream), "cudaEventRecord");
+  CheckCuda(cudaEventSynchronize(stop), "cudaEventSynchronize");
+  float ms = 0;
+  CheckCuda(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+  CheckCuda(cudaEventDestroy(start), "cudaEventDestroy");
+  CheckCuda(cudaEventDestroy(stop), "cudaEventDestroy");
+  return ms / iters;
+}
+
+struct Kv {
+  std::vector<DeviceBuffer> k, v;
+  std::vector<void*> k_ptrs, v_ptrs;
+};
+
+Kv AllocateKv(int32_t layers, int64_t slots, int64_t bytes_per_row) {
+  Kv kv;
+  for (int32_t l = 0; l < layers; ++l) {
+    kv.k.push_back(Check(DeviceBuffer::Allocate(slots * bytes_per_row), "allocate K"));
+    kv.v.push_back(Check(DeviceBuffer::Allocate(slots * bytes_per_row), "allocate V"));
+    Check(kv.k.back().Fill(static_cast<uint8_t>(l)), "fill K");
+    Check(kv.v.back().Fill(static_cast<uint8_t>(l + 1)), "fill V");
+    kv.k_ptrs.push_back(kv.k.back().data());
+    kv.v_ptrs.push_back(kv.v.back().data());
+  }
+  return kv;
+}
+
+// n copies from random slots of the first half to random slots of the second half.
+std::vector<SlotCopy> RandomCopies(int64_t n, int64_t slots, std::mt19937_64& rng) {
+  std::vector<int64_t> perm(slots / 2);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  std::vector<int64_t> dst = perm;
+  std::shuffle(dst.begin(), dst.end(), rng);
+  std::vector<SlotCopy> copies(n);
+  for (int64_t i = 0; i < n; ++i) copies[i] = {perm[i], slots / 2 + dst[i]};
+  return copies;
+}
+
+void BenchRelocateAndEngine(bool quick, std::mt19937_64& rng) {
+  const int32_t layers = 32;
+  const int64_t bytes_per_row = 8 * 128 * 2;  // 8 KV heads x 128 dims, fp16/bf16 (Llama-3-8B).
+  const int64_t slots = quick ? 16384 : 65536;
+  Kv kv = AllocateKv(layers, slots, bytes_per_row);
+  std::unique_ptr<CudaCopyEngine> engine =
+      Check(CudaCopyEngine::Create(kv.k_ptrs, kv.v_ptrs, slots, bytes_per_row), "engine");
+  cudaStream_t stream = engine->copy_stream();
+  for (int64_t n : {16, 256, 4096, quick ? 8192 : 32768}) {
+    std::vector<SlotCopy> copies = RandomCopies(n, slots, rng);
+    DeviceBuffer list = Check(DeviceBuffer::Allocate(n * sizeof(SlotPair)), "allocate list");
+    Check(list.CopyFromHost(copies.data(), n * sizeof(SlotPair)), "upload list");
+    const double bytes = 2.0 * n * layers * 2 * bytes_per_row;  // Read + write.
+    const double ms = TimeMs(stream, quick ? 5 : 20, [&] {
+      Check(RelocateRows(engine->view(), list.as<SlotPair>(), n, stream), "relocate");
+    });
+    // The same bytes as one contiguous device-to-device copy: the bandwidth ceiling.
+    const size_t contiguous = static_cast<size_t>(n) * bytes_per_row;
+    const double memcpy_ms = TimeMs(stream, quick ? 5 : 20, [&] {
+      for (int32_t l = 0; l < layers; ++l) {
+        CheckCuda(cudaMemcpyAsync(static_cast<char*>(kv.k_ptrs[l]) + contiguous, kv.k_ptrs[l],
+                                  contiguous, cudaMemcpyDeviceToDevice, stream),
+                  "memcpy");
+        CheckCuda(cudaMemcpyAsync(static_cast<char*>(kv.v_ptrs[l]) + contiguous, kv.v_ptrs[l],
+                                  contiguous, cudaMemcpyDeviceToDevice, stream),
+                  "memcpy");
+      }
+    });
+    std::printf(
+        "{\"bench\":\"relocate\",\"layers\":%d,\"bytes_per_row\":%ld,\"copies\":%ld,"
+        "\"ms\":%.4f,\"gb_per_s\":%.1f,\"memcpy_ms\":%.4f,\"memcpy_gb_per_s\":%.1f}\n",
+        layers, bytes_per_row, n, ms, bytes / ms / 1e6, memcpy_ms, bytes / memcpy_ms / 1e6);
+
+    const int iters = quick ? 10 : 50;
+    double submit_us = 0, round_trip_us = 0;
+    for (int i = 0; i < iters; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const CopyTicket ticket = Check(engine->TrySubmit(copies), "submit");
+      const auto t1 = std::chrono::steady_clock::now();
+      Check(engine->TryWait(ticket), "wait");
+      const auto t2 = std::chrono::steady_clock::now();
+      submit_us += std::chrono::duration<double, std::micro>(t1 - t0).count();
+      round_trip_us += std::chrono::duration<double, std::micro>(t2 - t0).count();
+    }
+    std::printf("{\"bench\":\"engine\",\"copies\":%ld,\"submit_us\":%.1f,\"round_trip_us\":%.1f}\n",
+                n, submit_us / iters, round_trip_us / iters);
+  }
+
+  const int64_t tokens = quick ? 1024 : 8192;
+  std::vector<int64_t> hash_slots(tokens);
+  std::iota(hash_slots.begin(), hash_slots.end(), 0);
+  DeviceBuffer slots_d = Check(DeviceBuffer::Allocate(tokens * sizeof(int64_t)), "allocate slots");
+  DeviceBuffer hashes_d =
+      Check(DeviceBuffer::Allocate(tokens * sizeof(uint64_t)), "allocate hashes");
+  Check(slots_d.CopyFromHost(hash_slots.data(), tokens * sizeof(int64_t)), "upload slots");
+  const double hash_ms = TimeMs(stream, quick ? 3 : 10, [&] {
+    Check(HashTokenRows(engine->view(), slots_d.as<int64_t>(), tokens, hashes_d.as<uint64_t>(),
+                        stream),
+          "hash");
+  });
+  const double hashed = static_cast<double>(tokens) * layers * 2 * bytes_per_row;
+  std::printf("{\"bench\":\"hash\",\"tokens\":%ld,\"layers\":%d,\"ms\":%.4f,\"gb_per_s\":%.1f}\n",
+              tokens, layers, hash_ms, hashed / hash_ms / 1e6);
+}
+
+void BenchAttention(bool quick, std::mt19937_64& rng) {
+  const int32_t num_seqs = 32, num_heads = 32, num_kv_heads = 8, head_dim = 128;
+  for (int64_t context : {1024, 4096, quick ? 4096 : 16384}) {
+    const int64_t tokens = num_seqs * context;
+    const int64_t slots = tokens;
+    const size_t row_floats = static_cast<size_t>(num_kv_heads) * head_dim;
+    DeviceBuffer k = Check(DeviceBuffer::Allocate(slots * row_floats * 4), "allocate K");
+    DeviceBuffer v = Check(DeviceBuffer::Allocate(slots * row_floats * 4), "allocate V");
+    DeviceBuffer q =
+        Check(DeviceBuffer::Allocate(size_t{4} * num_seqs * num_heads * head_dim), "q");
+    DeviceBuffer out =
+        Check(DeviceBuffer::Allocate(size_t{4} * num_seqs * num_heads * head_dim), "out");
+    DeviceBuffer lse = Check(DeviceBuffer::Allocate(size_t{4} * num_seqs * num_heads), "lse");
+    DeviceBuffer mass = Check(DeviceBuffer::Allocate(4 * tokens), "mass");
+    // Zero bytes are 0.0f: scores are all equal, which does not change the work done.
+    Check(k.Fill(0), "fill");
+    Check(v.Fill(0), "fill");
+    Check(q.Fill(0), "fill");
+    // Shuffled slots: each sequence's live tokens are scattered, as after many relocations.
+    std::vector<int64_t> slot_list(tokens);
+    std::iota(slot_list.begin(), slot_list.end(), 0);
+    std::shuffle(slot_list.begin(), slot_list.end(), rng);
+    std::vector<int64_t> offsets(num_seqs + 1);
+    for (int32_t s = 0; s <= num_seqs; ++s) offsets[s] = s * context;
+    DeviceBuffer slots_d = Check(DeviceBuffer::Allocate(tokens * 8), "slots");
+    DeviceBuffer offsets_d = Check(DeviceBuffer::Allocate(offsets.size() * 8), "offsets");
+    Check(slots_d.CopyFromHost(slot_list.data(), tokens * 8), "upload");
+    Check(offsets_d.CopyFromHost(offsets.data(), offsets.size() * 8), "upload");
+    PagedDecodeArgs args;
+    args.q = q.as<float>();
+    args.k = k.as<float>();
+    args.v = v.as<float>();
+    args.seq_offsets = offsets_d.as<int64_t>();
+    args.slots = slots_d.as<int64_t>();
+    args.out = out.as<float>();
+    args.num_seqs = num_seqs;
+    args.num_heads = num_heads;
+    args.num_kv_heads = num_kv_heads;
+    args.head_dim = head_dim;
+    args.num_slots = slots;
+    args.num_tokens = tokens;
+    args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    const int iters = quick ? 3 : 10;
+    const double ms =
+        TimeMs(nullptr, iters, [&] { Check(PagedDecodeAttention(args, nullptr), "attention"); });
+    args.lse = lse.as<float>();
+    args.token_mass = mass.as<float>();
+    const double mass_ms = TimeMs(
+        nullptr, iters, [&] { Check(PagedDecodeAttention(args, nullptr), "attention+mass"); });
+    const double kv_bytes = 2.0 * tokens * row_floats * 4;
+    std::printf(
+        "{\"bench\":\"attention\",\"num_seqs\":%d,\"context\":%ld,\"num_heads\":%d,"
+        "\"num_kv_heads\":%d,\"head_dim\":%d,\"ms\":%.4f,\"kv_gb_per_s\":%.1f,"
+        "\"with_mass_ms\":%.4f}\n",
+        num_seqs, context, num_heads, num_kv_heads, head_dim, ms, kv_bytes / ms / 1e6, mass_ms);
+  }
+}
+
+}  // namespace
+}  // namespace vtoken::cuda
+
+int main(int argc, char** argv) {
+  using namespace vtoken::cuda;
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  if (vtoken::Status status = CudaDeviceStatus(); !status.ok()) {
+    std::fprintf(stderr, "vtoken-cuda-bench: error: %s\n", status.ToString().c_str());
+    return 2;
+  }
+  const std::string device = Check(CudaDeviceDescription(), "device");
+  std::printf("{\"bench\":\"device\",\"name\":\"%s\"}\n", device.c_str());
+  std::mt19937_64 rng(1);
+  BenchRelocateAndEngine(quick, rng);
+  BenchAttention(quick, rng);
+  return 0;
+}

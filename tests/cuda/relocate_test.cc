@@ -1,0 +1,256 @@
+// Relocation: the CPU reference on host buffers (always), the kernel against the reference and
+// the CudaCopyEngine's staging protocol (GPU only). Slots are laid out in blocks of block_size
+// (1, 3, 7, 17) and copies follow the planner's shape: live tokens of sparse blocks move, in
+// order, into fresh blocks.
+#include "lib/cuda/relocate.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "lib/cuda/cuda_copy_engine.h"
+#include "lib/cuda/device.h"
+#include "lib/cuda/kv_hash.h"
+
+namespace vtoken::cuda {
+namespace {
+
+struct HostKv {
+  HostKv(int32_t num_layers, int64_t num_slots, int64_t bytes_per_row, uint64_t seed)
+      : storage(2 * num_layers, std::vector<uint8_t>(num_slots * bytes_per_row)) {
+    std::mt19937_64 rng(seed);
+    for (std::vector<uint8_t>& layer : storage) {
+      for (uint8_t& byte : layer) byte = static_cast<uint8_t>(rng());
+    }
+    for (int32_t l = 0; l < num_layers; ++l) {
+      k.push_back(storage[2 * l].data());
+      v.push_back(storage[2 * l + 1].data());
+    }
+    view = {k.data(), v.data(), num_layers, num_slots, bytes_per_row};
+  }
+  std::vector<std::vector<uint8_t>> storage;
+  std::vector<void*> k, v;
+  KvLayersView view;
+};
+
+// Relocates every second slot of the first half of the blocks into the first fresh blocks of the
+// second half, as a reclamation of half-live blocks would.
+std::vector<SlotPair> PlannerShapedCopies(int64_t num_blocks, int64_t block_size) {
+  std::vector<SlotPair> copies;
+  int64_t dst = (num_blocks / 2) * block_size;
+  for (int64_t slot = 0; slot < (num_blocks / 2) * block_size; slot += 2) {
+    copies.push_back({slot, dst++});
+  }
+  return copies;
+}
+
+std::vector<uint64_t> AllHashes(const KvLayersView& view) {
+  std::vector<uint64_t> hashes(view.num_slots);
+  for (int64_t s = 0; s < view.num_slots; ++s) hashes[s] = HashTokenRowsReference(view, s);
+  return hashes;
+}
+
+TEST(RelocateReferenceTest, MovesRowsInEveryLayerAndLeavesOthers) {
+  for (int64_t block_size : {1, 3, 7, 17}) {
+    HostKv kv(3, 8 * block_size, 12, block_size);
+    const std::vector<uint64_t> before = AllHashes(kv.view);
+    const std::vector<SlotPair> copies = PlannerShapedCopies(8, block_size);
+    ASSERT_TRUE(RelocateRowsReference(kv.view, copies).ok());
+    std::vector<uint64_t> expected = before;
+    for (const SlotPair& c : copies) expected[c.dst] = before[c.src];
+    EXPECT_EQ(AllHashes(kv.view), expected) << "block size " << block_size;
+  }
+}
+
+TEST(RelocateReferenceTest, MovesATokenWithinItsBlock) {
+  HostKv kv(2, 7, 5, 1);
+  const std::vector<uint64_t> before = AllHashes(kv.view);
+  ASSERT_TRUE(RelocateRowsReference(kv.view, std::vector<SlotPair>{{5, 2}}).ok());
+  EXPECT_EQ(HashTokenRowsReference(kv.view, 2), before[5]);
+  EXPECT_EQ(HashTokenRowsReference(kv.view, 5), before[5]);  // The source keeps its bytes.
+}
+
+TEST(RelocateReferenceTest, RejectsSlotsOutOfRangeNamingTheCopy) {
+  HostKv kv(1, 4, 8, 1);
+  const Status status = RelocateRowsReference(kv.view, std::vector<SlotPair>{{0, 1}, {2, 4}});
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "RelocateRowsReference: copy 1 (2 -> 4) is out of range [0, 4)");
+}
+
+TEST(RelocateTest, RejectsMalformedArgumentsBeforeLaunching) {
+  HostKv kv(1, 4, 8, 1);
+  KvLayersView no_rows = kv.view;
+  no_rows.bytes_per_row = 0;
+  EXPECT_EQ(RelocateRows(no_rows, nullptr, 1, nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RelocateRows(kv.view, nullptr, -2, nullptr).message(),
+            "RelocateRows: num_copies -2 is negative");
+  EXPECT_EQ(RelocateRows(kv.view, nullptr, 1, nullptr).message(), "RelocateRows: copies is null");
+  EXPECT_TRUE(RelocateRows(kv.view, nullptr, 0, nullptr).ok());  // Empty list: nothing launched.
+}
+
+#define SKIP_WITHOUT_GPU()                                                   \
+  do {                                                                       \
+    if (Status s = CudaDeviceStatus(); !s.ok()) GTEST_SKIP() << s.message(); \
+  } while (0)
+
+// Device copy of a HostKv, with its own pointer arrays.
+struct DeviceKv {
+  explicit DeviceKv(const HostKv& host) : view(host.view) {
+    const int32_t layers = host.view.num_layers;
+    const size_t bytes = host.view.num_slots * host.view.bytes_per_row;
+    for (int32_t i = 0; i < 2 * layers; ++i) {
+      StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(bytes);
+      EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
+      EXPECT_TRUE(buffer->CopyFromHost(host.storage[i].data(), bytes).ok());
+      (i % 2 == 0 ? k : v).push_back(buffer->data());
+      layers_.push_back(std::move(*buffer));
+    }
+    std::vector<void*> pointers = k;
+    pointers.insert(pointers.end(), v.begin(), v.end());
+    StatusOr<DeviceBuffer> array = DeviceBuffer::Allocate(pointers.size() * sizeof(void*));
+    EXPECT_TRUE(array.ok());
+    pointers_ = std::move(*array);
+    EXPECT_TRUE(pointers_.CopyFromHost(pointers.data(), pointers.size() * sizeof(void*)).ok());
+    view.k_layers = pointers_.as<void*>();
+    view.v_layers = pointers_.as<void*>() + layers;
+  }
+  // Copies the device layers back into `host`.
+  void Download(HostKv& host) const {
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      EXPECT_TRUE(layers_[i].CopyToHost(host.storage[i].data(), host.storage[i].size()).ok());
+    }
+  }
+  std::vector<void*> k, v;  // Device layer pointers, host arrays.
+  KvLayersView view;        // Device view.
+
+ private:
+  std::vector<DeviceBuffer> layers_;
+  DeviceBuffer pointers_;
+};
+
+TEST(RelocateDeviceTest, KernelMatchesReferenceOverBlockSizesAndRowWidths) {
+  SKIP_WITHOUT_GPU();
+  // 30-byte rows take the byte path, 20 the 4-byte path, 48 and 2048 the 16-byte path.
+  for (int64_t row : {30, 20, 48, 2048}) {
+    for (int64_t block_size : {1, 3, 7, 17}) {
+      HostKv expected(3, 10 * block_size, row, row * 100 + block_size);
+      DeviceKv device(expected);
+      const std::vector<SlotPair> copies = PlannerShapedCopies(10, block_size);
+      StatusOr<DeviceBuffer> list = DeviceBuffer::Allocate(copies.size() * sizeof(SlotPair));
+      ASSERT_TRUE(list.ok());
+      ASSERT_TRUE(list->CopyFromHost(copies.data(), copies.size() * sizeof(SlotPair)).ok());
+      ASSERT_TRUE(RelocateRows(device.view, list->as<SlotPair>(), copies.size(), nullptr).ok());
+      ASSERT_TRUE(RelocateRowsReference(expected.view, copies).ok());
+      HostKv actual(3, 10 * block_size, row, 0);
+      device.Download(actual);
+      EXPECT_EQ(actual.storage, expected.storage) << "row " << row << " block " << block_size;
+    }
+  }
+}
+
+TEST(CudaCopyEngineTest, RejectsBadLayerLists) {
+  SKIP_WITHOUT_GPU();
+  std::vector<void*> one = {reinterpret_cast<void*>(0x1000)};
+  std::vector<void*> none;
+  EXPECT_EQ(CudaCopyEngine::Create(one, none, 4, 8).status().code(), StatusCode::kInvalidArgument);
+  std::vector<void*> null_layer = {nullptr};
+  EXPECT_EQ(CudaCopyEngine::Create(one, null_layer, 4, 8).status().message(),
+            "CudaCopyEngine: layer 0 has a null K or V pointer");
+}
+
+TEST(CudaCopyEngineTest, SubmitWaitPollAndFenceMoveTheRightRows) {
+  SKIP_WITHOUT_GPU();
+  const int64_t block_size = 7;
+  HostKv expected(4, 12 * block_size, 40, 11);
+  DeviceKv device(expected);
+  StatusOr<CudaStream> compute = CudaStream::Create();
+  ASSERT_TRUE(compute.ok());
+  CudaCopyEngineOptions options;
+  options.compute_stream = compute->get();
+  options.initial_staging_copies = 2;  // Forces the staging buffers to grow.
+  StatusOr<std::unique_ptr<CudaCopyEngine>> engine =
+      CudaCopyEngine::Create(device.k, device.v, 12 * block_size, 40, options);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  CudaCopyEngine& e = **engine;
+
+  const std::vector<SlotPair> first = PlannerShapedCopies(12, block_size);
+  std::vector<SlotCopy> first_copies;
+  for (const SlotPair& c : first) first_copies.push_back({c.src, c.dst});
+  const CopyTicket t1 = e.Submit(first_copies);
+  const CopyTicket t2 = e.Submit({});        // Empty lists get tickets too.
+  const CopyTicket t3 = e.Submit({{3, 2}});  // Within one block (block 0).
+  EXPECT_EQ(t1, 1u);
+  EXPECT_EQ(t2, 2u);
+  EXPECT_EQ(t3, 3u);
+  ASSERT_TRUE(e.MakeStreamWait(t3, compute->get()).ok());
+  ASSERT_TRUE(compute->Synchronize().ok());  // The fence ordered the compute stream after t3...
+  e.Wait(t3);                                // ...so this returns at once.
+  EXPECT_TRUE(e.Poll(t1));
+  EXPECT_EQ(e.num_in_flight(), 0);
+  EXPECT_EQ(e.bytes_copied(), static_cast<int64_t>(first.size() + 1) * 4 * 2 * 40);
+
+  ASSERT_TRUE(RelocateRowsReference(expected.view, first).ok());
+  ASSERT_TRUE(RelocateRowsReference(expected.view, std::vector<SlotPair>{{3, 2}}).ok());
+  HostKv actual(4, 12 * block_size, 40, 0);
+  device.Download(actual);
+  EXPECT_EQ(actual.storage, expected.storage);
+}
+
+TEST(CudaCopyEngineTest, TrySubmitRejectsInvalidListsWithoutFailingTheEngine) {
+  SKIP_WITHOUT_GPU();
+  HostKv host(1, 8, 16, 12);
+  DeviceKv device(host);
+  StatusOr<std::unique_ptr<CudaCopyEngine>> engine =
+      CudaCopyEngine::Create(device.k, device.v, 8, 16);
+  ASSERT_TRUE(engine.ok());
+  CudaCopyEngine& e = **engine;
+  EXPECT_EQ(e.TrySubmit(std::vector<SlotCopy>{{0, 8}}).status().message(),
+            "CudaCopyEngine: copy 0 (0 -> 8) is out of range [0, 8)");
+  EXPECT_EQ(e.TrySubmit(std::vector<SlotCopy>{{0, 5}, {1, 5}}).status().message(),
+            "CudaCopyEngine: slot 5 is the destination of two copies");
+  EXPECT_EQ(e.TrySubmit(std::vector<SlotCopy>{{0, 5}, {5, 6}}).status().message(),
+            "CudaCopyEngine: slot 5 is both a source and a destination");
+  EXPECT_EQ(e.TryPoll(1).status().message(),
+            "CudaCopyEngine: ticket 1 was never issued (last issued: 0)");
+  StatusOr<CopyTicket> ticket = e.TrySubmit(std::vector<SlotCopy>{{0, 5}});
+  ASSERT_TRUE(ticket.ok()) << ticket.status().ToString();
+  EXPECT_EQ(*ticket, 1u);
+  EXPECT_TRUE(e.TryWait(*ticket).ok());
+}
+
+TEST(CudaCopyEngineTest, ManyInFlightTicketsCompleteInOrder) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = 77;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  HostKv expected(2, 512, 64, seed);
+  DeviceKv device(expected);
+  StatusOr<std::unique_ptr<CudaCopyEngine>> engine =
+      CudaCopyEngine::Create(device.k, device.v, 512, 64);
+  ASSERT_TRUE(engine.ok());
+  std::mt19937_64 rng(seed);
+  // Each round copies fresh rows into a disjoint destination range; later rounds read earlier
+  // rounds' destinations, so the stream order matters.
+  std::vector<CopyTicket> tickets;
+  for (int64_t round = 0; round < 8; ++round) {
+    std::vector<SlotPair> pairs;
+    for (int64_t i = 0; i < 32; ++i) {
+      const int64_t src =
+          round == 0 ? static_cast<int64_t>(rng() % 256) : 256 + (round - 1) * 32 + i;
+      pairs.push_back({src, 256 + round * 32 + i});
+    }
+    std::vector<SlotCopy> copies;
+    for (const SlotPair& p : pairs) copies.push_back({p.src, p.dst});
+    tickets.push_back((*engine)->Submit(copies));
+    ASSERT_TRUE(RelocateRowsReference(expected.view, pairs).ok());
+  }
+  (*engine)->Wait(tickets.back());
+  for (CopyTicket t : tickets) EXPECT_TRUE((*engine)->Poll(t));
+  HostKv actual(2, 512, 64, 0);
+  device.Download(actual);
+  EXPECT_EQ(actual.storage, expected.storage);
+}
+
+}  // namespace
+}  // namespace vtoken::cuda
