@@ -1,0 +1,312 @@
+// PolicyEvictor: options, budget, protection, timing, tie-breaking, input validation, and state
+// that follows its token through a relocation.
+#include "lib/core/policy_evictor.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "lib/core/copy_engine.h"
+#include "lib/core/host_kv_store.h"
+#include "lib/core/policy_registry.h"
+#include "lib/core/reclaimer.h"
+#include "lib/core/virtual_kv_cache.h"
+
+namespace vtoken {
+namespace {
+
+// Scores NaN for position 3 and the position otherwise (so older tokens go first).
+class NanProbe final : public Policy {
+ public:
+  void Score(std::span<const TokenView> tokens, PolicyContext&,
+             std::span<float> scores) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      scores[i] = tokens[i].position == 3 ? std::numeric_limits<float>::quiet_NaN()
+                                          : static_cast<float>(tokens[i].position);
+    }
+  }
+};
+VTOKEN_REGISTER_POLICY(NanProbe, "test_nan", "test: NaN for position 3");
+
+// What StateProbe saw at its last Score: position -> state.
+std::map<TokenId, std::vector<float>> g_seen_state;
+
+// State: [0] a random tag drawn when the token is written, [1] its summed attention. Scores are
+// random, so victims scatter over the blocks.
+class StateProbe final : public Policy {
+ public:
+  int32_t state_size() const override { return 2; }
+  void Observe(std::span<const TokenView> tokens, PolicyContext& ctx) const override {
+    for (const TokenView& t : tokens) {
+      if (t.age == 0) t.state[0] = static_cast<float>(ctx.rng.Next() % 1000000);
+      t.state[1] += t.attn;
+    }
+  }
+  void Score(std::span<const TokenView> tokens, PolicyContext& ctx,
+             std::span<float> scores) const override {
+    g_seen_state.clear();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      g_seen_state[tokens[i].position].assign(tokens[i].state.begin(), tokens[i].state.end());
+      scores[i] = static_cast<float>(ctx.rng.Uniform());
+    }
+  }
+};
+VTOKEN_REGISTER_POLICY(StateProbe, "test_state_probe", "test: records state");
+
+std::unique_ptr<PolicyEvictor> Make(const std::string& policy, const EvictorOptions& options,
+                                    const RawParams& params = {}) {
+  StatusOr<std::unique_ptr<PolicyEvictor>> e = PolicyEvictor::Create(policy, params, options);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+std::vector<TokenId> Range(TokenId begin, TokenId end) {
+  std::vector<TokenId> ids(static_cast<size_t>(end - begin));
+  std::iota(ids.begin(), ids.end(), begin);
+  return ids;
+}
+
+std::vector<float> Uniform(size_t n) { return std::vector<float>(n, 1.0f / static_cast<float>(n)); }
+
+// Observes `live` with uniform attention and unit key norms, returns the victims.
+std::vector<TokenId> Step(PolicyEvictor& e, SeqId seq, const std::vector<TokenId>& live) {
+  const std::vector<float> attn = Uniform(live.size());
+  const std::vector<float> norm(live.size(), 1.0f);
+  Status s = e.Observe(seq, live, attn, norm);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  StatusOr<std::vector<TokenId>> v = e.Victims(seq);
+  EXPECT_TRUE(v.ok()) << v.status().ToString();
+  return v.ok() ? *v : std::vector<TokenId>{};
+}
+
+void ExpectInvalidOptions(const EvictorOptions& o, const std::string& message) {
+  Status s = ValidateEvictorOptions(o);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), message);
+}
+
+TEST(EvictorOptionsTest, ImpossibleValuesAreErrors) {
+  EXPECT_TRUE(ValidateEvictorOptions({.budget_tokens = 8}).ok());
+  EXPECT_TRUE(ValidateEvictorOptions({.keep_ratio = 1}).ok());
+  ExpectInvalidOptions({},
+                       "exactly one of budget_tokens and keep_ratio must be set "
+                       "(budget_tokens 0, keep_ratio 0.000000)");
+  ExpectInvalidOptions({.budget_tokens = 8, .keep_ratio = 0.5},
+                       "exactly one of budget_tokens and keep_ratio must be set "
+                       "(budget_tokens 8, keep_ratio 0.500000)");
+  ExpectInvalidOptions({.budget_tokens = -1}, "budget_tokens must be >= 1, got -1");
+  ExpectInvalidOptions({.keep_ratio = 1.5}, "keep_ratio must be in (0, 1], got 1.500000");
+  ExpectInvalidOptions({.keep_ratio = -0.1}, "keep_ratio must be in (0, 1], got -0.100000");
+  ExpectInvalidOptions({.keep_ratio = std::nan("")}, "keep_ratio must be in (0, 1], got nan");
+  ExpectInvalidOptions({.budget_tokens = 8, .num_sink = -1}, "num_sink must be >= 0, got -1");
+  ExpectInvalidOptions({.budget_tokens = 8, .num_recent = -2}, "num_recent must be >= 0, got -2");
+  ExpectInvalidOptions({.budget_tokens = 8, .num_sink = 4, .num_recent = 5},
+                       "num_sink + num_recent = 9 exceeds budget_tokens = 8");
+  ExpectInvalidOptions({.budget_tokens = 8, .evict_interval = 0},
+                       "evict_interval must be >= 1, got 0");
+  StatusOr<std::unique_ptr<PolicyEvictor>> e =
+      PolicyEvictor::Create("h2o", {}, {.budget_tokens = 0});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kInvalidArgument);
+}
+
+// Every registered policy, random signals, budgets, protection and intervals: each eviction
+// leaves exactly the budget and never touches a protected token.
+TEST(PolicyEvictorTest, BudgetIsMetExactlyAndProtectedTokensSurviveForEveryPolicy) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  for (const PolicyInfo* info : RegisteredPolicies()) {
+    for (int round = 0; round < 20; ++round) {
+      SCOPED_TRACE(info->name + " round " + std::to_string(round) + " seed " +
+                   std::to_string(seed));
+      EvictorOptions o;
+      o.budget_tokens = 1 + static_cast<int64_t>(rng() % 40);
+      o.num_sink = static_cast<int64_t>(rng() % (o.budget_tokens + 1));
+      o.num_recent = static_cast<int64_t>(rng() % (o.budget_tokens - o.num_sink + 1));
+      o.evict_interval = 1 + static_cast<int64_t>(rng() % 3);
+      o.seed = rng();
+      std::unique_ptr<PolicyEvictor> e = Make(info->name, o);
+      ASSERT_NE(e, nullptr);
+      std::vector<TokenId> live = Range(0, 1 + static_cast<TokenId>(rng() % 80));
+      TokenId next = static_cast<TokenId>(live.size());
+      for (int64_t step = 0; step < 30; ++step) {
+        std::vector<float> attn(live.size()), norm(live.size());
+        float total = 0;
+        for (size_t i = 0; i < live.size(); ++i) {
+          attn[i] = static_cast<float>(rng() % 1000) + 1;
+          total += attn[i];
+          norm[i] = 0.5f + static_cast<float>(rng() % 100) / 40;
+        }
+        for (float& a : attn) a /= total;
+        ASSERT_TRUE(e->Observe(7, live, attn, norm).ok());
+        StatusOr<std::vector<TokenId>> victims = e->Victims(7);
+        ASSERT_TRUE(victims.ok());
+        const auto n = static_cast<int64_t>(live.size());
+        if (step % o.evict_interval == 0 && n > o.budget_tokens) {
+          ASSERT_EQ(n - static_cast<int64_t>(victims->size()), o.budget_tokens);
+        } else {
+          ASSERT_TRUE(victims->empty());
+        }
+        ASSERT_TRUE(std::is_sorted(victims->begin(), victims->end()));
+        std::set<TokenId> protected_tokens(live.begin(), live.begin() + std::min(n, o.num_sink));
+        protected_tokens.insert(live.end() - std::min(n, o.num_recent), live.end());
+        for (TokenId t : *victims) {
+          ASSERT_TRUE(std::binary_search(live.begin(), live.end(), t)) << t;
+          ASSERT_EQ(protected_tokens.count(t), 0u) << "protected token " << t << " evicted";
+          live.erase(std::lower_bound(live.begin(), live.end(), t));
+        }
+        for (uint64_t k = rng() % 4; k > 0; --k) live.push_back(next++);
+      }
+    }
+  }
+}
+
+TEST(PolicyEvictorTest, KeepRatioBudgetIsAFlooredFractionOfThePromptAndAtLeastOne) {
+  std::unique_ptr<PolicyEvictor> e = Make("tova", {.keep_ratio = 0.5});
+  EXPECT_EQ(Step(*e, 1, Range(0, 25)).size(), 13u);
+  EXPECT_EQ(*e->Budget(1), 12);
+  EXPECT_EQ(Step(*e, 2, Range(0, 1)).size(), 0u);
+  EXPECT_EQ(*e->Budget(2), 1);
+  std::unique_ptr<PolicyEvictor> tiny = Make("tova", {.keep_ratio = 0.01});
+  EXPECT_EQ(Step(*tiny, 1, Range(0, 50)).size(), 49u);
+  EXPECT_EQ(*tiny->Budget(1), 1);
+  StatusOr<int64_t> unknown = tiny->Budget(9);
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(unknown.status().message(), "budget: seq 9 was never observed");
+}
+
+TEST(PolicyEvictorTest, AKeepRatioBudgetBelowTheProtectedTokensWinsSinksFirst) {
+  // Budget floor(0.3 * 10) = 3 < 2 sinks + 4 recent: keep both sinks, then the newest token.
+  std::unique_ptr<PolicyEvictor> e =
+      Make("tova", {.keep_ratio = 0.3, .num_sink = 2, .num_recent = 4});
+  EXPECT_EQ(Step(*e, 1, Range(0, 10)), (std::vector<TokenId>{2, 3, 4, 5, 6, 7, 8}));
+}
+
+TEST(PolicyEvictorTest, EqualScoresEvictTheOlderTokenFirst) {
+  std::unique_ptr<PolicyEvictor> e = Make("tova", {.budget_tokens = 4});
+  EXPECT_EQ(Step(*e, 1, Range(0, 7)), (std::vector<TokenId>{0, 1, 2}));
+}
+
+TEST(PolicyEvictorTest, NanScoresCountAsLowest) {
+  std::unique_ptr<PolicyEvictor> e = Make("test_nan", {.budget_tokens = 5});
+  EXPECT_EQ(Step(*e, 1, Range(0, 7)), (std::vector<TokenId>{0, 3}));
+}
+
+TEST(PolicyEvictorTest, EvictsAfterPrefillThenEveryIntervalOncePerStep) {
+  std::unique_ptr<PolicyEvictor> e = Make("tova", {.budget_tokens = 4, .evict_interval = 3});
+  std::vector<TokenId> live = Range(0, 6);
+  std::vector<size_t> evicted;
+  for (int step = 0; step < 7; ++step) {
+    const std::vector<TokenId> v = Step(*e, 1, live);
+    evicted.push_back(v.size());
+    StatusOr<std::vector<TokenId>> again = e->Victims(1);
+    ASSERT_TRUE(again.ok());
+    EXPECT_TRUE(again->empty()) << "second Victims call in step " << step;
+    for (TokenId t : v) live.erase(std::find(live.begin(), live.end(), t));
+    live.push_back(live.back() + 1);
+  }
+  EXPECT_EQ(evicted, (std::vector<size_t>{2, 0, 0, 3, 0, 0, 3}));
+}
+
+TEST(PolicyEvictorTest, ForgetStartsTheSequenceOver) {
+  std::unique_ptr<PolicyEvictor> e = Make("tova", {.keep_ratio = 0.5});
+  EXPECT_EQ(Step(*e, 1, Range(0, 10)).size(), 5u);
+  e->Forget(1);
+  EXPECT_FALSE(e->HasSequence(1));
+  EXPECT_EQ(Step(*e, 1, Range(0, 20)).size(), 10u);  // A new prefill with a new budget.
+  e->Forget(42);                                     // Unknown: no-op.
+}
+
+void ExpectObserveError(PolicyEvictor& e, const std::vector<TokenId>& live,
+                        const std::vector<float>& attn, const std::vector<float>& norm,
+                        const std::string& message) {
+  Status s = e.Observe(3, live, attn, norm);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), message);
+}
+
+TEST(PolicyEvictorTest, ObserveRejectsMalformedInput) {
+  std::unique_ptr<PolicyEvictor> e = Make("tova", {.budget_tokens = 2});
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ExpectObserveError(*e, {0, 1}, {0.5f}, {1, 1},
+                     "observe seq 3: 2 live tokens but 1 attn and 2 key_norm");
+  ExpectObserveError(*e, {0, 2, 2}, {0.3f, 0.3f, 0.4f}, {1, 1, 1},
+                     "observe seq 3: live token ids must be >= 0 and strictly increasing "
+                     "(token 2 at index 2)");
+  ExpectObserveError(*e, {-1, 0}, {0.5f, 0.5f}, {1, 1},
+                     "observe seq 3: live token ids must be >= 0 and strictly increasing "
+                     "(token -1 at index 0)");
+  ExpectObserveError(*e, {0, 1}, {nan, 0.5f}, {1, 1},
+                     "observe seq 3: non-finite signal for token 0");
+  EXPECT_FALSE(e->HasSequence(3)) << "a rejected first observation must not create the seq";
+  EXPECT_EQ(Step(*e, 3, {0, 1, 2, 3}), (std::vector<TokenId>{0, 1}));
+  ExpectObserveError(*e, {1, 2, 3, 4}, Uniform(4), {1, 1, 1, 1},
+                     "observe seq 3: token 1 was evicted and cannot be live again");
+  StatusOr<std::vector<TokenId>> unknown = e->Victims(99);
+  EXPECT_EQ(unknown.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(unknown.status().message(), "victims: seq 99 was never observed");
+}
+
+TEST(PolicyEvictorTest, TokensEvictedByTheCallerLeaveTheLiveSet) {
+  std::unique_ptr<PolicyEvictor> e = Make("tova", {.budget_tokens = 3});
+  EXPECT_TRUE(Step(*e, 1, {0, 1, 2}).empty());
+  // Token 1 vanished (evicted elsewhere); two new tokens arrive; one victim brings it to 3.
+  EXPECT_EQ(Step(*e, 1, {0, 2, 3, 4}), (std::vector<TokenId>{0}));
+}
+
+// The policy's per-token state is keyed by logical id: a relocation that moves the tokens'
+// slots leaves every surviving token with the state it had.
+TEST(PolicyEvictorTest, StateFollowsTokensThroughRelocation) {
+  VirtualKvCache cache(
+      {.mode = Mode::kVtoken, .pool = {.num_blocks = 32, .block_size = 4, .headroom_blocks = 2}});
+  HostKvStore store(1, 32 * 4, 8);
+  SyncHostCopyEngine engine(store);
+  Reclaimer reclaimer(cache, engine, {.trigger = ReclaimOptions::Trigger::kAlways}, 8);
+  const SeqId seq = cache.AddSequence();
+  ASSERT_TRUE(cache.SyncNewTokens(seq, 40).ok());
+  std::unique_ptr<PolicyEvictor> e = Make("test_state_probe", {.budget_tokens = 12, .seed = 5});
+
+  const std::vector<TokenId> victims = Step(*e, seq, cache.table(seq).LiveTokens());
+  ASSERT_EQ(victims.size(), 28u);
+  const std::map<TokenId, std::vector<float>> before = g_seen_state;
+  ASSERT_EQ(before.size(), 40u);
+  for (TokenId t : victims) ASSERT_TRUE(cache.EvictToken(seq, t).ok());
+  std::map<TokenId, SlotIndex> slot_before;
+  for (TokenId t : cache.table(seq).LiveTokens()) slot_before[t] = cache.table(seq).entry(t).slot;
+
+  StatusOr<int64_t> moved = reclaimer.Step();
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  ASSERT_TRUE(reclaimer.Drain().ok());
+  ASSERT_TRUE(cache.CheckInvariants().ok());
+  int relocated = 0;
+  for (const auto& [t, slot] : slot_before) relocated += cache.table(seq).entry(t).slot != slot;
+  ASSERT_GT(*moved, 0);
+  ASSERT_GT(relocated, 0);
+
+  ASSERT_TRUE(cache.SyncNewTokens(seq, 3).ok());
+  const std::vector<TokenId> live = cache.table(seq).LiveTokens();
+  ASSERT_EQ(live.size(), 15u);
+  const std::vector<float> attn = Uniform(live.size());
+  ASSERT_TRUE(e->Observe(seq, live, attn, std::vector<float>(live.size(), 1.0f)).ok());
+  ASSERT_EQ(e->Victims(seq)->size(), 3u);
+  for (const auto& [t, slot] : slot_before) {
+    SCOPED_TRACE("token " + std::to_string(t));
+    ASSERT_EQ(g_seen_state.count(t), 1u);
+    EXPECT_EQ(g_seen_state[t][0], before.at(t)[0]);
+    EXPECT_FLOAT_EQ(g_seen_state[t][1], before.at(t)[1] + attn[0]);
+  }
+  for (TokenId t : {TokenId{40}, TokenId{41}, TokenId{42}}) {
+    EXPECT_FLOAT_EQ(g_seen_state.at(t)[1], attn[0]) << "new token " << t << " starts at zero";
+  }
+}
+
+}  // namespace
+}  // namespace vtoken
