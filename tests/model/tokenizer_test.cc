@@ -248,6 +248,21 @@ TEST_F(TokenizerTest, Gpt2ByteLevelForm) {
   EXPECT_EQ(tok.Encode("\tthe"), (Ids{' ', '\t', 't', 257}));
 }
 
+TEST_F(TokenizerTest, Qwen2FormWithNfcNormalizer) {
+  Json json = FixtureJson(false, false);
+  json["normalizer"] = {{"type", "NFC"}};
+  json["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] =
+      std::string(SplitPatternRegex(SplitPattern::kQwen2));
+  Tokenizer tok = LoadJson(json);
+  EXPECT_EQ(tok.spec().pattern, SplitPattern::kQwen2);
+  EXPECT_EQ(tok.Encode("x 123"), (Ids{'x', ' ', '1', '2', '3'}));
+
+  json["normalizer"] = {{"type", "NFKC"}};
+  Status s = LoadError(json.dump());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("unsupported normalizer \"NFKC\""), std::string::npos) << s.message();
+}
+
 TEST_F(TokenizerTest, SaveThenLoadGivesTheSameTokenizer) {
   Json json = FixtureJson(true, true);
   json["post_processor"] = {{"type", "TemplateProcessing"},

@@ -57,8 +57,9 @@ std::vector<Word> CountWords(std::string_view corpus, const std::vector<std::str
     size_t first = std::string_view::npos;
     size_t length = 0;
     for (size_t k = 0; k < specials.size(); ++k) {
-      if (next[k] != std::string_view::npos && next[k] < pos)
+      if (next[k] != std::string_view::npos && next[k] < pos) {
         next[k] = corpus.find(specials[k], pos);
+      }
       if (next[k] < first || (next[k] == first && specials[k].size() > length)) {
         first = next[k];
         length = specials[k].size();

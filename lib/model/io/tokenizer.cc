@@ -107,8 +107,9 @@ class SpecParser {
     if (byte_fallback) return Unsupported("model.byte_fallback is not supported (byte-level only)");
     for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
       const Json& j = Field(model, key);
-      if (!j.is_null() && j != "")
+      if (!j.is_null() && j != "") {
         return Unsupported(std::string("model.") + key + " is not supported");
+      }
     }
     VTOKEN_ASSIGN_OR_RETURN(spec.ignore_merges, GetBool(model, "ignore_merges", false, "model"));
     const Json& unk = Field(model, "unk_token");
@@ -316,8 +317,9 @@ StatusOr<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
   tok.id_to_bytes_.assign(max_id + 1, "");
   tok.id_used_.assign(max_id + 1, false);
   for (const auto& [token, id] : s.vocab) {
-    if (tok.id_used_[id])
+    if (tok.id_used_[id]) {
       return InvalidArgumentError("id " + std::to_string(id) + " is used twice");
+    }
     tok.id_used_[id] = true;
     tok.id_to_bytes_[id] = ByteLevelDecode(token);
   }
@@ -350,10 +352,12 @@ StatusOr<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
     auto ia = ix.token_to_id.find(a);
     auto ib = ix.token_to_id.find(b);
     auto iab = ix.token_to_id.find(a + b);
-    if (ia == ix.token_to_id.end())
+    if (ia == ix.token_to_id.end()) {
       return InvalidArgumentError(name + ": unknown token '" + a + "'");
-    if (ib == ix.token_to_id.end())
+    }
+    if (ib == ix.token_to_id.end()) {
       return InvalidArgumentError(name + ": unknown token '" + b + "'");
+    }
     if (iab == ix.token_to_id.end()) {
       return InvalidArgumentError(name + ": merged token '" + a + b + "' is not in the vocab");
     }
@@ -376,12 +380,14 @@ StatusOr<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
     }
   }
   for (std::string_view name : kBosNames) {
-    if (!tok.bos_id_ && ix.added_to_id.contains(name))
+    if (!tok.bos_id_ && ix.added_to_id.contains(name)) {
       tok.bos_id_ = ix.added_to_id.find(name)->second;
+    }
   }
   for (std::string_view name : kEosNames) {
-    if (!tok.eos_id_ && ix.added_to_id.contains(name))
+    if (!tok.eos_id_ && ix.added_to_id.contains(name)) {
       tok.eos_id_ = ix.added_to_id.find(name)->second;
+    }
   }
   return tok;
 }
