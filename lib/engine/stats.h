@@ -1,0 +1,39 @@
+// Summary statistics of per-request latencies (TTFT, TPOT, E2E) as DESIGN.md §8 defines them.
+//
+// Percentiles interpolate linearly between closest ranks, as numpy.percentile's default
+// ("linear") method: for sorted values a[0..n-1], rank = p / 100 * (n - 1) and the result is
+// a[floor(rank)] + (a[ceil(rank)] - a[floor(rank)]) * (rank - floor(rank)).
+//
+// Missing values: NaN entries (e.g. the TTFT of a request that never produced a token) are
+// dropped before anything is computed. A statistic of no values is NaN, so it is stored and
+// printed as "no data" instead of as a misleading 0.
+//
+// Pure functions; safe to call concurrently.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace vtoken::engine {
+
+// Returns the p-th percentile (p in [0, 100]) of the non-NaN `values`, or NaN when there are none
+// or p is outside [0, 100] or NaN.
+double Percentile(std::vector<double> values, double p);
+
+// Returns the arithmetic mean of the non-NaN `values`, or NaN when there are none.
+double Mean(const std::vector<double>& values);
+
+struct LatencySummary {
+  int64_t count = 0;  // number of non-NaN values
+  // NaN when count == 0.
+  double mean = 0.0;
+  double p50 = 0.0;
+  double p95 = 0.0;
+  double p99 = 0.0;
+  double max = 0.0;
+};
+
+// Returns count, mean, p50, p95, p99 and max of the non-NaN `values` (one sort).
+LatencySummary Summarize(std::vector<double> values);
+
+}  // namespace vtoken::engine

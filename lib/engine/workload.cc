@@ -1,0 +1,470 @@
+#include "lib/engine/workload.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <numbers>
+#include <set>
+#include <sstream>
+#include <string_view>
+#include <utility>
+
+namespace vtoken::engine {
+namespace {
+
+using Json = nlohmann::json;
+
+// Independent random streams derived from the one seed.
+enum class Stream : uint64_t { kLengths = 1, kPrompts = 2, kArrivals = 3 };
+
+// xoshiro256** (Blackman & Vigna) seeded through SplitMix64, with hand-written transforms so a
+// seed means the same workload with every standard library.
+class Rng {
+ public:
+  Rng(uint64_t seed, Stream stream) {
+    uint64_t x = seed ^ (static_cast<uint64_t>(stream) * 0xD1B54A32D192ED03ull);
+    for (uint64_t& word : s_) {
+      x += 0x9E3779B97F4A7C15ull;
+      uint64_t z = x;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      word = z ^ (z >> 31);
+    }
+  }
+
+  uint64_t Next() {
+    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = Rotl(s_[3], 45);
+    return result;
+  }
+
+  // Uniform in [0, 1), 53 random bits.
+  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+  // Uniform in (0, 1]: safe to take the log of.
+  double UniformPositive() { return 1.0 - Uniform(); }
+
+  // Uniform integer in [lo, hi]; rejection sampling keeps it unbiased.
+  int64_t UniformInt(int64_t lo, int64_t hi) {
+    const uint64_t range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) + 1;
+    if (range == 0) return static_cast<int64_t>(Next());  // the full 64-bit range
+    const uint64_t limit = std::numeric_limits<uint64_t>::max() / range * range;
+    uint64_t x;
+    do {
+      x = Next();
+    } while (x >= limit);
+    return lo + static_cast<int64_t>(x % range);
+  }
+
+  // Standard normal (Box-Muller, one value per call).
+  double Normal() {
+    const double r = std::sqrt(-2.0 * std::log(UniformPositive()));
+    return r * std::cos(2.0 * std::numbers::pi * Uniform());
+  }
+
+  double Exponential(double mean) { return -mean * std::log(UniformPositive()); }
+
+  // Gamma(shape, scale) by Marsaglia & Tsang; shape < 1 through Gamma(shape + 1) * U^(1/shape).
+  double Gamma(double shape, double scale) {
+    if (shape < 1.0) {
+      return Gamma(shape + 1.0, scale) * std::pow(UniformPositive(), 1.0 / shape);
+    }
+    const double d = shape - 1.0 / 3.0;
+    const double c = 1.0 / std::sqrt(9.0 * d);
+    while (true) {
+      const double x = Normal();
+      double v = 1.0 + c * x;
+      if (v <= 0.0) continue;
+      v = v * v * v;
+      const double u = UniformPositive();
+      if (std::log(u) < 0.5 * x * x + d - d * v + d * std::log(v)) return d * v * scale;
+    }
+  }
+
+ private:
+  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+Status BadOption(const std::string& field, const std::string& value, const std::string& why) {
+  return InvalidArgumentError("workload option " + field + " = " + value + ": " + why);
+}
+
+std::string Str(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+bool IsSynthetic(const WorkloadOptions& o) { return o.kind != "jsonl"; }
+
+struct Lengths {
+  int64_t input = 0;
+  int64_t output = 0;
+};
+
+// Scales input and output down proportionally so they sum to max_total (if they exceed it),
+// keeping both at least 1. REQUIRES: max_total == 0 or >= 2.
+Lengths ClampToTotal(Lengths l, int64_t max_total) {
+  if (max_total == 0 || l.input + l.output <= max_total) return l;
+  // long double: input * max_total can exceed 2^53 only for absurd inputs, but be exact anyway.
+  const auto scaled = static_cast<int64_t>(static_cast<long double>(l.input) * max_total /
+                                           static_cast<long double>(l.input + l.output));
+  l.input = std::clamp<int64_t>(scaled, 1, max_total - 1);
+  l.output = max_total - l.input;
+  return l;
+}
+
+std::vector<Lengths> SampleLengths(const WorkloadOptions& o) {
+  Rng rng(o.seed, Stream::kLengths);
+  const double sigma = o.length_sigma;
+  // Lognormal mean is exp(mu + sigma^2 / 2); solve for mu so the documented mean holds.
+  const double mu_in = std::log(o.input_mean) - 0.5 * sigma * sigma;
+  const double mu_out = std::log(o.output_mean) - 0.5 * sigma * sigma;
+  auto lognormal = [&](double mu) {
+    return std::max<int64_t>(1, std::llround(std::exp(mu + sigma * rng.Normal())));
+  };
+  std::vector<Lengths> out(static_cast<size_t>(o.num_requests));
+  for (Lengths& l : out) {
+    if (o.kind == "sharegpt_like") {
+      l.input = lognormal(mu_in);
+      l.output = lognormal(mu_out);
+    } else {
+      l.input = rng.UniformInt(o.input_min, o.input_max);
+      l.output = rng.UniformInt(o.output_min, o.output_max);
+    }
+    l = ClampToTotal(l, o.max_total_tokens);
+  }
+  return out;
+}
+
+void AssignArrivals(const WorkloadOptions& o, std::vector<Request>& requests) {
+  Rng rng(o.seed, Stream::kArrivals);
+  const double mean_gap = 1.0 / o.rate;
+  const double shape = 1.0 / (o.gamma_cv * o.gamma_cv);
+  double t = 0.0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (i > 0 && o.arrival == "poisson") t += rng.Exponential(mean_gap);
+    if (i > 0 && o.arrival == "gamma") t += rng.Gamma(shape, mean_gap / shape);
+    requests[i].arrival_s = t;
+  }
+}
+
+// Draws prompt token ids: random ids, or corpus text through the tokenizer.
+class PromptSource {
+ public:
+  virtual ~PromptSource() = default;
+  // Returns exactly `n` tokens.
+  virtual StatusOr<std::vector<int32_t>> Draw(Rng& rng, int64_t n) = 0;
+};
+
+class RandomIds : public PromptSource {
+ public:
+  explicit RandomIds(int64_t vocab_size) : vocab_size_(vocab_size) {}
+  StatusOr<std::vector<int32_t>> Draw(Rng& rng, int64_t n) override {
+    std::vector<int32_t> ids(static_cast<size_t>(n));
+    for (int32_t& id : ids) id = static_cast<int32_t>(rng.UniformInt(0, vocab_size_ - 1));
+    return ids;
+  }
+
+ private:
+  int64_t vocab_size_;
+};
+
+class CorpusText : public PromptSource {
+ public:
+  static StatusOr<std::unique_ptr<CorpusText>> Load(const std::string& path,
+                                                    const model::Tokenizer& tokenizer) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return NotFoundError("corpus " + path + ": cannot be read");
+    std::ostringstream buf;
+    buf << in.rdbuf();
+    auto corpus = std::unique_ptr<CorpusText>(new CorpusText(path, buf.str(), tokenizer));
+    const std::string& text = corpus->text_;
+    for (size_t start = 0; start < text.size();) {
+      size_t end = text.find('\n', start);
+      if (end == std::string::npos) end = text.size();
+      if (text.find_first_not_of(" \t\r", start) < end) corpus->line_starts_.push_back(start);
+      start = end + 1;
+    }
+    if (corpus->line_starts_.empty()) return DataLossError("corpus " + path + " has no text");
+    return corpus;
+  }
+
+  StatusOr<std::vector<int32_t>> Draw(Rng& rng, int64_t n) override {
+    const auto line = rng.UniformInt(0, static_cast<int64_t>(line_starts_.size()) - 1);
+    const size_t start = line_starts_[static_cast<size_t>(line)];
+    // Twice the text that should be needed (a few bytes per token), more if that falls short.
+    size_t bytes = static_cast<size_t>(n) * 8 + 64;
+    const size_t give_up = static_cast<size_t>(n) * 64 + 2 * text_.size() + 64;
+    while (bytes <= give_up) {
+      std::vector<int32_t> ids = tokenizer_.Encode(Wrapped(start, bytes));
+      // One extra token: the last one may come from a word cut off by the byte limit.
+      if (static_cast<int64_t>(ids.size()) > n) {
+        ids.resize(static_cast<size_t>(n));
+        return ids;
+      }
+      bytes *= 2;
+    }
+    return DataLossError("corpus " + path_ + " does not encode to " + std::to_string(n) +
+                         " tokens");
+  }
+
+ private:
+  CorpusText(std::string path, std::string text, const model::Tokenizer& tokenizer)
+      : path_(std::move(path)), text_(std::move(text)), tokenizer_(tokenizer) {}
+
+  // `bytes` characters of the corpus from `start`, wrapping around at the end.
+  std::string Wrapped(size_t start, size_t bytes) const {
+    std::string out;
+    out.reserve(bytes);
+    size_t pos = start;
+    while (out.size() < bytes) {
+      const size_t take = std::min(bytes - out.size(), text_.size() - pos);
+      out.append(text_, pos, take);
+      pos = (pos + take) % text_.size();
+    }
+    return out;
+  }
+
+  std::string path_;
+  std::string text_;
+  const model::Tokenizer& tokenizer_;
+  std::vector<size_t> line_starts_;
+};
+
+// Fills prompt_tokens (and prefix groups) of the synthetic kinds.
+Status DrawPrompts(const WorkloadOptions& o, const std::vector<Lengths>& lengths,
+                   PromptSource& source, std::vector<Request>& requests) {
+  Rng rng(o.seed, Stream::kPrompts);
+  const auto degree = static_cast<size_t>(o.prefix_sharing_degree);
+  // Draws for a suffix whose first token must differ from the other members' (a corpus start
+  // line may repeat); random ids need one redraw in vocab_size / degree cases on average.
+  constexpr int kMaxDraws = 1000;
+  for (size_t first = 0; first < requests.size(); first += degree) {
+    const size_t last = std::min(first + degree, requests.size());
+    int64_t shared = 0;
+    std::vector<int32_t> prefix;
+    if (degree > 1) {
+      int64_t shortest = std::numeric_limits<int64_t>::max();
+      for (size_t i = first; i < last; ++i) shortest = std::min(shortest, lengths[i].input);
+      shared = static_cast<int64_t>(
+          std::floor(o.shared_prefix_fraction * static_cast<double>(shortest)));
+      VTOKEN_ASSIGN_OR_RETURN(prefix, source.Draw(rng, shared));
+    }
+    std::set<int32_t> first_tokens;  // first token after the prefix, per member so far
+    for (size_t i = first; i < last; ++i) {
+      Request& r = requests[i];
+      std::vector<int32_t> suffix;
+      for (int draw = 0;; ++draw) {
+        if (draw == kMaxDraws) {
+          return InvalidArgumentError("corpus " + o.corpus_path + ": found no " +
+                                      std::to_string(degree) +
+                                      " distinct continuations of a shared prefix");
+        }
+        VTOKEN_ASSIGN_OR_RETURN(suffix, source.Draw(rng, lengths[i].input - shared));
+        if (degree == 1 || first_tokens.insert(suffix.front()).second) break;
+      }
+      r.prompt_tokens = prefix;
+      r.prompt_tokens.insert(r.prompt_tokens.end(), suffix.begin(), suffix.end());
+      if (degree > 1) {
+        r.prefix_group = static_cast<int32_t>(first / degree);
+        r.shared_prefix_tokens = shared;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+// Reads the jsonl kind's requests (prompt, max_tokens, reference); lengths are clamped after.
+StatusOr<std::vector<Request>> ReadJsonl(const WorkloadOptions& o,
+                                         const model::Tokenizer& tokenizer) {
+  std::ifstream in(o.jsonl_path);
+  if (!in) return NotFoundError("workload " + o.jsonl_path + ": cannot be read");
+  std::vector<Request> requests;
+  std::string line;
+  for (int64_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (o.num_requests > 0 && static_cast<int64_t>(requests.size()) == o.num_requests) break;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = o.jsonl_path + ":" + std::to_string(line_no) + ": ";
+    const Json obj = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (obj.is_discarded()) return DataLossError(where + "not valid JSON");
+    if (!obj.is_object()) return DataLossError(where + "expected a JSON object");
+
+    Request r;
+    std::optional<int64_t> max_tokens;
+    if (obj.contains("conversations")) {
+      const Json& turns = obj["conversations"];
+      if (!turns.is_array()) return DataLossError(where + "\"conversations\" is not an array");
+      for (const Json& turn : turns) {
+        if (!turn.is_object() || !turn.contains("from") || !turn["from"].is_string() ||
+            !turn.contains("value") || !turn["value"].is_string()) {
+          return DataLossError(where + "each conversation turn needs string \"from\" and \"value\"");
+        }
+      }
+      auto from_is = [&](size_t i, std::initializer_list<std::string_view> names) {
+        const std::string& from = turns[i]["from"].get_ref<const std::string&>();
+        return std::find(names.begin(), names.end(), from) != names.end();
+      };
+      size_t human = 0;
+      while (human < turns.size() && !from_is(human, {"human", "user"})) ++human;
+      if (human == turns.size()) return DataLossError(where + "conversation has no human turn");
+      r.prompt = turns[human]["value"].get<std::string>();
+      if (human + 1 < turns.size() && from_is(human + 1, {"gpt", "assistant", "chatgpt"})) {
+        r.reference = turns[human + 1]["value"].get<std::string>();
+        max_tokens = std::max<int64_t>(
+            1, static_cast<int64_t>(tokenizer.Encode(*r.reference).size()));
+      }
+    } else {
+      if (!obj.contains("prompt") || !obj["prompt"].is_string()) {
+        return DataLossError(where + "needs a string \"prompt\" (or ShareGPT \"conversations\")");
+      }
+      r.prompt = obj["prompt"].get<std::string>();
+      if (obj.contains("max_tokens")) {
+        const Json& m = obj["max_tokens"];
+        if (!m.is_number_integer() || m.get<int64_t>() < 1) {
+          return DataLossError(where + "\"max_tokens\" must be an integer >= 1");
+        }
+        max_tokens = m.get<int64_t>();
+      }
+      if (obj.contains("reference") && !obj["reference"].is_null()) {
+        if (!obj["reference"].is_string()) {
+          return DataLossError(where + "\"reference\" must be a string");
+        }
+        r.reference = obj["reference"].get<std::string>();
+      }
+    }
+    r.prompt_tokens = tokenizer.Encode(r.prompt);
+    if (r.prompt_tokens.empty()) return DataLossError(where + "the prompt encodes to no tokens");
+    r.max_tokens = max_tokens.value_or(o.jsonl_default_max_tokens);
+    r.id = static_cast<int64_t>(requests.size());
+    requests.push_back(std::move(r));
+  }
+  if (in.bad()) return DataLossError("workload " + o.jsonl_path + ": read error");
+  if (requests.empty()) return DataLossError("workload " + o.jsonl_path + " holds no requests");
+  for (Request& r : requests) {
+    const Lengths l = ClampToTotal({static_cast<int64_t>(r.prompt_tokens.size()), r.max_tokens},
+                                   o.max_total_tokens);
+    if (l.input < static_cast<int64_t>(r.prompt_tokens.size())) {
+      r.prompt_tokens.resize(static_cast<size_t>(l.input));
+      r.prompt = tokenizer.Decode(r.prompt_tokens);
+    }
+    r.max_tokens = l.output;
+  }
+  return requests;
+}
+
+}  // namespace
+
+Status ValidateWorkloadOptions(const WorkloadOptions& o) {
+  if (o.kind != "sharegpt_like" && o.kind != "longbench_like" && o.kind != "jsonl") {
+    return BadOption("kind", o.kind, "expected sharegpt_like, longbench_like or jsonl");
+  }
+  const int64_t min_requests = IsSynthetic(o) ? 1 : 0;
+  if (o.num_requests < min_requests) {
+    return BadOption("num_requests", std::to_string(o.num_requests),
+                     "must be >= " + std::to_string(min_requests));
+  }
+  if (!(std::isfinite(o.input_mean) && o.input_mean > 0)) {
+    return BadOption("input_mean", Str(o.input_mean), "must be > 0");
+  }
+  if (!(std::isfinite(o.output_mean) && o.output_mean > 0)) {
+    return BadOption("output_mean", Str(o.output_mean), "must be > 0");
+  }
+  if (!(std::isfinite(o.length_sigma) && o.length_sigma >= 0)) {
+    return BadOption("length_sigma", Str(o.length_sigma), "must be >= 0");
+  }
+  if (o.input_min < 1) return BadOption("input_min", std::to_string(o.input_min), "must be >= 1");
+  if (o.input_max < o.input_min) {
+    return BadOption("input_max", std::to_string(o.input_max), "must be >= input_min");
+  }
+  if (o.output_min < 1) {
+    return BadOption("output_min", std::to_string(o.output_min), "must be >= 1");
+  }
+  if (o.output_max < o.output_min) {
+    return BadOption("output_max", std::to_string(o.output_max), "must be >= output_min");
+  }
+  if (o.max_total_tokens != 0 && o.max_total_tokens < 2) {
+    return BadOption("max_total_tokens", std::to_string(o.max_total_tokens),
+                     "must be 0 (no limit) or >= 2");
+  }
+  if (o.arrival != "all" && o.arrival != "poisson" && o.arrival != "gamma") {
+    return BadOption("arrival", o.arrival, "expected all, poisson or gamma");
+  }
+  if (o.arrival != "all" && !(std::isfinite(o.rate) && o.rate > 0)) {
+    return BadOption("rate", Str(o.rate), "must be > 0 requests/s");
+  }
+  if (o.arrival == "gamma" && !(std::isfinite(o.gamma_cv) && o.gamma_cv > 0)) {
+    return BadOption("gamma_cv", Str(o.gamma_cv), "must be > 0");
+  }
+  if (o.prefix_sharing_degree < 1) {
+    return BadOption("prefix_sharing_degree", std::to_string(o.prefix_sharing_degree),
+                     "must be >= 1");
+  }
+  if (!(o.shared_prefix_fraction >= 0 && o.shared_prefix_fraction < 1)) {
+    return BadOption("shared_prefix_fraction", Str(o.shared_prefix_fraction),
+                     "must be in [0, 1)");
+  }
+  if (!IsSynthetic(o)) {
+    if (o.jsonl_path.empty()) return BadOption("jsonl_path", "\"\"", "required by kind jsonl");
+    if (o.prefix_sharing_degree != 1) {
+      return BadOption("prefix_sharing_degree", std::to_string(o.prefix_sharing_degree),
+                       "must be 1 for kind jsonl (its prompts are given)");
+    }
+    if (o.jsonl_default_max_tokens < 1) {
+      return BadOption("jsonl_default_max_tokens", std::to_string(o.jsonl_default_max_tokens),
+                       "must be >= 1");
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<Request>> GenerateWorkload(const WorkloadOptions& options,
+                                                const model::Tokenizer* tokenizer,
+                                                int64_t vocab_size) {
+  VTOKEN_RETURN_IF_ERROR(ValidateWorkloadOptions(options));
+  std::vector<Request> requests;
+  if (!IsSynthetic(options)) {
+    if (tokenizer == nullptr) {
+      return InvalidArgumentError("workload " + options.jsonl_path +
+                                  ": kind jsonl needs a tokenizer (not a synthetic model)");
+    }
+    VTOKEN_ASSIGN_OR_RETURN(requests, ReadJsonl(options, *tokenizer));
+  } else {
+    std::unique_ptr<PromptSource> source;
+    if (tokenizer == nullptr) {
+      if (vocab_size < std::max<int64_t>(1, options.prefix_sharing_degree)) {
+        return InvalidArgumentError(
+            "vocab_size = " + std::to_string(vocab_size) + ": must be >= 1 and >= " +
+            "prefix_sharing_degree (members' tokens after the shared prefix differ)");
+      }
+      source = std::make_unique<RandomIds>(vocab_size);
+    } else {
+      if (options.corpus_path.empty()) {
+        return BadOption("corpus_path", "\"\"", "required to draw prompts for a real tokenizer");
+      }
+      VTOKEN_ASSIGN_OR_RETURN(source, CorpusText::Load(options.corpus_path, *tokenizer));
+    }
+    const std::vector<Lengths> lengths = SampleLengths(options);
+    requests.resize(lengths.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      requests[i].id = static_cast<int64_t>(i);
+      requests[i].max_tokens = lengths[i].output;
+    }
+    VTOKEN_RETURN_IF_ERROR(DrawPrompts(options, lengths, *source, requests));
+    if (tokenizer != nullptr) {
+      for (Request& r : requests) r.prompt = tokenizer->Decode(r.prompt_tokens);
+    }
+  }
+  AssignArrivals(options, requests);
+  return requests;
+}
+
+}  // namespace vtoken::engine

@@ -1,0 +1,115 @@
+// Workloads: the requests an engine run serves (DESIGN.md §7). A workload is a pure function of
+// its WorkloadOptions (and the tokenizer, corpus or JSONL file it reads): the same options give
+// the same requests, token for token, on every platform. Randomness comes from a fixed PRNG
+// (xoshiro256**) with hand-written transforms, not from <random>'s distributions, whose output
+// differs between standard libraries.
+//
+// Kinds:
+//   sharegpt_like   short chat-like requests: input and output lengths lognormal with the given
+//                   means and log-space sigma (ShareGPT's lengths are long-tailed).
+//   longbench_like  long-context requests: input uniform in [input_min, input_max], output
+//                   uniform in [output_min, output_max].
+//   jsonl           requests read from a file (format at GenerateWorkload).
+// For the synthetic kinds, prompts are random token ids when there is no tokenizer (synthetic
+// models) and text drawn from a corpus otherwise.
+//
+// Thread-safe: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lib/core/status.h"
+#include "lib/model/io/tokenizer.h"
+
+namespace vtoken::engine {
+
+struct Request {
+  int64_t id = 0;  // 0, 1, 2, ... in arrival order
+  // The prompt as text: what the tokens decode to. Empty when there is no tokenizer.
+  std::string prompt;
+  // The prompt the engine feeds the model (no BOS: the engine prepends one if the model wants
+  // it). Authoritative: re-encoding `prompt` need not give the same ids.
+  std::vector<int32_t> prompt_tokens;
+  int64_t max_tokens = 0;  // tokens to generate (the engine may stop earlier at EOS)
+  std::optional<std::string> reference;  // expected output, when the workload has one
+  double arrival_s = 0.0;                // seconds from the start of the run
+  // Requests of one group (>= 0) share their first shared_prefix_tokens prompt tokens; -1: none.
+  int32_t prefix_group = -1;
+  int64_t shared_prefix_tokens = 0;
+};
+
+struct WorkloadOptions {
+  // "sharegpt_like" | "longbench_like" | "jsonl".
+  std::string kind = "sharegpt_like";
+  // Requests to generate; for jsonl the most to read from the file (0 = all of it).
+  int64_t num_requests = 64;
+  // Seeds every random choice (lengths, prompts, arrivals; each has its own stream, so changing
+  // the arrival process keeps the prompts).
+  uint64_t seed = 1;
+
+  // sharegpt_like: lognormal lengths with these means (tokens) and log-space standard
+  // deviation; each length is rounded and at least 1.
+  double input_mean = 230.0;
+  double output_mean = 200.0;
+  double length_sigma = 0.8;
+
+  // longbench_like: uniform integer lengths in these inclusive ranges (tokens).
+  int64_t input_min = 2048;
+  int64_t input_max = 16384;
+  int64_t output_min = 128;
+  int64_t output_max = 512;
+
+  // If > 0, a request whose input + output exceeds this (e.g. the model's context length) has
+  // both scaled down proportionally to fit exactly: input' = floor(input * max / (input +
+  // output)), output' = max - input'. A jsonl prompt is cut to its first input' tokens. Must be
+  // 0 or >= 2.
+  int64_t max_total_tokens = 0;
+
+  // "all" (every request at t = 0) | "poisson" (exponential gaps) | "gamma" (gamma-distributed
+  // gaps: shape 1 / gamma_cv^2, mean 1 / rate; cv > 1 is burstier than Poisson). The first
+  // request arrives at t = 0; `rate` (requests/s) sets the mean gap after it.
+  std::string arrival = "all";
+  double rate = 1.0;
+  double gamma_cv = 1.0;
+
+  // Synthetic kinds: consecutive groups of this many requests (ids g*d .. g*d+d-1) share a prompt
+  // prefix of floor(shared_prefix_fraction * the group's shortest prompt) tokens; the tokens right
+  // after the prefix differ between members. 1 = no sharing. Typical: 1, 2, 4, 8.
+  int32_t prefix_sharing_degree = 1;
+  double shared_prefix_fraction = 0.75;  // in [0, 1)
+
+  std::string jsonl_path;             // jsonl: the file to read
+  int64_t jsonl_default_max_tokens = 256;  // jsonl: max_tokens when a line does not give one
+  // Synthetic kinds with a tokenizer: plain text file that prompts are drawn from.
+  std::string corpus_path;
+};
+
+// Returns OK or InvalidArgument naming the first bad field and its value.
+Status ValidateWorkloadOptions(const WorkloadOptions& options);
+
+// Generates the requests of `options`.
+//
+// Synthetic kinds: with `tokenizer` == nullptr prompts are uniform random ids in [0,
+// vocab_size); otherwise each prompt (and each shared prefix) is text starting at a random line
+// of corpus_path, encoded and cut to exactly the sampled number of tokens (the corpus wraps
+// around when a prompt needs more text than follows the start line).
+//
+// jsonl (needs a tokenizer): one JSON object per line, blank lines skipped, either
+//   {"prompt": str, "max_tokens": int?, "reference": str?}
+// or ShareGPT's
+//   {"conversations": [{"from": "human", "value": str}, {"from": "gpt", "value": str}, ...]}
+// where the prompt is the first human (or "user") turn, the reference the gpt ("assistant",
+// "chatgpt") turn right after it, and max_tokens its token count (jsonl_default_max_tokens
+// without one).
+//
+// Errors: InvalidArgument from ValidateWorkloadOptions, or a bad vocab_size / missing
+// tokenizer; NotFound for an unreadable corpus or JSONL file; DataLoss for a malformed JSONL
+// line or an empty corpus (naming the file and 1-based line number).
+StatusOr<std::vector<Request>> GenerateWorkload(const WorkloadOptions& options,
+                                                const model::Tokenizer* tokenizer,
+                                                int64_t vocab_size);
+
+}  // namespace vtoken::engine
