@@ -21,8 +21,8 @@ __global__ void HashTokenRowsKernel(KvLayersView kv, const int64_t* __restrict__
 cudaError_t LaunchHashTokenRows(const KvLayersView& kv, const int64_t* slots, int64_t num_tokens,
                                 uint64_t* hashes, cudaStream_t stream) {
   const int64_t blocks = (num_tokens + kThreads - 1) / kThreads;
-  HashTokenRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(kv, slots,
-                                                                              num_tokens, hashes);
+  HashTokenRowsKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(kv, slots, num_tokens,
+                                                                              hashes);
   return cudaGetLastError();
 }
 

@@ -16,7 +16,8 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
 __device__ __forceinline__ float WarpSum(float value) {
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  for (int offset = 16; offset > 0; offset /= 2)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
   return value;
 }
 
@@ -30,10 +31,10 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedDecodeArgs a)
   const int lane = threadIdx.x % 32;
   const int dim = a.head_dim;
   extern __shared__ float smem[];
-  float* q_s = smem;                      // [head_dim], pre-scaled
-  float* acc_s = q_s + dim;               // [kWarps, head_dim]
-  float* m_s = acc_s + kWarps * dim;      // [kWarps]
-  float* l_s = m_s + kWarps;              // [kWarps]
+  float* q_s = smem;                  // [head_dim], pre-scaled
+  float* acc_s = q_s + dim;           // [kWarps, head_dim]
+  float* m_s = acc_s + kWarps * dim;  // [kWarps]
+  float* l_s = m_s + kWarps;          // [kWarps]
 
   const float* q = a.q + (static_cast<int64_t>(seq) * a.num_heads + head) * dim;
   for (int d = threadIdx.x; d < dim; d += kThreads) q_s[d] = q[d] * a.scale;
@@ -140,7 +141,8 @@ __global__ void __launch_bounds__(256) TokenMassKernel(PagedDecodeArgs a) {
 
 template <int kDimsPerLane>
 cudaError_t LaunchDecode(const PagedDecodeArgs& args, cudaStream_t stream) {
-  const size_t smem = sizeof(float) * (static_cast<size_t>(args.head_dim) * (1 + kWarps) + 2 * kWarps);
+  const size_t smem =
+      sizeof(float) * (static_cast<size_t>(args.head_dim) * (1 + kWarps) + 2 * kWarps);
   const dim3 grid(static_cast<unsigned>(args.num_heads), static_cast<unsigned>(args.num_seqs));
   PagedDecodeKernel<kDimsPerLane><<<grid, kThreads, smem, stream>>>(args);
   return cudaGetLastError();

@@ -36,9 +36,9 @@ __global__ void RelocateKernel(KvLayersView kv, const SlotPair* __restrict__ cop
     const SlotPair pair = copies[copy];
     const uint8_t* src = base + pair.src * kv.bytes_per_row;
     uint8_t* dst = base + pair.dst * kv.bytes_per_row;
-    const uintptr_t alignment =
-        reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) |
-        static_cast<uintptr_t>(kv.bytes_per_row);
+    const uintptr_t alignment = reinterpret_cast<uintptr_t>(src) |
+                                reinterpret_cast<uintptr_t>(dst) |
+                                static_cast<uintptr_t>(kv.bytes_per_row);
     if (alignment % 16 == 0) {
       CopyRow<uint4>(src, dst, kv.bytes_per_row, lane);
     } else if (alignment % 4 == 0) {
