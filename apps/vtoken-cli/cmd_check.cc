@@ -95,10 +95,14 @@ int RunCheckCommand(CheckArgs& args) {
   for (const std::string& v : r.first_violations) std::printf("    %s\n", v.c_str());
   if (driver != nullptr) {
     const EvictorOptions& e = args.evictor;
-    const std::string budget = e.budget_tokens > 0 ? std::to_string(e.budget_tokens) + " tokens"
-                                                   : "keep ratio " + std::to_string(e.keep_ratio);
+    char budget[64];
+    if (e.budget_tokens > 0) {
+      std::snprintf(budget, sizeof(budget), "%lld tokens", static_cast<long long>(e.budget_tokens));
+    } else {
+      std::snprintf(budget, sizeof(budget), "%g of the prompt", e.keep_ratio);
+    }
     std::printf("  policy %s: budget %s, %lld sink, %lld recent, evict every %lld steps\n",
-                args.policy.c_str(), budget.c_str(), static_cast<long long>(e.num_sink),
+                args.policy.c_str(), budget, static_cast<long long>(e.num_sink),
                 static_cast<long long>(e.num_recent), static_cast<long long>(e.evict_interval));
     std::printf("  policy steps       %12lld\n", static_cast<long long>(driver->policy_steps()));
     std::printf("  policy victims     %12lld\n", static_cast<long long>(driver->victims()));
