@@ -62,45 +62,50 @@ Status WriteLogCsv(const std::filesystem::path& path, const std::vector<model::T
   return WriteText(path, out.str());
 }
 
-std::string TrainingRecord(const TrainArgs& a, const model::ModelConfig& config,
-                           int64_t num_params, int64_t corpus_bytes, int64_t corpus_tokens,
-                           const model::TrainResult& r, double wall_s) {
+std::string TrainingRecord(const TrainArgs& a, const model::ModelConfig& config, int64_t num_params,
+                           int64_t corpus_bytes, int64_t corpus_tokens, const model::TrainResult& r,
+                           double wall_s) {
   const auto& o = a.train;
   std::ostringstream md;
   md << "# Training record\n\n"
      << "Produced by `vtoken-cli train` (apps/vtoken-cli/torch_cmd_train.cc, "
         "lib/model/trainer.cc).\n\n"
-     << "## Command\n\n```\n" << a.command_line << "\n```\n\n"
+     << "## Command\n\n```\n"
+     << a.command_line << "\n```\n\n"
      << "## Model\n\n"
      << "Llama architecture, " << config.num_hidden_layers << " layers, hidden "
      << config.hidden_size << ", " << config.num_attention_heads << " heads / "
-     << config.num_key_value_heads << " KV heads (head_dim " << config.head_dim
-     << "), SwiGLU " << config.intermediate_size << ", vocab " << config.vocab_size
+     << config.num_key_value_heads << " KV heads (head_dim " << config.head_dim << "), SwiGLU "
+     << config.intermediate_size << ", vocab " << config.vocab_size
      << ", tied embeddings, rope_theta " << config.rope_theta << ", " << num_params
      << " parameters, fp32.\n\n"
      << "## Data\n\n"
      << "- corpus: `" << a.corpus << "`, " << corpus_bytes << " bytes, " << corpus_tokens
      << " tokens (" << FormatDouble(static_cast<double>(corpus_bytes) / corpus_tokens, 3)
      << " bytes/token)\n"
-     << "- split: the token stream is cut into chunks of " << o.val_chunk_windows * o.context
-     << " tokens; every " << std::max<int64_t>(2, std::llround(1.0 / o.val_fraction))
-     << "th chunk is held out (val_fraction " << o.val_fraction << "): " << r.train_tokens
-     << " training tokens, " << r.val_tokens << " held-out tokens\n"
+     << "- split: ";
+  if (o.val_fraction > 0) {
+    md << "the token stream is cut into chunks of " << o.val_chunk_windows * o.context
+       << " tokens; every " << std::max<int64_t>(2, std::llround(1.0 / o.val_fraction))
+       << "th chunk is held out (val_fraction " << o.val_fraction << "): ";
+  } else {
+    md << "none (val_fraction 0): ";
+  }
+  md << r.train_tokens << " training tokens, " << r.val_tokens << " held-out tokens\n"
      << "- training windows: " << o.context
      << " tokens at uniformly random offsets of the training stream, BOS prepended\n"
      << "- each evaluation scores the same " << r.val_scored_tokens << " held-out tokens ("
      << r.val_scored_bytes << " bytes)\n\n"
      << "## Optimization\n\n"
      << "AdamW (betas " << o.beta1 << "/" << o.beta2 << ", weight decay " << o.weight_decay
-     << " on matrices), peak lr " << o.lr << ", " << o.warmup_steps
-     << " warmup steps, cosine to " << o.min_lr_ratio * o.lr
-     << " (progress = max(step/steps, time/max-minutes)), gradient clip " << o.grad_clip
-     << ", batch " << o.batch << " x " << o.context << " tokens, seed " << o.seed << ", "
-     << o.threads << " threads.\n\n"
+     << " on matrices), peak lr " << o.lr << ", " << o.warmup_steps << " warmup steps, cosine to "
+     << o.min_lr_ratio * o.lr << " (progress = max(step/steps, time/max-minutes)), gradient clip "
+     << o.grad_clip << ", batch " << o.batch << " x " << o.context << " tokens, seed " << o.seed
+     << ", " << o.threads << " threads.\n\n"
      << "## Result\n\n"
      << "- steps: " << r.steps_done << " (stopped by " << r.stop_reason << "), wall clock "
-     << FormatDouble(wall_s / 60, 1) << " min, "
-     << r.steps_done * o.batch * o.context << " training tokens seen\n"
+     << FormatDouble(wall_s / 60, 1) << " min, " << r.steps_done * o.batch * o.context
+     << " training tokens seen\n"
      << "- final validation loss: " << FormatDouble(r.final_val_loss) << " nats/token, "
      << FormatDouble(r.final_val_nats_per_byte) << " nats/byte\n\n"
      << "## Curve (evaluations)\n\n"
@@ -159,8 +164,8 @@ int RunTrain(const TrainArgs& a) {
   if (a.heads <= 0 || a.hidden % a.heads != 0) {
     return fail("--hidden must be a positive multiple of --heads");
   }
-  auto model = model::LlamaModel::RandomInit(
-      config, a.model_seed != 0 ? a.model_seed : a.train.seed);
+  auto model =
+      model::LlamaModel::RandomInit(config, a.model_seed != 0 ? a.model_seed : a.train.seed);
   if (!model.ok()) return fail(model.status().message());
   std::printf("model: %lld parameters\n", static_cast<long long>(model->NumParameters()));
 
@@ -201,10 +206,10 @@ int RunTrain(const TrainArgs& a) {
   Status status = model->Save(a.out);
   if (status.ok()) status = WriteLogCsv(out / "training_log.csv", result->log);
   if (status.ok()) {
-    status = WriteText(out / "TRAINING.md",
-                       TrainingRecord(a, config, model->NumParameters(),
-                                      static_cast<int64_t>(text.size()),
-                                      static_cast<int64_t>(data.tokens.size()), *result, wall_s));
+    status = WriteText(
+        out / "TRAINING.md",
+        TrainingRecord(a, config, model->NumParameters(), static_cast<int64_t>(text.size()),
+                       static_cast<int64_t>(data.tokens.size()), *result, wall_s));
   }
   if (!status.ok()) return fail(status.message());
   std::printf("done: %lld steps (%s), val %.4f nats/token %.4f nats/byte -> %s\n",
@@ -217,8 +222,7 @@ CLI::App* SetupTrain(CLI::App& app) {
   auto args = std::make_shared<TrainArgs>();
   CLI::App* cmd = app.add_subcommand("train", "Train a small Llama model on a text corpus");
   cmd->add_option("--corpus", args->corpus, "UTF-8 text file")->required();
-  cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json (BOS/EOS required)")
-      ->required();
+  cmd->add_option("--tokenizer", args->tokenizer, "tokenizer.json (BOS/EOS required)")->required();
   cmd->add_option("--out", args->out, "output model directory")->required();
   cmd->add_option("--layers", args->layers, "decoder layers")->capture_default_str();
   cmd->add_option("--hidden", args->hidden, "hidden size")->capture_default_str();

@@ -7,8 +7,9 @@ namespace vtoken::model {
 StatusOr<KvTensors> KvTensors::Create(const KvTensorsOptions& options) {
   if (options.num_layers <= 0 || options.num_slots <= 0 || options.num_kv_heads <= 0 ||
       options.head_dim <= 0) {
-    return InvalidArgumentError("KvTensors: num_layers, num_slots, num_kv_heads and head_dim "
-                                "must be positive");
+    return InvalidArgumentError(
+        "KvTensors: num_layers, num_slots, num_kv_heads and head_dim "
+        "must be positive");
   }
   KvTensors kv;
   kv.options_ = options;
@@ -25,8 +26,8 @@ StatusOr<KvTensors> KvTensors::Create(const KvTensorsOptions& options) {
 Status KvTensors::CheckSlots(const std::vector<int64_t>& slots) const {
   for (int64_t slot : slots) {
     if (slot < 0 || slot >= options_.num_slots) {
-      return InvalidArgumentError("KvTensors: slot " + std::to_string(slot) +
-                                  " out of range [0, " + std::to_string(options_.num_slots) + ")");
+      return InvalidArgumentError("KvTensors: slot " + std::to_string(slot) + " out of range [0, " +
+                                  std::to_string(options_.num_slots) + ")");
     }
   }
   return Status::Ok();

@@ -16,10 +16,10 @@
 namespace vtoken::model {
 
 struct KvTensorsOptions {
-  int64_t num_layers = 0;    // Decoder layers; one K and one V tensor each.
-  int64_t num_slots = 0;     // num_blocks * block_size.
-  int64_t num_kv_heads = 0;  // Key/value heads per layer.
-  int64_t head_dim = 0;      // Channels per head.
+  int64_t num_layers = 0;                // Decoder layers; one K and one V tensor each.
+  int64_t num_slots = 0;                 // num_blocks * block_size.
+  int64_t num_kv_heads = 0;              // Key/value heads per layer.
+  int64_t head_dim = 0;                  // Channels per head.
   torch::Dtype dtype = torch::kFloat32;  // Storage dtype; the forward pass casts into it.
   torch::Device device = torch::kCPU;
 };

@@ -7,6 +7,7 @@
 #include <numbers>
 #include <span>
 
+#include "lib/model/io/checkpoint.h"
 #include "lib/model/io/safetensors.h"
 
 namespace vtoken::model {
@@ -73,9 +74,7 @@ StatusOr<LlamaModel> LlamaModel::RandomInit(const ModelConfig& config, uint64_t 
   torch::NoGradGuard no_grad;
   auto gen = at::detail::createCPUGenerator(seed);
   auto topt = torch::TensorOptions().dtype(torch::kFloat32);
-  auto normal = [&](std::vector<int64_t> shape) {
-    return at::normal(0.0, 0.02, shape, gen, topt);
-  };
+  auto normal = [&](std::vector<int64_t> shape) { return at::normal(0.0, 0.02, shape, gen, topt); };
   const auto& c = config;
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
@@ -109,8 +108,7 @@ StatusOr<LlamaModel> LlamaModel::RandomInit(const ModelConfig& config, uint64_t 
 }
 
 StatusOr<LlamaModel> LlamaModel::FromNamedTensors(
-    const ModelConfig& config,
-    const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+    const ModelConfig& config, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
     const LlamaOptions& options) {
   VTOKEN_RETURN_IF_ERROR(CheckRunnable(config));
   torch::NoGradGuard no_grad;
@@ -133,36 +131,37 @@ StatusOr<LlamaModel> LlamaModel::FromNamedTensors(
   LlamaModel m;
   m.config_ = config;
   m.options_ = options;
-  VTOKEN_RETURN_IF_ERROR(get("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, &m.embed_));
+  VTOKEN_RETURN_IF_ERROR(
+      get("model.embed_tokens.weight", {c.vocab_size, c.hidden_size}, &m.embed_));
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     Layer l;
-    VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "input_layernorm.weight"), {c.hidden_size},
-                               &l.input_norm));
-    VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "self_attn.q_proj.weight"), {q_dim, c.hidden_size},
-                               &l.q));
-    VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "self_attn.k_proj.weight"), {kv_dim, c.hidden_size},
-                               &l.k));
-    VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "self_attn.v_proj.weight"), {kv_dim, c.hidden_size},
-                               &l.v));
-    VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "self_attn.o_proj.weight"), {c.hidden_size, q_dim},
-                               &l.o));
+    VTOKEN_RETURN_IF_ERROR(
+        get(LayerName(i, "input_layernorm.weight"), {c.hidden_size}, &l.input_norm));
+    VTOKEN_RETURN_IF_ERROR(
+        get(LayerName(i, "self_attn.q_proj.weight"), {q_dim, c.hidden_size}, &l.q));
+    VTOKEN_RETURN_IF_ERROR(
+        get(LayerName(i, "self_attn.k_proj.weight"), {kv_dim, c.hidden_size}, &l.k));
+    VTOKEN_RETURN_IF_ERROR(
+        get(LayerName(i, "self_attn.v_proj.weight"), {kv_dim, c.hidden_size}, &l.v));
+    VTOKEN_RETURN_IF_ERROR(
+        get(LayerName(i, "self_attn.o_proj.weight"), {c.hidden_size, q_dim}, &l.o));
     if (c.attention_bias) {
       VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "self_attn.q_proj.bias"), {q_dim}, &l.q_bias));
       VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "self_attn.k_proj.bias"), {kv_dim}, &l.k_bias));
       VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "self_attn.v_proj.bias"), {kv_dim}, &l.v_bias));
     }
     if (c.attention_output_bias) {
-      VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "self_attn.o_proj.bias"), {c.hidden_size},
-                                 &l.o_bias));
+      VTOKEN_RETURN_IF_ERROR(
+          get(LayerName(i, "self_attn.o_proj.bias"), {c.hidden_size}, &l.o_bias));
     }
-    VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "post_attention_layernorm.weight"), {c.hidden_size},
-                               &l.post_norm));
-    VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "mlp.gate_proj.weight"),
-                               {c.intermediate_size, c.hidden_size}, &l.gate));
-    VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "mlp.up_proj.weight"),
-                               {c.intermediate_size, c.hidden_size}, &l.up));
-    VTOKEN_RETURN_IF_ERROR(get(LayerName(i, "mlp.down_proj.weight"),
-                               {c.hidden_size, c.intermediate_size}, &l.down));
+    VTOKEN_RETURN_IF_ERROR(
+        get(LayerName(i, "post_attention_layernorm.weight"), {c.hidden_size}, &l.post_norm));
+    VTOKEN_RETURN_IF_ERROR(
+        get(LayerName(i, "mlp.gate_proj.weight"), {c.intermediate_size, c.hidden_size}, &l.gate));
+    VTOKEN_RETURN_IF_ERROR(
+        get(LayerName(i, "mlp.up_proj.weight"), {c.intermediate_size, c.hidden_size}, &l.up));
+    VTOKEN_RETURN_IF_ERROR(
+        get(LayerName(i, "mlp.down_proj.weight"), {c.hidden_size, c.intermediate_size}, &l.down));
     m.layers_.push_back(std::move(l));
   }
   VTOKEN_RETURN_IF_ERROR(get("model.norm.weight", {c.hidden_size}, &m.norm_));
@@ -177,17 +176,17 @@ StatusOr<LlamaModel> LlamaModel::FromNamedTensors(
 
 StatusOr<LlamaModel> LlamaModel::FromDirectory(const std::string& dir,
                                                const LlamaOptions& options) {
-  VTOKEN_ASSIGN_OR_RETURN(ModelConfig config, ParseConfigJson(dir + "/config.json"));
-  VTOKEN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(dir + "/model.safetensors"));
+  VTOKEN_ASSIGN_OR_RETURN(Checkpoint checkpoint, LoadCheckpoint(dir));
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
-  for (const TensorView& view : file.tensors()) {
-    // Converting through fp32 handles unaligned data and every supported dtype in one path.
-    auto t = torch::empty(view.shape, torch::kFloat32);
-    VTOKEN_RETURN_IF_ERROR(
-        ConvertToFloat(view, std::span<float>(t.data_ptr<float>(), t.numel())));
-    tensors.emplace_back(view.name, t.to(options.compute_dtype));
+  for (const TensorSpec& spec : RequiredTensors(checkpoint.config())) {
+    const TensorView* view = checkpoint.Find(spec.name);
+    // Converting through fp32 handles unaligned data and every supported dtype in one path;
+    // one tensor at a time, so the fp32 copy never holds more than the largest tensor.
+    auto t = torch::empty(view->shape, torch::kFloat32);
+    VTOKEN_RETURN_IF_ERROR(ConvertToFloat(*view, std::span<float>(t.data_ptr<float>(), t.numel())));
+    tensors.emplace_back(spec.name, t.to(options.compute_dtype));
   }
-  return FromNamedTensors(config, tensors, options);
+  return FromNamedTensors(checkpoint.config(), tensors, options);
 }
 
 Status LlamaModel::Finish() {
@@ -197,8 +196,8 @@ Status LlamaModel::Finish() {
   };
   move(embed_);
   for (Layer& l : layers_) {
-    for (torch::Tensor* t : {&l.input_norm, &l.q, &l.k, &l.v, &l.o, &l.q_bias, &l.k_bias,
-                             &l.v_bias, &l.o_bias, &l.post_norm, &l.gate, &l.up, &l.down}) {
+    for (torch::Tensor* t : {&l.input_norm, &l.q, &l.k, &l.v, &l.o, &l.q_bias, &l.k_bias, &l.v_bias,
+                             &l.o_bias, &l.post_norm, &l.gate, &l.up, &l.down}) {
       move(*t);
     }
   }
@@ -413,8 +412,8 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
       auto probs = torch::softmax(scores, -1, torch::kFloat32);  // [KVH, G, n, S]
       auto out = torch::bmm(probs.to(options_.compute_dtype).view({kv_heads, group * n, keys}),
                             vs.permute({1, 0, 2}));  // [KVH, G*n, hd]
-      attn_out.push_back(out.view({kv_heads, group, n, hd}).permute({2, 0, 1, 3}).reshape(
-          {n, heads * hd}));
+      attn_out.push_back(
+          out.view({kv_heads, group, n, hd}).permute({2, 0, 1, 3}).reshape({n, heads * hd}));
       st.attn_sum += probs.narrow(2, n - st.num_signal, st.num_signal).sum({0, 1, 2});
       st.norm_sum += ks.to(torch::kFloat32).norm(2, -1).mean(-1);
     }

@@ -67,12 +67,11 @@ class LlamaModel {
   // Builds a model from HF-named tensors (any float dtype; converted to compute_dtype).
   // Returns NotFound naming the first missing tensor, InvalidArgument on a shape mismatch.
   static StatusOr<LlamaModel> FromNamedTensors(
-      const ModelConfig& config,
-      const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+      const ModelConfig& config, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
       const LlamaOptions& options = {});
 
-  // Loads DIR/config.json and DIR/model.safetensors (one unsharded file; any of F32/F16/BF16).
-  // Errors from ParseConfigJson / SafetensorsFile::Open pass through; then as FromNamedTensors.
+  // Loads a Hugging Face model directory through LoadCheckpoint (config.json plus one
+  // model.safetensors or index-listed shards; F32/F16/BF16). Its errors pass through unchanged.
   static StatusOr<LlamaModel> FromDirectory(const std::string& dir,
                                             const LlamaOptions& options = {});
 
@@ -123,7 +122,7 @@ class LlamaModel {
 
   ModelConfig config_;
   LlamaOptions options_;
-  torch::Tensor embed_;     // [vocab, hidden]
+  torch::Tensor embed_;  // [vocab, hidden]
   std::vector<Layer> layers_;
   torch::Tensor norm_;      // [hidden]
   torch::Tensor lm_head_;   // [vocab, hidden]; aliases embed_ when tied

@@ -48,8 +48,8 @@ void FillRow(const int32_t* window, int64_t context, int32_t bos, int64_t* input
 }
 
 torch::Tensor LossOf(const LlamaModel& model, const torch::Tensor& input,
-                     const torch::Tensor& target, torch::nn::functional::CrossEntropyFuncOptions
-                                                      options) {
+                     const torch::Tensor& target,
+                     torch::nn::functional::CrossEntropyFuncOptions options) {
   auto logits = model.ForwardDense(input);
   return torch::nn::functional::cross_entropy(
       logits.view({-1, logits.size(-1)}).to(torch::kFloat32), target.view({-1}), options);
@@ -58,9 +58,8 @@ torch::Tensor LossOf(const LlamaModel& model, const torch::Tensor& input,
 }  // namespace
 
 double ScheduledLr(const TrainOptions& o, int64_t step, double progress) {
-  const double warm = o.warmup_steps > 0
-                          ? std::min(1.0, static_cast<double>(step + 1) / o.warmup_steps)
-                          : 1.0;
+  const double warm =
+      o.warmup_steps > 0 ? std::min(1.0, static_cast<double>(step + 1) / o.warmup_steps) : 1.0;
   const double min_lr = o.lr * o.min_lr_ratio;
   const double p = std::clamp(progress, 0.0, 1.0);
   return warm * (min_lr + (o.lr - min_lr) * 0.5 * (1 + std::cos(std::numbers::pi * p)));
@@ -70,8 +69,9 @@ StatusOr<TrainResult> Train(LlamaModel& model, const TrainData& data, const Trai
                             const TrainCallbacks& callbacks) {
   if (o.context < 2 || o.batch < 1 || o.steps < 0 || o.val_chunk_windows < 1 || o.threads < 1 ||
       o.val_fraction < 0 || o.val_fraction >= 1) {
-    return InvalidArgumentError("train: context >= 2, batch >= 1, steps >= 0, threads >= 1 and "
-                                "0 <= val_fraction < 1 are required");
+    return InvalidArgumentError(
+        "train: context >= 2, batch >= 1, steps >= 0, threads >= 1 and "
+        "0 <= val_fraction < 1 are required");
   }
   const int64_t vocab = model.config().vocab_size;
   if (static_cast<int64_t>(data.token_bytes.size()) != vocab) {

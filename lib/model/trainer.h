@@ -26,14 +26,14 @@
 namespace vtoken::model {
 
 struct TrainOptions {
-  int64_t context = 1024;         // Tokens per training window (targets per row).
-  int64_t batch = 8;              // Windows per optimizer step.
-  int64_t steps = 1000;           // Stop after this many optimizer steps ...
-  double max_minutes = 0;         // ... or this much wall-clock time (0: no limit).
-  double lr = 3e-3;               // Peak learning rate.
-  double min_lr_ratio = 0.1;      // Final learning rate as a fraction of `lr`.
-  int64_t warmup_steps = 30;      // Linear warmup from lr / warmup_steps to lr.
-  double weight_decay = 0.1;      // AdamW decay, applied to 2-D weights only.
+  int64_t context = 1024;     // Tokens per training window (targets per row).
+  int64_t batch = 8;          // Windows per optimizer step.
+  int64_t steps = 1000;       // Stop after this many optimizer steps ...
+  double max_minutes = 0;     // ... or this much wall-clock time (0: no limit).
+  double lr = 3e-3;           // Peak learning rate.
+  double min_lr_ratio = 0.1;  // Final learning rate as a fraction of `lr`.
+  int64_t warmup_steps = 30;  // Linear warmup from lr / warmup_steps to lr.
+  double weight_decay = 0.1;  // AdamW decay, applied to 2-D weights only.
   double beta1 = 0.9, beta2 = 0.95;
   double grad_clip = 1.0;         // Max global gradient L2 norm (0: no clipping).
   uint64_t seed = 1;              // Window sampling (model init is seeded by the caller).
@@ -55,17 +55,17 @@ struct TrainLogRow {
   int64_t step = 0;  // Optimizer steps completed.
   double elapsed_s = 0;
   double lr = 0;
-  double train_loss = 0;            // nats/token of this step's batch.
-  double val_loss = 0;              // nats/token.
+  double train_loss = 0;  // nats/token of this step's batch.
+  double val_loss = 0;    // nats/token.
   double val_nats_per_byte = 0;
 };
 
 struct TrainResult {
   std::vector<TrainLogRow> log;
   int64_t steps_done = 0;
-  std::string stop_reason;  // "steps" or "time".
-  int64_t train_tokens = 0, val_tokens = 0;  // Sizes of the two streams.
-  int64_t val_scored_tokens = 0, val_scored_bytes = 0;  // What each evaluation scores.
+  std::string stop_reason;                                 // "steps" or "time".
+  int64_t train_tokens = 0, val_tokens = 0;                // Sizes of the two streams.
+  int64_t val_scored_tokens = 0, val_scored_bytes = 0;     // What each evaluation scores.
   double final_val_loss = 0, final_val_nats_per_byte = 0;  // NaN without validation.
 };
 
