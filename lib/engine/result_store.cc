@@ -285,8 +285,8 @@ StatusOr<ResultStore> ResultStore::Open(const std::string& path, int busy_timeou
     }
   }
   sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                                 nullptr);
+  const int rc =
+      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   if (rc != SQLITE_OK) {
     Status s = SqlError(db, rc, path, "open (is the directory writable?)");
     sqlite3_close(db);
@@ -333,8 +333,8 @@ Status ResultStore::InitSchema() {
   if (version > kResultSchemaVersion) return too_new(version);
   if (version == kResultSchemaVersion) return Status::Ok();
   for (std::string_view sql : kSchema) VTOKEN_RETURN_IF_ERROR(Exec(db_, path_, sql));
-  VTOKEN_RETURN_IF_ERROR(Exec(
-      db_, path_, "PRAGMA user_version = " + std::to_string(kResultSchemaVersion)));
+  VTOKEN_RETURN_IF_ERROR(
+      Exec(db_, path_, "PRAGMA user_version = " + std::to_string(kResultSchemaVersion)));
   return txn.Commit();
 }
 
@@ -342,7 +342,8 @@ Status ResultStore::MarkInterruptedRuns() {
   std::vector<std::pair<int64_t, int64_t>> dead;  // (run id, pid)
   {
     VTOKEN_ASSIGN_OR_RETURN(
-        Stmt select, Stmt::Prepare(db_, path_, "SELECT id, pid FROM runs WHERE status = 'running'"));
+        Stmt select,
+        Stmt::Prepare(db_, path_, "SELECT id, pid FROM runs WHERE status = 'running'"));
     while (true) {
       VTOKEN_ASSIGN_OR_RETURN(bool row, select.Step());
       if (!row) break;
@@ -351,8 +352,9 @@ Status ResultStore::MarkInterruptedRuns() {
   }
   if (dead.empty()) return Status::Ok();
   VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
-  const std::string sql = "UPDATE runs SET status = 'interrupted', error = ?2, finished = " +
-                          std::string(kNow) + " WHERE id = ?1 AND status = 'running'";
+  const std::string sql =
+      "UPDATE runs SET status = 'interrupted', error = ?2, finished = " + std::string(kNow) +
+      " WHERE id = ?1 AND status = 'running'";
   VTOKEN_ASSIGN_OR_RETURN(Stmt update, Stmt::Prepare(db_, path_, sql));
   for (const auto& [id, pid] : dead) {
     update.Bind(1, id);
@@ -410,8 +412,8 @@ StatusOr<int64_t> ResultStore::BeginRun(const RunRecord& run) {
 Status ResultStore::AppendSteps(int64_t run_id, const std::vector<StepRecord>& steps) {
   VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
   VTOKEN_RETURN_IF_ERROR(CheckRunning(run_id));
-  const std::string sql = "INSERT INTO steps (run_id, " + std::string(kStepColumns) +
-                          ") VALUES (" + Placeholders(1, 17) + ")";
+  const std::string sql = "INSERT INTO steps (run_id, " + std::string(kStepColumns) + ") VALUES (" +
+                          Placeholders(1, 17) + ")";
   VTOKEN_ASSIGN_OR_RETURN(Stmt s, Stmt::Prepare(db_, path_, sql));
   for (const StepRecord& r : steps) {
     s.Bind(1, run_id);
@@ -462,10 +464,10 @@ Status ResultStore::AppendRequests(int64_t run_id, const std::vector<RequestReco
 Status ResultStore::AppendOutputs(int64_t run_id, const std::vector<OutputRecord>& outputs) {
   VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
   VTOKEN_RETURN_IF_ERROR(CheckRunning(run_id));
-  VTOKEN_ASSIGN_OR_RETURN(
-      Stmt s, Stmt::Prepare(db_, path_,
-                            "INSERT INTO outputs (run_id, request_id, text, token_ids) "
-                            "VALUES (?1, ?2, ?3, ?4)"));
+  VTOKEN_ASSIGN_OR_RETURN(Stmt s,
+                          Stmt::Prepare(db_, path_,
+                                        "INSERT INTO outputs (run_id, request_id, text, token_ids) "
+                                        "VALUES (?1, ?2, ?3, ?4)"));
   for (const OutputRecord& r : outputs) {
     s.Bind(1, run_id);
     s.Bind(2, r.request_id);
@@ -482,8 +484,8 @@ Status ResultStore::FinishRun(int64_t run_id, const std::map<std::string, double
   VTOKEN_RETURN_IF_ERROR(CheckRunning(run_id));
   {
     VTOKEN_ASSIGN_OR_RETURN(
-        Stmt s, Stmt::Prepare(db_, path_,
-                              "INSERT INTO summary (run_id, name, value) VALUES (?1, ?2, ?3)"));
+        Stmt s,
+        Stmt::Prepare(db_, path_, "INSERT INTO summary (run_id, name, value) VALUES (?1, ?2, ?3)"));
     for (const auto& [name, value] : summary) {
       s.Bind(1, run_id);
       s.Bind(2, name);
@@ -514,8 +516,9 @@ Status ResultStore::FinishRun(int64_t run_id, const std::map<std::string, double
 Status ResultStore::FailRun(int64_t run_id, const std::string& message) {
   VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
   VTOKEN_RETURN_IF_ERROR(CheckRunning(run_id));
-  const std::string sql = "UPDATE runs SET status = 'failed', error = ?2, finished = " +
-                          std::string(kNow) + " WHERE id = ?1";
+  const std::string sql =
+      "UPDATE runs SET status = 'failed', error = ?2, finished = " + std::string(kNow) +
+      " WHERE id = ?1";
   VTOKEN_ASSIGN_OR_RETURN(Stmt update, Stmt::Prepare(db_, path_, sql));
   update.Bind(1, run_id);
   update.Bind(2, message);
@@ -664,9 +667,9 @@ StatusOr<std::vector<OutputRecord>> ResultStore::GetOutputs(int64_t run_id) cons
     }
     for (const auto& id : ids) {
       if (!id.is_number_integer()) {
-        return DataLossError("result db " + path_ + ": outputs of run " +
-                             std::to_string(run_id) + " request " +
-                             std::to_string(r.request_id) + ": token_ids holds a non-integer");
+        return DataLossError("result db " + path_ + ": outputs of run " + std::to_string(run_id) +
+                             " request " + std::to_string(r.request_id) +
+                             ": token_ids holds a non-integer");
       }
       r.token_ids.push_back(id.get<int32_t>());
     }
@@ -726,10 +729,9 @@ Status ResultStore::MergeOne(const std::string& source, MergeStats& stats) {
     VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
     std::vector<std::tuple<int64_t, std::string, std::string>> completed;
     {
-      VTOKEN_ASSIGN_OR_RETURN(
-          Stmt s, Stmt::Prepare(db_, path_,
-                                "SELECT id, config_hash, sweep FROM src.runs "
-                                "WHERE status = 'completed' ORDER BY id"));
+      VTOKEN_ASSIGN_OR_RETURN(Stmt s, Stmt::Prepare(db_, path_,
+                                                    "SELECT id, config_hash, sweep FROM src.runs "
+                                                    "WHERE status = 'completed' ORDER BY id"));
       while (true) {
         VTOKEN_ASSIGN_OR_RETURN(bool row, s.Step());
         if (!row) break;

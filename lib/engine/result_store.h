@@ -12,7 +12,8 @@
 // Run life cycle: BeginRun inserts a 'running' row; the engine appends batches of steps,
 // requests and outputs (each batch one transaction); FinishRun writes the summary and marks the
 // run 'completed' in one transaction, FailRun marks it 'failed'. A process that dies mid-run
-// leaves a 'running' row whose pid is gone; the next Open marks it 'interrupted'. So a run with
+// leaves a 'running' row whose pid is gone; the next Open marks it 'interrupted' (pids are
+// those of this host: a database shared between machines must be written by one of them). So a run with
 // summary rows is always a completed one, and a failed or interrupted run has none.
 //
 // Every error names the database path and the statement that failed. One ResultStore is used by
@@ -50,12 +51,12 @@ struct RunRecord {
   double budget = 0.0;
   int32_t block_size = 0;
   int32_t num_blocks = 0;
-  std::string workload;     // workload kind or JSONL path
+  std::string workload;  // workload kind or JSONL path
   uint64_t seed = 0;
-  std::string status;       // "running" | "completed" | "failed" | "interrupted"
-  std::string error;        // why a run failed or was interrupted; "" otherwise
-  int64_t pid = 0;          // process that ran it
-  std::string finished;     // UTC ISO-8601 when it ended; "" while running
+  std::string status;    // "running" | "completed" | "failed" | "interrupted"
+  std::string error;     // why a run failed or was interrupted; "" otherwise
+  int64_t pid = 0;       // process that ran it
+  std::string finished;  // UTC ISO-8601 when it ended; "" while running
 };
 
 // One row of `steps`: pool and fragmentation figures after one engine step (DESIGN.md §8).

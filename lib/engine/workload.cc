@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numbers>
 #include <set>
@@ -306,7 +307,8 @@ StatusOr<std::vector<Request>> ReadJsonl(const WorkloadOptions& o,
       for (const Json& turn : turns) {
         if (!turn.is_object() || !turn.contains("from") || !turn["from"].is_string() ||
             !turn.contains("value") || !turn["value"].is_string()) {
-          return DataLossError(where + "each conversation turn needs string \"from\" and \"value\"");
+          return DataLossError(where +
+                               "each conversation turn needs string \"from\" and \"value\"");
         }
       }
       auto from_is = [&](size_t i, std::initializer_list<std::string_view> names) {
@@ -319,8 +321,8 @@ StatusOr<std::vector<Request>> ReadJsonl(const WorkloadOptions& o,
       r.prompt = turns[human]["value"].get<std::string>();
       if (human + 1 < turns.size() && from_is(human + 1, {"gpt", "assistant", "chatgpt"})) {
         r.reference = turns[human + 1]["value"].get<std::string>();
-        max_tokens = std::max<int64_t>(
-            1, static_cast<int64_t>(tokenizer.Encode(*r.reference).size()));
+        max_tokens =
+            std::max<int64_t>(1, static_cast<int64_t>(tokenizer.Encode(*r.reference).size()));
       }
     } else {
       if (!obj.contains("prompt") || !obj["prompt"].is_string()) {
@@ -409,8 +411,7 @@ Status ValidateWorkloadOptions(const WorkloadOptions& o) {
                      "must be >= 1");
   }
   if (!(o.shared_prefix_fraction >= 0 && o.shared_prefix_fraction < 1)) {
-    return BadOption("shared_prefix_fraction", Str(o.shared_prefix_fraction),
-                     "must be in [0, 1)");
+    return BadOption("shared_prefix_fraction", Str(o.shared_prefix_fraction), "must be in [0, 1)");
   }
   if (!IsSynthetic(o)) {
     if (o.jsonl_path.empty()) return BadOption("jsonl_path", "\"\"", "required by kind jsonl");

@@ -33,7 +33,7 @@ struct Request {
   // The prompt the engine feeds the model (no BOS: the engine prepends one if the model wants
   // it). Authoritative: re-encoding `prompt` need not give the same ids.
   std::vector<int32_t> prompt_tokens;
-  int64_t max_tokens = 0;  // tokens to generate (the engine may stop earlier at EOS)
+  int64_t max_tokens = 0;                // tokens to generate (the engine may stop earlier at EOS)
   std::optional<std::string> reference;  // expected output, when the workload has one
   double arrival_s = 0.0;                // seconds from the start of the run
   // Requests of one group (>= 0) share their first shared_prefix_tokens prompt tokens; -1: none.
@@ -81,7 +81,7 @@ struct WorkloadOptions {
   int32_t prefix_sharing_degree = 1;
   double shared_prefix_fraction = 0.75;  // in [0, 1)
 
-  std::string jsonl_path;             // jsonl: the file to read
+  std::string jsonl_path;                  // jsonl: the file to read
   int64_t jsonl_default_max_tokens = 256;  // jsonl: max_tokens when a line does not give one
   // Synthetic kinds with a tokenizer: plain text file that prompts are drawn from.
   std::string corpus_path;

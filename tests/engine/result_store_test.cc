@@ -118,8 +118,9 @@ TEST_F(ResultStoreTest, CreatesSchemaWithVersionAndWal) {
   }
   EXPECT_EQ(RawQuery(path, "PRAGMA user_version"), "1");
   EXPECT_EQ(RawQuery(path, "PRAGMA journal_mode"), "wal");
-  EXPECT_EQ(RawQuery(path, "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
-                           "WHERE type = 'table' ORDER BY name)"),
+  EXPECT_EQ(RawQuery(path,
+                     "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
+                     "WHERE type = 'table' ORDER BY name)"),
             "outputs,requests,runs,steps,summary,summary_text");
   // Reopening an existing database keeps it.
   auto again = ResultStore::Open(path);
@@ -138,8 +139,7 @@ TEST_F(ResultStoreTest, RoundTrip) {
   EXPECT_EQ(running->status, "running");
   EXPECT_EQ(running->pid, ::getpid());
   EXPECT_EQ(running->finished, "");
-  EXPECT_TRUE(std::regex_match(running->created,
-                               std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")))
+  EXPECT_TRUE(std::regex_match(running->created, std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ)")))
       << running->created;
 
   ASSERT_TRUE(store->AppendSteps(*id, MakeSteps(0, 3)).ok());
@@ -148,9 +148,9 @@ TEST_F(ResultStoreTest, RoundTrip) {
   unfinished.ttft_s = std::nan("");  // never produced a token
   ASSERT_TRUE(store->AppendRequests(*id, {MakeRequest(0), unfinished}).ok());
   ASSERT_TRUE(store->AppendOutputs(*id, {{0, "In the beginning", {1, 2, 2047}}, {1, "", {}}}).ok());
-  ASSERT_TRUE(store->FinishRun(*id, {{"throughput_tok_s", 1234.5}, {"p95_e2e_s", 4.25}},
-                               {{"note", "ok"}})
-                  .ok());
+  ASSERT_TRUE(
+      store->FinishRun(*id, {{"throughput_tok_s", 1234.5}, {"p95_e2e_s", 4.25}}, {{"note", "ok"}})
+          .ok());
 
   auto out = store->GetRun(*id);
   ASSERT_TRUE(out.ok());
@@ -244,8 +244,7 @@ TEST_F(ResultStoreTest, WritesNeedARunningRun) {
   const Status again = store->FinishRun(*id, {{"x", 2}});
   EXPECT_EQ(again.code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(again.message().find("is completed, not running"), std::string::npos);
-  EXPECT_EQ(store->AppendRequests(*id, {MakeRequest(0)}).code(),
-            StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->AppendRequests(*id, {MakeRequest(0)}).code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store->FailRun(*id, "late").code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store->GetSummary(*id)->values.at("x"), 1.0);
 }
@@ -318,8 +317,7 @@ TEST_F(ResultStoreTest, ProcessKilledMidRunIsMarkedInterrupted) {
   auto run = store->GetRun(id);
   ASSERT_TRUE(run.ok());
   EXPECT_EQ(run->status, "interrupted");
-  EXPECT_EQ(run->error,
-            "process " + std::to_string(child) + " exited without finishing the run");
+  EXPECT_EQ(run->error, "process " + std::to_string(child) + " exited without finishing the run");
   auto steps = store->GetSteps(id);
   ASSERT_TRUE(steps.ok());
   EXPECT_GE(steps->size(), 3u * kBatch);
@@ -343,8 +341,7 @@ TEST_F(ResultStoreTest, ListRunsFilters) {
     return out;
   };
   EXPECT_EQ(id_list(store->ListRuns().value()), ids);
-  EXPECT_EQ(id_list(store->ListRuns({.last = 2}).value()),
-            (std::vector<int64_t>{ids[3], ids[4]}));
+  EXPECT_EQ(id_list(store->ListRuns({.last = 2}).value()), (std::vector<int64_t>{ids[3], ids[4]}));
   EXPECT_EQ(id_list(store->ListRuns({.ids = {ids[4], ids[0]}}).value()),
             (std::vector<int64_t>{ids[0], ids[4]}));
   EXPECT_EQ(id_list(store->ListRuns({.sweep = "odd"}).value()),
@@ -441,8 +438,9 @@ TEST_F(ResultStoreTest, NewerSchemaIsRefused) {
   auto store = ResultStore::Open(path);
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store.status().message(),
-            "result db " + path + ": schema version 2 is newer than this build's 1; use a newer "
-            "vtoken");
+            "result db " + path +
+                ": schema version 2 is newer than this build's 1; use a newer "
+                "vtoken");
 }
 
 TEST_F(ResultStoreTest, NotADatabase) {
@@ -458,9 +456,8 @@ TEST_F(ResultStoreTest, DirectoryThatCannotBeCreated) {
   const std::string path = Path("file/sub/r.db");  // a parent is a regular file
   auto store = ResultStore::Open(path);
   EXPECT_EQ(store.status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(store.status().message().rfind("result db " + path + ": cannot create directory " +
-                                               Path("file/sub") + ": ",
-                                           0),
+  EXPECT_EQ(store.status().message().rfind(
+                "result db " + path + ": cannot create directory " + Path("file/sub") + ": ", 0),
             0u)
       << store.status().message();
 }

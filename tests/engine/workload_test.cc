@@ -480,10 +480,17 @@ TEST(WorkloadOptionsTest, InvalidFieldsAreNamed) {
       {[](auto& o) { o.output_max = 5; }, "workload option output_max = 5: "},
       {[](auto& o) { o.max_total_tokens = 1; }, "workload option max_total_tokens = 1: "},
       {[](auto& o) { o.arrival = "burst"; }, "workload option arrival = burst: "},
-      {[](auto& o) { o.arrival = "poisson"; o.rate = 0; }, "workload option rate = 0: "},
-      {[](auto& o) { o.arrival = "gamma"; o.gamma_cv = 0; }, "workload option gamma_cv = 0: "},
-      {[](auto& o) { o.prefix_sharing_degree = 0; },
-       "workload option prefix_sharing_degree = 0: "},
+      {[](auto& o) {
+         o.arrival = "poisson";
+         o.rate = 0;
+       },
+       "workload option rate = 0: "},
+      {[](auto& o) {
+         o.arrival = "gamma";
+         o.gamma_cv = 0;
+       },
+       "workload option gamma_cv = 0: "},
+      {[](auto& o) { o.prefix_sharing_degree = 0; }, "workload option prefix_sharing_degree = 0: "},
       {[](auto& o) { o.shared_prefix_fraction = 1.0; },
        "workload option shared_prefix_fraction = 1: "},
       {[](auto& o) { o.kind = "jsonl"; }, "workload option jsonl_path = \"\": "},
