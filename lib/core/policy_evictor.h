@@ -8,8 +8,9 @@
 //   Observe(seq, live tokens, attn, key_norm)   the first call for a seq is its prefill;
 //   Victims(seq)                                 tokens to evict now (often none);
 //   VirtualKvCache::EvictToken for each victim;
-// and Forget(seq) when the sequence ends. Because everything is keyed by logical token id, a
-// relocation (which changes slots, never ids) is invisible here.
+// and Forget(seq) when the sequence ends. A step is one Observe call of that sequence (ages count
+// them); a chunked prefill is observed once, after its last chunk. Because everything is keyed
+// by logical token id, a relocation (which changes slots, never ids) is invisible here.
 //
 // Victim selection: when eviction is due (the prefill step, then every evict_interval-th decode
 // step) and the sequence holds more live tokens than its budget, the first num_sink and last
