@@ -339,5 +339,28 @@ TEST(LlamaModelTest, SignalsDoNotDependOnPlacement) {
   EXPECT_LT(RelError(a.last_logits, b.last_logits), 1e-6);
 }
 
+TEST(LlamaModelTest, Bf16ComputeTracksFp32) {
+  const ModelConfig c = SmallConfig();
+  LlamaModel fp32 = RandomModel(c, 13);
+  LlamaOptions options;
+  options.compute_dtype = torch::kBFloat16;
+  auto bf16 = LlamaModel::FromNamedTensors(c, fp32.NamedParameters(), options);
+  ASSERT_TRUE(bf16.ok()) << bf16.status().ToString();
+  const std::vector<int32_t> tokens = {3, 14, 15, 9, 26, 5};
+  torch::NoGradGuard no_grad;
+  auto expected = fp32.ForwardDense(Tokens(tokens))[0][-1];
+  auto dense = bf16->ForwardDense(Tokens(tokens))[0][-1];
+  EXPECT_EQ(dense.scalar_type(), torch::kBFloat16);
+  EXPECT_LT(RelError(dense.to(torch::kFloat32), expected), 0.05);
+  auto kv = KvTensors::Create(bf16->KvOptions(16));
+  ASSERT_TRUE(kv.ok());
+  EXPECT_EQ(kv->k(0).scalar_type(), torch::kBFloat16);
+  PagedSeqInput in{tokens, {0, 1, 2, 3, 4, 5}, {9, 2, 7, 0, 11, 4}, {}};
+  auto out = bf16->ForwardPaged({in}, *kv);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ((*out)[0].last_logits.scalar_type(), torch::kFloat32);
+  EXPECT_LT(RelError((*out)[0].last_logits, expected), 0.05);
+}
+
 }  // namespace
 }  // namespace vtoken::model
