@@ -1,0 +1,425 @@
+#include "lib/engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <map>
+#include <thread>
+
+#include "lib/core/reclaimer.h"
+#include "lib/core/virtual_kv_cache.h"
+
+namespace vtoken::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+bool EvictionOn(const EngineOptions& o) { return o.mode != Mode::kNative && !o.indirection_only; }
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct SeqState {
+  const Request* request = nullptr;
+  size_t index = 0;
+  SeqId seq = kNoSeq;
+  std::vector<int32_t> tokens;  // Prompt, then sampled outputs.
+  int64_t num_computed = 0;     // Leading tokens whose KV is in the cache.
+  bool observed = false;        // The policy saw this sequence's prefill.
+  int64_t admitted = 0;         // Admission order; preemption takes the newest.
+  RequestResult result;
+  double blocks_sum = 0;
+  int64_t blocks_samples = 0;
+};
+
+// Compares per-token KV hashes around relocations (EngineOptions::verify).
+class HashObserver final : public RelocationObserver {
+ public:
+  HashObserver(model::ModelRunner& runner, EngineResult& result)
+      : runner_(runner), result_(result) {}
+  void BeforeCopy(const Relocation& rel) override {
+    for (const SeqRelocation& s : rel.seqs) {
+      for (const Move& m : s.moves) before_[m.dst] = runner_.TokenKvHash(m.src);
+    }
+  }
+  void AfterCopy(const Relocation& rel) override {
+    for (const SeqRelocation& s : rel.seqs) {
+      for (const Move& m : s.moves) {
+        ++result_.hash_checks;
+        auto it = before_.find(m.dst);
+        if (it == before_.end() || it->second != runner_.TokenKvHash(m.dst)) {
+          ++result_.violations;
+          if (result_.first_violations.size() < 10) {
+            result_.first_violations.push_back(
+                "hash mismatch: token " + std::to_string(m.token) + " of sequence " +
+                std::to_string(s.seq) + " moved " + std::to_string(m.src) + " -> " +
+                std::to_string(m.dst));
+          }
+        }
+        if (it != before_.end()) before_.erase(it);
+      }
+    }
+  }
+
+ private:
+  model::ModelRunner& runner_;
+  EngineResult& result_;
+  std::map<SlotIndex, uint64_t> before_;
+};
+
+class Engine {
+ public:
+  Engine(const EngineOptions& o, model::ModelRunner& runner, std::unique_ptr<PolicyEvictor> ev,
+         const std::vector<Request>& requests)
+      : o_(o),
+        runner_(runner),
+        evictor_(std::move(ev)),
+        cache_(CacheOptions{.mode = o.mode, .pool = o.pool}),
+        reclaimer_(cache_, runner.copy_engine(), o.reclaim, runner.kv_bytes_per_token()),
+        observer_(runner, result_) {
+    reclaimer_.set_force_sync(o.force_sync);
+    if (o.verify) reclaimer_.set_observer(&observer_);
+    seqs_.resize(requests.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      seqs_[i].request = &requests[i];
+      seqs_[i].index = i;
+      // The model's BOS (if it has one) starts every sequence; it counts as a prompt token.
+      if (runner.bos_token_id()) seqs_[i].tokens.push_back(*runner.bos_token_id());
+      seqs_[i].tokens.insert(seqs_[i].tokens.end(), requests[i].prompt_tokens.begin(),
+                             requests[i].prompt_tokens.end());
+      seqs_[i].result.id = requests[i].id;
+      seqs_[i].result.prompt_tokens = static_cast<int64_t>(requests[i].prompt_tokens.size());
+      seqs_[i].result.arrival_s = requests[i].arrival_s;
+      arrival_order_.push_back(i);
+    }
+    std::stable_sort(arrival_order_.begin(), arrival_order_.end(), [&](size_t a, size_t b) {
+      return requests[a].arrival_s < requests[b].arrival_s;
+    });
+  }
+
+  StatusOr<EngineResult> Run(const StepCallback& on_step) {
+    start_ = Clock::now();
+    while (finished_ < static_cast<int64_t>(seqs_.size())) {
+      Arrivals();
+      if (running_.empty() && waiting_.empty()) {
+        const double next = seqs_[arrival_order_[next_arrival_]].request->arrival_s;
+        std::this_thread::sleep_for(std::chrono::duration<double>(next - Since(start_)));
+        continue;
+      }
+      VTOKEN_RETURN_IF_ERROR(Step());
+      if (on_step) on_step(result_.steps.back(), finished_, static_cast<int64_t>(seqs_.size()));
+    }
+    VTOKEN_RETURN_IF_ERROR(reclaimer_.Drain());
+    result_.wall_s = Since(start_);
+    const ReclaimStats& rs = reclaimer_.stats();
+    result_.plans = rs.plans;
+    result_.moves = rs.moves;
+    result_.bytes_moved = rs.bytes;
+    result_.blocks_reclaimed = rs.blocks_freed;
+    result_.fence_waits = rs.fence_waits;
+    result_.planner_s = rs.planner_seconds;
+    result_.fence_s = rs.fence_seconds;
+    for (SeqState& s : seqs_) result_.requests.push_back(std::move(s.result));
+    return std::move(result_);
+  }
+
+ private:
+  void Arrivals() {
+    const double now = Since(start_);
+    while (next_arrival_ < arrival_order_.size() &&
+           seqs_[arrival_order_[next_arrival_]].request->arrival_s <= now) {
+      waiting_.push_back(arrival_order_[next_arrival_++]);
+    }
+  }
+
+  void Admit() {
+    // Blocks running sequences still need for the rest of their prompts (chunked prefill).
+    int64_t reserved = 0;
+    for (size_t index : running_) {
+      const SeqState& s = seqs_[index];
+      reserved += cache_.BlocksNeededFor(
+          s.seq, static_cast<int64_t>(s.tokens.size()) - s.num_computed);
+    }
+    while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < o_.max_num_seqs) {
+      SeqState& s = seqs_[waiting_.front()];
+      const int64_t need = CeilDiv(static_cast<int64_t>(s.tokens.size()), o_.pool.block_size);
+      if (need + reserved > cache_.pool().num_allocatable_blocks()) break;  // FCFS.
+      reserved += need;
+      waiting_.pop_front();
+      s.seq = cache_.AddSequence();
+      s.num_computed = 0;
+      s.observed = false;
+      s.admitted = next_admission_++;
+      running_.push_back(s.index);
+    }
+    result_.peak_running = std::max(result_.peak_running, static_cast<int32_t>(running_.size()));
+  }
+
+  // Drops a running sequence's KV; it goes back to the head of the waiting queue and will be
+  // recomputed (prompt + outputs so far) when readmitted.
+  void Preempt(size_t index) {
+    SeqState& s = seqs_[index];
+    cache_.FreeSequence(s.seq).IgnoreError();
+    if (evictor_) evictor_->Forget(s.seq);
+    s.seq = kNoSeq;
+    s.num_computed = 0;
+    ++s.result.preemptions;
+    ++result_.preemptions;
+    running_.erase(std::find(running_.begin(), running_.end(), index));
+    waiting_.push_front(index);
+  }
+
+  void Finish(size_t index) {
+    SeqState& s = seqs_[index];
+    RequestResult& r = s.result;
+    r.finish_s = Since(start_);
+    r.e2e_s = r.finish_s - r.arrival_s;
+    r.ttft_s = r.first_token_s - r.arrival_s;
+    const int64_t n = static_cast<int64_t>(r.output_tokens.size());
+    r.tpot_s = n > 1 ? (r.finish_s - r.first_token_s) / static_cast<double>(n - 1) : 0.0;
+    r.blocks_final = cache_.num_blocks_held(s.seq);
+    r.live_final = cache_.num_live(s.seq);
+    r.ideal_blocks_final = CeilDiv(r.live_final, o_.pool.block_size);
+    r.blocks_mean = s.blocks_samples > 0 ? s.blocks_sum / static_cast<double>(s.blocks_samples)
+                                         : r.blocks_final;
+    cache_.FreeSequence(s.seq).IgnoreError();
+    if (evictor_) evictor_->Forget(s.seq);
+    runner_.ForgetRequest(s.request->id);
+    s.seq = kNoSeq;
+    running_.erase(std::find(running_.begin(), running_.end(), index));
+    ++finished_;
+  }
+
+  struct Planned {
+    size_t index;
+    int64_t n;
+    std::vector<SlotIndex> context;
+    std::vector<SlotIndex> slots;
+  };
+
+  // Registers this step's new tokens for every running sequence, preempting the newest
+  // sequences when the pool runs out.
+  StatusOr<std::vector<Planned>> Reserve() {
+    std::vector<Planned> planned;
+    std::vector<size_t> order = running_;
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return seqs_[a].admitted < seqs_[b].admitted; });
+    for (size_t index : order) {
+      if (std::find(running_.begin(), running_.end(), index) == running_.end()) continue;
+      SeqState& s = seqs_[index];
+      const int64_t n = std::min(static_cast<int64_t>(s.tokens.size()) - s.num_computed,
+                                 o_.max_prefill_chunk);
+      std::vector<SlotIndex> context = cache_.LiveSlots(s.seq);
+      while (true) {
+        StatusOr<std::vector<SlotIndex>> slots = cache_.SyncNewTokens(s.seq, n);
+        if (slots.ok()) {
+          planned.push_back({index, n, std::move(context), std::move(*slots)});
+          break;
+        }
+        if (slots.status().code() != StatusCode::kResourceExhausted) return slots.status();
+        if (reclaimer_.num_in_flight() > 0) {  // Pinned copy sources come back when done.
+          VTOKEN_RETURN_IF_ERROR(reclaimer_.Drain());
+          continue;
+        }
+        // Preempt the newest running sequence (possibly this one).
+        size_t victim = running_.front();
+        for (size_t r : running_) {
+          if (seqs_[r].admitted > seqs_[victim].admitted) victim = r;
+        }
+        if (victim == index && running_.size() == 1) {
+          return ResourceExhaustedError(
+              "request " + std::to_string(s.request->id) + " cannot make progress: it alone " +
+              "needs more than the pool's " + std::to_string(o_.pool.num_blocks) + " blocks");
+        }
+        Preempt(victim);
+        planned.erase(std::remove_if(planned.begin(), planned.end(),
+                                     [&](const Planned& p) { return p.index == victim; }),
+                      planned.end());
+        if (victim == index) break;
+      }
+    }
+    return planned;
+  }
+
+  Status Step() {
+    StepResult step;
+    step.step = static_cast<int64_t>(result_.steps.size());
+    const int64_t moves_before = reclaimer_.stats().moves;
+    const int64_t fences_before = reclaimer_.stats().fence_waits;
+    Admit();
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<Planned> planned, Reserve());
+
+    std::vector<model::RunnerInput> inputs;
+    inputs.reserve(planned.size());
+    for (Planned& p : planned) {
+      SeqState& s = seqs_[p.index];
+      VTOKEN_RETURN_IF_ERROR(reclaimer_.FenceForRead(s.seq).status());
+      model::RunnerInput in;
+      in.request = s.request->id;
+      in.tokens.assign(s.tokens.begin() + s.num_computed,
+                       s.tokens.begin() + s.num_computed + p.n);
+      for (int64_t i = 0; i < p.n; ++i) in.positions.push_back(s.num_computed + i);
+      in.write_slots = p.slots;
+      in.context_slots = std::move(p.context);
+      in.sample = s.num_computed + p.n == static_cast<int64_t>(s.tokens.size());
+      in.sampling = o_.sampling;
+      in.sampling.seed = o_.sampling.seed ^ (static_cast<uint64_t>(s.request->id) * 0x9e3779b9);
+      in.obs_window = o_.obs_window;
+      step.batch_tokens += p.n;
+      inputs.push_back(std::move(in));
+    }
+    const auto forward_start = Clock::now();
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<model::RunnerOutput> outputs, runner_.Forward(inputs));
+    result_.forward_s += Since(forward_start);
+
+    const auto policy_start = Clock::now();
+    std::vector<size_t> done;
+    for (size_t i = 0; i < planned.size(); ++i) {
+      SeqState& s = seqs_[planned[i].index];
+      s.num_computed += planned[i].n;
+      const bool complete = s.num_computed == static_cast<int64_t>(s.tokens.size());
+      if (evictor_ && complete) {
+        const std::vector<TokenId> live = cache_.table(s.seq).LiveTokens();
+        VTOKEN_RETURN_IF_ERROR(
+            evictor_->Observe(s.seq, live, outputs[i].attn, outputs[i].key_norm));
+        s.observed = true;
+        VTOKEN_ASSIGN_OR_RETURN(std::vector<TokenId> victims, evictor_->Victims(s.seq));
+        for (TokenId t : victims) VTOKEN_RETURN_IF_ERROR(cache_.EvictToken(s.seq, t));
+        result_.evictions += static_cast<int64_t>(victims.size());
+      }
+      if (inputs[i].sample) {
+        const int32_t token = outputs[i].next_token;
+        RequestResult& r = s.result;
+        if (r.output_tokens.empty()) r.first_token_s = Since(start_);
+        r.output_tokens.push_back(token);
+        s.tokens.push_back(token);
+        const auto& eos = runner_.eos_token_ids();
+        const bool is_eos = std::find(eos.begin(), eos.end(), token) != eos.end();
+        if (static_cast<int64_t>(r.output_tokens.size()) >= s.request->max_tokens ||
+            (o_.stop_at_eos && is_eos)) {
+          done.push_back(planned[i].index);
+        }
+      }
+    }
+    result_.policy_s += Since(policy_start);
+    for (size_t index : done) Finish(index);
+    if (o_.mode == Mode::kVtoken && !o_.indirection_only) {
+      VTOKEN_RETURN_IF_ERROR(reclaimer_.Step().status());
+    }
+    VTOKEN_RETURN_IF_ERROR(reclaimer_.Poll());
+    if (o_.verify) {
+      ++result_.invariant_checks;
+      Status s = cache_.CheckInvariants();
+      if (!s.ok()) {
+        ++result_.violations;
+        if (result_.first_violations.size() < 10) result_.first_violations.push_back(s.ToString());
+      }
+    }
+    for (size_t index : running_) {
+      SeqState& s = seqs_[index];
+      s.blocks_sum += cache_.num_blocks_held(s.seq);
+      ++s.blocks_samples;
+    }
+    const FragStats fs = cache_.Stats();
+    step.time_s = Since(start_);
+    step.num_running = static_cast<int32_t>(running_.size());
+    step.num_waiting = static_cast<int32_t>(waiting_.size());
+    step.free_blocks = cache_.pool().num_free_blocks();
+    step.allocated_blocks = fs.allocated_blocks;
+    step.live_slots = fs.live_slots;
+    step.held_blocks = fs.held_blocks;
+    step.ideal_blocks = fs.ideal_blocks;
+    step.waste_ratio = fs.waste_ratio;
+    step.hist = fs.utilization_hist;
+    step.moves = reclaimer_.stats().moves - moves_before;
+    step.fence_waits = reclaimer_.stats().fence_waits - fences_before;
+    result_.steps.push_back(step);
+    return Status::Ok();
+  }
+
+  const EngineOptions& o_;
+  model::ModelRunner& runner_;
+  std::unique_ptr<PolicyEvictor> evictor_;
+  VirtualKvCache cache_;
+  Reclaimer reclaimer_;
+  EngineResult result_;
+  HashObserver observer_;
+  std::vector<SeqState> seqs_;
+  std::vector<size_t> arrival_order_;
+  size_t next_arrival_ = 0;
+  std::deque<size_t> waiting_;
+  std::vector<size_t> running_;
+  int64_t next_admission_ = 0;
+  int64_t finished_ = 0;
+  Clock::time_point start_;
+};
+
+}  // namespace
+
+Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& runner,
+                             const std::vector<Request>& requests) {
+  VTOKEN_RETURN_IF_ERROR(ValidateBlockPoolOptions(o.pool));
+  VTOKEN_RETURN_IF_ERROR(ValidateReclaimOptions(o.reclaim));
+  if (o.max_num_seqs < 1) return InvalidArgumentError("max_num_seqs must be >= 1");
+  if (o.max_prefill_chunk < 1) return InvalidArgumentError("max_prefill_chunk must be >= 1");
+  if (o.obs_window < 1) return InvalidArgumentError("obs_window must be >= 1");
+  if (o.indirection_only && o.mode != Mode::kVtoken) {
+    return InvalidArgumentError("indirection_only needs mode vtoken");
+  }
+  const int64_t slots = int64_t{o.pool.num_blocks} * o.pool.block_size;
+  if (slots != runner.num_slots()) {
+    return InvalidArgumentError("the model's KV store has " + std::to_string(runner.num_slots()) +
+                                " slots, the pool " + std::to_string(slots));
+  }
+  const int64_t usable = o.pool.num_blocks - o.pool.headroom_blocks;
+  for (const Request& r : requests) {
+    const int64_t prompt =
+        static_cast<int64_t>(r.prompt_tokens.size()) + (runner.bos_token_id() ? 1 : 0);
+    if (r.prompt_tokens.empty()) return InvalidArgumentError("request " + std::to_string(r.id) + " is empty");
+    if (r.max_tokens < 1) {
+      return InvalidArgumentError("request " + std::to_string(r.id) + " has max_tokens < 1");
+    }
+    if (prompt + r.max_tokens > runner.max_context()) {
+      return InvalidArgumentError("request " + std::to_string(r.id) + " needs " +
+                                  std::to_string(prompt + r.max_tokens) +
+                                  " positions, the model's context is " +
+                                  std::to_string(runner.max_context()));
+    }
+    for (int32_t t : r.prompt_tokens) {
+      if (t < 0 || t >= runner.vocab_size()) {
+        return InvalidArgumentError("request " + std::to_string(r.id) + " has token id " +
+                                    std::to_string(t) + " outside the vocabulary");
+      }
+    }
+    const int64_t tokens = o.mode == Mode::kNative ? prompt + r.max_tokens : prompt;
+    const int64_t need = CeilDiv(tokens, o.pool.block_size) + 1;
+    if (need > usable) {
+      return ResourceExhaustedError(
+          "pool too small: request " + std::to_string(r.id) + " needs " + std::to_string(need) +
+          " blocks of " + std::to_string(o.pool.block_size) + " tokens, the pool offers " +
+          std::to_string(usable) + " (" + std::to_string(o.pool.num_blocks) + " minus " +
+          std::to_string(o.pool.headroom_blocks) + " headroom)");
+    }
+  }
+  return Status::Ok();
+}
+
+StatusOr<EngineResult> RunEngine(const EngineOptions& options, model::ModelRunner& runner,
+                                 const std::vector<Request>& requests,
+                                 const StepCallback& on_step) {
+  VTOKEN_RETURN_IF_ERROR(ValidateEngineOptions(options, runner, requests));
+  std::unique_ptr<PolicyEvictor> evictor;
+  if (EvictionOn(options)) {
+    EvictorOptions eo = options.evictor;
+    eo.seed = options.seed;
+    VTOKEN_ASSIGN_OR_RETURN(evictor,
+                            PolicyEvictor::Create(options.policy, options.policy_params, eo));
+  }
+  Engine engine(options, runner, std::move(evictor), requests);
+  return engine.Run(on_step);
+}
+
+}  // namespace vtoken::engine

@@ -1,0 +1,124 @@
+// Engine: continuous batching of requests through a model runner and the virtualized paged KV
+// cache, under a fixed block budget, in one of the three modes (DESIGN.md §7):
+//   native  no eviction;
+//   naive   a policy evicts tokens; a block returns to the pool only when none of its tokens live;
+//   vtoken  naive plus the reclaimer, which repacks sparse blocks and frees the rest.
+//
+// Each step, in the paper's stage-aware order:
+//   1. schedule: move arrived requests to the waiting queue; admit waiting requests FCFS while
+//      max_num_seqs and the free blocks minus the reclaimer's headroom allow their prompt;
+//   2. build the batch: a prefill chunk or one decode token per running sequence, registering
+//      new tokens with SyncNewTokens; a sequence that cannot get a block preempts the newest
+//      running sequence (recompute: its KV is dropped and it is re-prefilled later);
+//   3. fence: wait for a pending copy only if it touches a slot this step reads;
+//   4. forward -> sampled tokens + per-token signals;
+//   5. policy: observe signals, evict victims (after prefill, then every evict_interval steps);
+//      vtoken: plan, submit copies (asynchronously), commit the table;
+//   6. sampling bookkeeping, finished requests freed, completed copies retired, metrics.
+//
+// The engine is torch-free: the model is a model::ModelRunner (LlamaRunner in lib/model, a
+// scripted fake in tests). Not thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/core/block_pool.h"
+#include "lib/core/policy.h"
+#include "lib/core/policy_evictor.h"
+#include "lib/core/reclaim_planner.h"
+#include "lib/core/status.h"
+#include "lib/core/types.h"
+#include "lib/engine/workload.h"
+#include "lib/model/runner.h"
+
+namespace vtoken::engine {
+
+struct EngineOptions {
+  Mode mode = Mode::kVtoken;
+  BlockPoolOptions pool{.num_blocks = 512, .block_size = 16, .headroom_blocks = 8};
+  ReclaimOptions reclaim;
+  // vtoken bookkeeping on, eviction off (the paper's indirection-overhead ablation).
+  bool indirection_only = false;
+  // Wait for every relocation copy right after submitting it (force-sync ablation).
+  bool force_sync = false;
+  // Running sequences at most.
+  int32_t max_num_seqs = 16;
+  // Prompt tokens one sequence prefills per step (chunked prefill). Must be >= 1.
+  int64_t max_prefill_chunk = 512;
+  // Policy (ignored in native mode and with indirection_only). Must name a registered policy.
+  std::string policy = "h2o";
+  RawParams policy_params;
+  EvictorOptions evictor{.keep_ratio = 0.25, .num_sink = 4, .num_recent = 32};
+  model::SamplingParams sampling;
+  // Stop a request at an EOS token (else it always produces max_tokens, as benchmarks do).
+  bool stop_at_eos = false;
+  // Prefill queries whose attention feeds the policy's first observation.
+  int32_t obs_window = 32;
+  // Check the cache's invariants after every step and compare per-token KV hashes before and
+  // after every relocation (vtoken-cli check on a real model). Costs time; off for benchmarks.
+  bool verify = false;
+  uint64_t seed = 1;
+};
+
+// Validates the options against each other and against the runner's KV capacity: InvalidArgument
+// naming the field (or ResourceExhausted when the pool cannot hold one request's prompt).
+Status ValidateEngineOptions(const EngineOptions& options, const model::ModelRunner& runner,
+                             const std::vector<Request>& requests);
+
+// Per-request results (DESIGN.md §8).
+struct RequestResult {
+  int64_t id = 0;
+  int64_t prompt_tokens = 0;
+  std::vector<int32_t> output_tokens;
+  double arrival_s = 0, first_token_s = 0, finish_s = 0;  // From the run's start.
+  double ttft_s = 0, tpot_s = 0, e2e_s = 0;
+  int32_t preemptions = 0;
+  double blocks_mean = 0;    // Blocks held, averaged over the steps it was running.
+  int32_t blocks_final = 0;  // Blocks held when it finished.
+  int64_t live_final = 0;    // Live tokens when it finished.
+  int64_t ideal_blocks_final = 0;
+};
+
+// One step's pool and fragmentation figures.
+struct StepResult {
+  int64_t step = 0;
+  double time_s = 0;
+  int32_t num_running = 0, num_waiting = 0;
+  int32_t free_blocks = 0;
+  int64_t allocated_blocks = 0, live_slots = 0, held_blocks = 0, ideal_blocks = 0;
+  double waste_ratio = 0;
+  std::array<int64_t, 4> hist{};
+  int64_t moves = 0;  // Tokens relocated this step.
+  int64_t fence_waits = 0;
+  int64_t batch_tokens = 0;
+};
+
+struct EngineResult {
+  std::vector<RequestResult> requests;  // In request order.
+  std::vector<StepResult> steps;
+  double wall_s = 0;
+  int64_t preemptions = 0;
+  int32_t peak_running = 0;
+  int64_t evictions = 0;
+  // Reclamation cost.
+  int64_t plans = 0, moves = 0, bytes_moved = 0, blocks_reclaimed = 0, fence_waits = 0;
+  double planner_s = 0, fence_s = 0, forward_s = 0, policy_s = 0;
+  // Verification (EngineOptions::verify).
+  int64_t invariant_checks = 0, hash_checks = 0, violations = 0;
+  std::vector<std::string> first_violations;
+};
+
+// Called after every step with the step's figures (for a progress line).
+using StepCallback = std::function<void(const StepResult&, int64_t finished, int64_t total)>;
+
+// Runs every request to completion. Errors: invalid options, a runner failure.
+StatusOr<EngineResult> RunEngine(const EngineOptions& options, model::ModelRunner& runner,
+                                 const std::vector<Request>& requests,
+                                 const StepCallback& on_step = nullptr);
+
+}  // namespace vtoken::engine

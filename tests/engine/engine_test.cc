@@ -1,0 +1,206 @@
+// Engine tests with a scripted runner: a HostKvStore stands in for the KV tensors, every token's
+// bytes encode (request, position), and each forward checks that the context it is given holds
+// exactly this request's tokens in increasing position order. The next token is a hash of the
+// live positions, so outputs depend on what was evicted, not on where tokens sit.
+#include "lib/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "lib/core/host_kv_store.h"
+
+namespace vtoken::engine {
+namespace {
+
+class FakeRunner final : public model::ModelRunner {
+ public:
+  FakeRunner(int64_t num_slots, bool async)
+      : store_(1, num_slots, 16),
+        engine_(async ? std::unique_ptr<CopyEngine>(new AsyncHostCopyEngine(store_, 50))
+                      : std::unique_ptr<CopyEngine>(new SyncHostCopyEngine(store_))) {}
+
+  int64_t vocab_size() const override { return 100; }
+  int64_t max_context() const override { return 1 << 20; }
+  std::optional<int32_t> bos_token_id() const override { return std::nullopt; }
+  const std::vector<int64_t>& eos_token_ids() const override { return eos_; }
+  int64_t kv_bytes_per_token() const override { return 16; }
+  int64_t num_slots() const override { return store_.num_slots(); }
+  CopyEngine& copy_engine() override { return *engine_; }
+  uint64_t TokenKvHash(SlotIndex slot) override { return vtoken::TokenKvHash(store_, slot); }
+  void ForgetRequest(int64_t) override {}
+
+  StatusOr<std::vector<model::RunnerOutput>> Forward(
+      const std::vector<model::RunnerInput>& inputs) override {
+    std::vector<model::RunnerOutput> outs;
+    for (const model::RunnerInput& in : inputs) {
+      for (size_t i = 0; i < in.tokens.size(); ++i) Write(in.write_slots[i], in.request, in.positions[i]);
+      std::vector<int64_t> positions;
+      for (SlotIndex slot : in.context_slots) {
+        auto [request, position] = Read(slot);
+        if (request != in.request) {
+          return InternalError("slot " + std::to_string(slot) + " holds request " +
+                               std::to_string(request) + ", expected " +
+                               std::to_string(in.request));
+        }
+        if (!positions.empty() && position <= positions.back()) {
+          return InternalError("context out of logical order");
+        }
+        positions.push_back(position);
+      }
+      if (!positions.empty() && positions.back() >= in.positions.front()) {
+        return InternalError("context reaches past the new tokens");
+      }
+      positions.insert(positions.end(), in.positions.begin(), in.positions.end());
+      model::RunnerOutput out;
+      uint64_t h = 0;
+      for (int64_t p : positions) {
+        h ^= static_cast<uint64_t>(p + 1) * 0x9e3779b97f4a7c15ULL;
+        // Heavy hitters at every 7th position; otherwise decaying with position.
+        out.attn.push_back(p % 7 == 0 ? 1.0f : 1.0f / static_cast<float>(2 + p % 5));
+        out.key_norm.push_back(1.0f + static_cast<float>(p % 3));
+      }
+      out.next_token = in.sample ? static_cast<int32_t>(h % 100) : -1;
+      outs.push_back(std::move(out));
+    }
+    return outs;
+  }
+
+ private:
+  void Write(SlotIndex slot, int64_t request, int64_t position) {
+    std::span<std::byte> b = store_.Token(0, slot);
+    std::memcpy(b.data(), &request, 8);
+    std::memcpy(b.data() + 8, &position, 8);
+  }
+  std::pair<int64_t, int64_t> Read(SlotIndex slot) const {
+    std::span<const std::byte> b = store_.Token(0, slot);
+    int64_t request, position;
+    std::memcpy(&request, b.data(), 8);
+    std::memcpy(&position, b.data() + 8, 8);
+    return {request, position};
+  }
+
+  HostKvStore store_;
+  std::unique_ptr<CopyEngine> engine_;
+  std::vector<int64_t> eos_;
+};
+
+std::vector<Request> Requests(int n, int64_t prompt, int64_t max_tokens, uint64_t seed) {
+  std::vector<Request> out;
+  uint64_t state = seed;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    r.id = i;
+    for (int64_t t = 0; t < prompt + i * 7; ++t) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      r.prompt_tokens.push_back(static_cast<int32_t>((state >> 33) % 100));
+    }
+    r.max_tokens = max_tokens;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+EngineOptions Opts(Mode mode, int32_t num_blocks) {
+  EngineOptions o;
+  o.mode = mode;
+  o.pool = {.num_blocks = num_blocks, .block_size = 16, .headroom_blocks = 4};
+  o.reclaim.trigger = ReclaimOptions::Trigger::kAlways;
+  o.policy = "h2o";
+  o.evictor = {.keep_ratio = 0.25, .num_sink = 4, .num_recent = 16};
+  o.max_prefill_chunk = 64;
+  o.verify = true;
+  return o;
+}
+
+StatusOr<EngineResult> RunWith(const EngineOptions& o, const std::vector<Request>& reqs,
+                           bool async = false) {
+  FakeRunner runner(int64_t{o.pool.num_blocks} * o.pool.block_size, async);
+  return RunEngine(o, runner, reqs);
+}
+
+double MeanBlocks(const EngineResult& r) {
+  double sum = 0;
+  for (const RequestResult& q : r.requests) sum += q.blocks_mean;
+  return sum / static_cast<double>(r.requests.size());
+}
+
+TEST(EngineTest, NaiveAndVtokenGiveIdenticalOutputsAndVtokenHoldsFewerBlocks) {
+  const std::vector<Request> reqs = Requests(6, 200, 80, 11);
+  StatusOr<EngineResult> naive = RunWith(Opts(Mode::kNaive, 400), reqs);
+  StatusOr<EngineResult> vtoken = RunWith(Opts(Mode::kVtoken, 400), reqs);
+  ASSERT_TRUE(naive.ok()) << naive.status().ToString();
+  ASSERT_TRUE(vtoken.ok()) << vtoken.status().ToString();
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(naive->requests[i].output_tokens.size(), 80u);
+    EXPECT_EQ(naive->requests[i].output_tokens, vtoken->requests[i].output_tokens) << i;
+    EXPECT_EQ(naive->requests[i].live_final, vtoken->requests[i].live_final);
+  }
+  EXPECT_GT(naive->evictions, 0);
+  EXPECT_EQ(naive->evictions, vtoken->evictions);
+  EXPECT_EQ(naive->moves, 0);
+  EXPECT_GT(vtoken->moves, 0);
+  EXPECT_EQ(vtoken->violations, 0) << vtoken->first_violations[0];
+  EXPECT_EQ(vtoken->hash_checks, vtoken->moves);
+  EXPECT_LT(MeanBlocks(*vtoken), 0.75 * MeanBlocks(*naive));
+  for (const RequestResult& r : vtoken->requests) {
+    EXPECT_LE(r.blocks_final, r.ideal_blocks_final + 1);
+  }
+}
+
+TEST(EngineTest, AsyncCopiesGiveTheSameOutputs) {
+  const std::vector<Request> reqs = Requests(4, 150, 40, 5);
+  StatusOr<EngineResult> sync = RunWith(Opts(Mode::kVtoken, 300), reqs, false);
+  StatusOr<EngineResult> async = RunWith(Opts(Mode::kVtoken, 300), reqs, true);
+  ASSERT_TRUE(sync.ok() && async.ok());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(sync->requests[i].output_tokens, async->requests[i].output_tokens);
+  }
+  EXPECT_EQ(async->violations, 0);
+  EXPECT_GT(async->hash_checks, 0);
+}
+
+TEST(EngineTest, NativeRecomputePreemptionKeepsOutputs) {
+  const std::vector<Request> reqs = Requests(4, 200, 60, 3);
+  EngineOptions roomy = Opts(Mode::kNative, 400);
+  EngineOptions tight = Opts(Mode::kNative, 44);
+  StatusOr<EngineResult> a = RunWith(roomy, reqs);
+  StatusOr<EngineResult> b = RunWith(tight, reqs);
+  ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+  EXPECT_EQ(a->preemptions, 0);
+  EXPECT_GT(b->preemptions, 0);
+  EXPECT_LT(b->peak_running, 4);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(a->requests[i].output_tokens, b->requests[i].output_tokens) << i;
+  }
+}
+
+TEST(EngineTest, VtokenAdmitsMoreUnderTheSameBudget) {
+  const std::vector<Request> reqs = Requests(12, 200, 120, 9);
+  EngineOptions naive = Opts(Mode::kNaive, 96);
+  EngineOptions vtoken = Opts(Mode::kVtoken, 96);
+  naive.verify = vtoken.verify = false;
+  StatusOr<EngineResult> n = RunWith(naive, reqs);
+  StatusOr<EngineResult> v = RunWith(vtoken, reqs);
+  ASSERT_TRUE(n.ok() && v.ok());
+  EXPECT_GT(v->peak_running, n->peak_running);
+}
+
+TEST(EngineTest, RejectsImpossibleConfigurations) {
+  const std::vector<Request> reqs = Requests(2, 200, 10, 1);
+  StatusOr<EngineResult> small = RunWith(Opts(Mode::kNaive, 12), reqs);
+  EXPECT_EQ(small.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(small.status().message().find("pool too small"), std::string::npos);
+  EngineOptions bad_policy = Opts(Mode::kNaive, 100);
+  bad_policy.policy = "no_such_policy";
+  EXPECT_EQ(RunWith(bad_policy, reqs).status().code(), StatusCode::kNotFound);
+  EngineOptions bad_ratio = Opts(Mode::kNaive, 100);
+  bad_ratio.evictor.keep_ratio = 1.5;
+  EXPECT_EQ(RunWith(bad_ratio, reqs).status().code(), StatusCode::kInvalidArgument);
+  EngineOptions o = Opts(Mode::kNaive, 100);
+  FakeRunner wrong_size(50 * 16, false);
+  EXPECT_EQ(RunEngine(o, wrong_size, reqs).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace vtoken::engine
