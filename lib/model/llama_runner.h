@@ -1,0 +1,65 @@
+// LlamaRunner: the libtorch ModelRunner. Owns a LlamaModel, its paged KV tensors
+// ([num_slots, num_kv_heads, head_dim] per layer for K and V), a TorchCopyEngine over them and one
+// sampler per request. LoadModel resolves a model spec: a Hugging Face directory, or
+// "synthetic:NAME" (real shapes, seeded random weights; see model::SyntheticConfigNames()).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/model/kv_tensors.h"
+#include "lib/model/llama.h"
+#include "lib/model/runner.h"
+#include "lib/model/sampler.h"
+#include "lib/model/torch_copy_engine.h"
+
+namespace vtoken::model {
+
+// Loads `spec`: a model directory (config.json + safetensors) or "synthetic:NAME". A synthetic
+// model whose weights would not fit in this machine's memory is refused with a message giving the
+// bytes it needs. `seed` seeds synthetic weights.
+StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
+                               const LlamaOptions& options = {});
+
+struct LlamaRunnerOptions {
+  int64_t num_slots = 0;      // KV slots (num_blocks * block_size). Must be >= 1.
+  bool async_copies = false;  // Relocation copies on a worker thread.
+};
+
+class LlamaRunner final : public ModelRunner {
+ public:
+  static StatusOr<std::unique_ptr<LlamaRunner>> Create(LlamaModel model,
+                                                       const LlamaRunnerOptions& options);
+
+  int64_t vocab_size() const override { return model_.config().vocab_size; }
+  int64_t max_context() const override { return model_.config().max_position_embeddings; }
+  std::optional<int32_t> bos_token_id() const override {
+    if (model_.config().bos_token_ids.empty()) return std::nullopt;
+    return static_cast<int32_t>(model_.config().bos_token_ids.front());
+  }
+  const std::vector<int64_t>& eos_token_ids() const override {
+    return model_.config().eos_token_ids;
+  }
+  int64_t kv_bytes_per_token() const override;
+  int64_t num_slots() const override { return kv_.num_slots(); }
+  StatusOr<std::vector<RunnerOutput>> Forward(const std::vector<RunnerInput>& inputs) override;
+  CopyEngine& copy_engine() override { return *copy_engine_; }
+  uint64_t TokenKvHash(SlotIndex slot) override { return model::TokenKvHash(kv_, slot); }
+  void ForgetRequest(int64_t request) override { samplers_.erase(request); }
+
+  const LlamaModel& model() const { return model_; }
+  KvTensors& kv() { return kv_; }
+
+ private:
+  LlamaRunner(LlamaModel model, KvTensors kv, bool async);
+
+  LlamaModel model_;
+  KvTensors kv_;
+  std::unique_ptr<TorchCopyEngine> copy_engine_;
+  std::map<int64_t, Sampler> samplers_;
+};
+
+}  // namespace vtoken::model
