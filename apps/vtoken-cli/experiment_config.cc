@@ -1,0 +1,319 @@
+#include "apps/vtoken-cli/experiment_config.h"
+
+#include <xxhash.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <set>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace vtoken::cli {
+namespace {
+
+// Reads typed keys of one TOML table and remembers which it consumed, so leftovers can be
+// reported as unknown keys.
+class Section {
+ public:
+  Section(const toml::table* table, std::string prefix, const std::string& file)
+      : table_(table), prefix_(std::move(prefix)), file_(file) {}
+
+  Status Int(const char* key, int64_t& out) { return Get<int64_t>(key, out, "an integer"); }
+  Status Int32(const char* key, int32_t& out) {
+    int64_t v = out;
+    VTOKEN_RETURN_IF_ERROR(Int(key, v));
+    if (v < INT32_MIN || v > INT32_MAX) return Error(key, "is out of range");
+    out = static_cast<int32_t>(v);
+    return Status::Ok();
+  }
+  Status Uint(const char* key, uint64_t& out) {
+    int64_t v = static_cast<int64_t>(out);
+    VTOKEN_RETURN_IF_ERROR(Int(key, v));
+    if (v < 0) return Error(key, "must be >= 0");
+    out = static_cast<uint64_t>(v);
+    return Status::Ok();
+  }
+  Status Double(const char* key, double& out) {
+    const toml::node* n = Node(key);
+    if (n == nullptr) return Status::Ok();
+    if (auto d = n->value_exact<double>()) {
+      out = *d;
+    } else if (auto i = n->value_exact<int64_t>()) {
+      out = static_cast<double>(*i);
+    } else {
+      return Error(key, "must be a number");
+    }
+    return Status::Ok();
+  }
+  Status Bool(const char* key, bool& out) { return Get<bool>(key, out, "true or false"); }
+  Status String(const char* key, std::string& out) {
+    return Get<std::string>(key, out, "a string");
+  }
+  Status StringArray(const char* key, std::vector<std::string>& out) {
+    const toml::node* n = Node(key);
+    if (n == nullptr) return Status::Ok();
+    const toml::array* a = n->as_array();
+    if (a == nullptr) return Error(key, "must be an array of strings");
+    out.clear();
+    for (const toml::node& e : *a) {
+      auto s = e.value_exact<std::string>();
+      if (!s) return Error(key, "must be an array of strings");
+      out.push_back(*s);
+    }
+    return Status::Ok();
+  }
+  // A sub-table, or nullptr when absent. Error when present but not a table.
+  StatusOr<const toml::table*> Table(const char* key) {
+    const toml::node* n = Node(key);
+    if (n == nullptr) return static_cast<const toml::table*>(nullptr);
+    if (!n->is_table()) return Error(key, "must be a table");
+    return n->as_table();
+  }
+  Status Finish() const {
+    if (table_ == nullptr) return Status::Ok();
+    for (const auto& [key, value] : *table_) {
+      if (!used_.count(std::string(key.str()))) {
+        return InvalidArgumentError(file_ + ": unknown key '" + Path(std::string(key.str())) +
+                                    "'");
+      }
+    }
+    return Status::Ok();
+  }
+  Status Error(const char* key, const std::string& what) const {
+    return InvalidArgumentError(file_ + ": key '" + Path(key) + "' " + what);
+  }
+
+ private:
+  const toml::node* Node(const char* key) {
+    used_.insert(key);
+    if (table_ == nullptr) return nullptr;
+    return table_->get(key);
+  }
+  template <typename T>
+  Status Get(const char* key, T& out, const char* type) {
+    const toml::node* n = Node(key);
+    if (n == nullptr) return Status::Ok();
+    auto v = n->value_exact<T>();
+    if (!v) return Error(key, std::string("must be ") + type);
+    out = *v;
+    return Status::Ok();
+  }
+  std::string Path(const std::string& key) const {
+    return prefix_.empty() ? key : prefix_ + "." + key;
+  }
+
+  const toml::table* table_;
+  std::string prefix_;
+  const std::string& file_;
+  std::set<std::string> used_;
+};
+
+Status ApplyOverride(toml::table& root, const std::string& file, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    return InvalidArgumentError("--set '" + assignment + "': expected key=value");
+  }
+  const std::string path = assignment.substr(0, eq);
+  const std::string text = assignment.substr(eq + 1);
+  toml::table* table = &root;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = path.find('.', start);
+    if (dot == std::string::npos) break;
+    const std::string part = path.substr(start, dot - start);
+    toml::node* n = table->get(part);
+    if (n == nullptr) {
+      table->insert(part, toml::table{});
+      n = table->get(part);
+    }
+    if (!n->is_table()) {
+      return InvalidArgumentError("--set " + path + ": '" + part + "' in " + file +
+                                  " is not a table");
+    }
+    table = n->as_table();
+    start = dot + 1;
+  }
+  const std::string leaf = path.substr(start);
+  try {
+    toml::table parsed = toml::parse("v = " + text);
+    table->insert_or_assign(leaf, *parsed.get("v"));
+  } catch (const toml::parse_error&) {
+    table->insert_or_assign(leaf, text);  // Not a TOML value: take it as a bare string.
+  }
+  return Status::Ok();
+}
+
+Status ParsePolicyParams(const toml::table* t, const std::string& file, RawParams& out) {
+  if (t == nullptr) return Status::Ok();
+  for (const auto& [key, node] : *t) {
+    const std::string k(key.str());
+    if (auto i = node.value_exact<int64_t>()) {
+      out[k] = *i;
+    } else if (auto d = node.value_exact<double>()) {
+      out[k] = *d;
+    } else if (auto b = node.value_exact<bool>()) {
+      out[k] = *b;
+    } else if (auto s = node.value_exact<std::string>()) {
+      out[k] = *s;
+    } else {
+      return InvalidArgumentError(file + ": key 'policy.params." + k +
+                                  "' must be an integer, number, boolean or string");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Parse(const toml::table& root, ExperimentConfig& c) {
+  const std::string& f = c.file;
+  Section top(&root, "", f);
+  std::vector<std::string> modes = {"native", "naive", "vtoken"};
+  VTOKEN_RETURN_IF_ERROR(top.String("name", c.name));
+  VTOKEN_RETURN_IF_ERROR(top.StringArray("modes", modes));
+  VTOKEN_RETURN_IF_ERROR(top.String("db", c.db));
+  VTOKEN_RETURN_IF_ERROR(top.Uint("seed", c.engine.seed));
+
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* model_t, top.Table("model"));
+  Section model(model_t, "model", f);
+  VTOKEN_RETURN_IF_ERROR(model.String("path", c.model));
+  VTOKEN_RETURN_IF_ERROR(model.Uint("seed", c.model_seed));
+  VTOKEN_RETURN_IF_ERROR(model.Finish());
+
+  engine::WorkloadOptions& w = c.workload;
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* work_t, top.Table("workload"));
+  Section work(work_t, "workload", f);
+  VTOKEN_RETURN_IF_ERROR(work.String("kind", w.kind));
+  VTOKEN_RETURN_IF_ERROR(work.Int("num_requests", w.num_requests));
+  VTOKEN_RETURN_IF_ERROR(work.Uint("seed", w.seed));
+  VTOKEN_RETURN_IF_ERROR(work.Double("input_mean", w.input_mean));
+  VTOKEN_RETURN_IF_ERROR(work.Double("output_mean", w.output_mean));
+  VTOKEN_RETURN_IF_ERROR(work.Double("length_sigma", w.length_sigma));
+  VTOKEN_RETURN_IF_ERROR(work.Int("input_min", w.input_min));
+  VTOKEN_RETURN_IF_ERROR(work.Int("input_max", w.input_max));
+  VTOKEN_RETURN_IF_ERROR(work.Int("output_min", w.output_min));
+  VTOKEN_RETURN_IF_ERROR(work.Int("output_max", w.output_max));
+  VTOKEN_RETURN_IF_ERROR(work.Int("max_total_tokens", w.max_total_tokens));
+  VTOKEN_RETURN_IF_ERROR(work.String("arrival", w.arrival));
+  VTOKEN_RETURN_IF_ERROR(work.Double("rate", w.rate));
+  VTOKEN_RETURN_IF_ERROR(work.Double("gamma_cv", w.gamma_cv));
+  VTOKEN_RETURN_IF_ERROR(work.Int32("prefix_sharing_degree", w.prefix_sharing_degree));
+  VTOKEN_RETURN_IF_ERROR(work.Double("shared_prefix_fraction", w.shared_prefix_fraction));
+  VTOKEN_RETURN_IF_ERROR(work.String("jsonl", w.jsonl_path));
+  VTOKEN_RETURN_IF_ERROR(work.Int("jsonl_default_max_tokens", w.jsonl_default_max_tokens));
+  VTOKEN_RETURN_IF_ERROR(work.String("corpus", w.corpus_path));
+  VTOKEN_RETURN_IF_ERROR(work.Finish());
+
+  engine::EngineOptions& e = c.engine;
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* eng_t, top.Table("engine"));
+  Section eng(eng_t, "engine", f);
+  VTOKEN_RETURN_IF_ERROR(eng.Int32("num_blocks", e.pool.num_blocks));
+  VTOKEN_RETURN_IF_ERROR(eng.Int32("block_size", e.pool.block_size));
+  VTOKEN_RETURN_IF_ERROR(eng.Int32("headroom_blocks", e.pool.headroom_blocks));
+  VTOKEN_RETURN_IF_ERROR(eng.Int32("max_num_seqs", e.max_num_seqs));
+  VTOKEN_RETURN_IF_ERROR(eng.Int("max_prefill_chunk", e.max_prefill_chunk));
+  VTOKEN_RETURN_IF_ERROR(eng.Bool("indirection_only", e.indirection_only));
+  VTOKEN_RETURN_IF_ERROR(eng.Bool("force_sync", e.force_sync));
+  VTOKEN_RETURN_IF_ERROR(eng.Bool("stop_at_eos", e.stop_at_eos));
+  VTOKEN_RETURN_IF_ERROR(eng.Int32("obs_window", e.obs_window));
+  VTOKEN_RETURN_IF_ERROR(eng.Bool("verify", e.verify));
+  VTOKEN_RETURN_IF_ERROR(eng.Bool("async_copies", c.async_copies));
+  VTOKEN_RETURN_IF_ERROR(eng.Finish());
+
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* pol_t, top.Table("policy"));
+  Section pol(pol_t, "policy", f);
+  VTOKEN_RETURN_IF_ERROR(pol.String("name", e.policy));
+  VTOKEN_RETURN_IF_ERROR(pol.Int("budget_tokens", e.evictor.budget_tokens));
+  VTOKEN_RETURN_IF_ERROR(pol.Double("keep_ratio", e.evictor.keep_ratio));
+  if (pol_t != nullptr && pol_t->get("budget_tokens") != nullptr &&
+      pol_t->get("keep_ratio") == nullptr) {
+    e.evictor.keep_ratio = 0;  // An absolute budget replaces the default ratio.
+  }
+  VTOKEN_RETURN_IF_ERROR(pol.Int("num_sink", e.evictor.num_sink));
+  VTOKEN_RETURN_IF_ERROR(pol.Int("num_recent", e.evictor.num_recent));
+  VTOKEN_RETURN_IF_ERROR(pol.Int("evict_interval", e.evictor.evict_interval));
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* params_t, pol.Table("params"));
+  VTOKEN_RETURN_IF_ERROR(ParsePolicyParams(params_t, f, e.policy_params));
+  VTOKEN_RETURN_IF_ERROR(pol.Finish());
+
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* rec_t, top.Table("reclaim"));
+  Section rec(rec_t, "reclaim", f);
+  std::string trigger = "pressure";
+  VTOKEN_RETURN_IF_ERROR(rec.String("trigger", trigger));
+  StatusOr<ReclaimOptions::Trigger> t = ParseTrigger(trigger);
+  if (!t.ok()) return rec.Error("trigger", "must be \"pressure\" or \"always\"");
+  e.reclaim.trigger = *t;
+  VTOKEN_RETURN_IF_ERROR(rec.Double("frag_threshold", e.reclaim.frag_threshold));
+  VTOKEN_RETURN_IF_ERROR(rec.Double("low_watermark", e.reclaim.low_watermark));
+  VTOKEN_RETURN_IF_ERROR(rec.Int("max_moves_per_step", e.reclaim.max_moves_per_step));
+  VTOKEN_RETURN_IF_ERROR(rec.Finish());
+
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* samp_t, top.Table("sampling"));
+  Section samp(samp_t, "sampling", f);
+  VTOKEN_RETURN_IF_ERROR(samp.Double("temperature", e.sampling.temperature));
+  VTOKEN_RETURN_IF_ERROR(samp.Double("top_p", e.sampling.top_p));
+  VTOKEN_RETURN_IF_ERROR(samp.Uint("seed", e.sampling.seed));
+  VTOKEN_RETURN_IF_ERROR(samp.Finish());
+  VTOKEN_RETURN_IF_ERROR(top.Finish());
+
+  // Modes: native first, so the others can be scored against its outputs.
+  c.modes.clear();
+  for (const std::string& m : modes) {
+    StatusOr<Mode> mode = ParseMode(m);
+    if (!mode.ok()) return top.Error("modes", mode.status().message());
+    if (std::find(c.modes.begin(), c.modes.end(), *mode) != c.modes.end()) {
+      return top.Error("modes", "names mode " + m + " twice");
+    }
+    c.modes.push_back(*mode);
+  }
+  if (c.modes.empty()) return top.Error("modes", "must name at least one mode");
+  std::stable_sort(c.modes.begin(), c.modes.end(), [](Mode a, Mode b) {
+    return (a == Mode::kNative) > (b == Mode::kNative);
+  });
+  if (c.engine.evictor.keep_ratio > 0 && c.engine.evictor.budget_tokens > 0) {
+    return pol.Error("budget_tokens", "and policy.keep_ratio are exclusive: give one");
+  }
+  VTOKEN_RETURN_IF_ERROR(ValidateBlockPoolOptions(e.pool));
+  VTOKEN_RETURN_IF_ERROR(ValidateReclaimOptions(e.reclaim));
+  VTOKEN_RETURN_IF_ERROR(engine::ValidateWorkloadOptions(w));
+  if (std::find(c.modes.begin(), c.modes.end(), Mode::kNative) == c.modes.end() ||
+      c.modes.size() > 1) {
+    VTOKEN_RETURN_IF_ERROR(ValidateEvictorOptions(e.evictor));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ExperimentConfig> LoadExperimentConfig(const std::string& path,
+                                                const std::vector<std::string>& overrides) {
+  if (!std::filesystem::exists(path)) return NotFoundError("config file " + path + " not found");
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& err) {
+    return InvalidArgumentError(path + ":" + std::to_string(err.source().begin.line) + ": " +
+                                std::string(err.description()));
+  }
+  for (const std::string& o : overrides) VTOKEN_RETURN_IF_ERROR(ApplyOverride(root, path, o));
+  ExperimentConfig c;
+  c.file = path;
+  c.name = std::filesystem::path(path).stem().string();
+  VTOKEN_RETURN_IF_ERROR(Parse(root, c));
+  for (Mode mode : c.modes) {
+    toml::table resolved = root;
+    resolved.insert_or_assign("modes", toml::array{std::string(ModeName(mode))});
+    resolved.insert_or_assign("name", c.name);
+    std::ostringstream out;
+    out << resolved;
+    c.resolved_toml.push_back(out.str());
+  }
+  return c;
+}
+
+std::string ConfigHash(const std::string& resolved_toml) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx",
+                static_cast<unsigned long long>(XXH64(resolved_toml.data(), resolved_toml.size(), 0)));
+  return buf;
+}
+
+}  // namespace vtoken::cli

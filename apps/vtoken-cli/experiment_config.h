@@ -1,0 +1,40 @@
+// Experiment configuration: the TOML file of `vtoken-cli run` / `sweep`, parsed into the option
+// structs of the engine. Only apps/ parses TOML. Every key is documented in
+// docs/EXPERIMENTS.md; an unknown key, a wrong type or an impossible value is an error naming the
+// file and the key, reported before anything runs or is written.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "lib/core/status.h"
+#include "lib/core/types.h"
+#include "lib/engine/engine.h"
+#include "lib/engine/workload.h"
+
+namespace vtoken::cli {
+
+struct ExperimentConfig {
+  std::string name;                    // Experiment name (defaults to the file's stem).
+  std::string file;                    // The TOML file it came from.
+  std::vector<Mode> modes;             // Runs to make, one per mode, native first.
+  std::string db = "results/vtoken.db";
+  std::string model = "models/vt-tiny";  // Model directory or "synthetic:NAME".
+  uint64_t model_seed = 1;             // Seeds synthetic weights.
+  bool async_copies = true;            // Relocation copies on a worker thread.
+  engine::WorkloadOptions workload;
+  engine::EngineOptions engine;        // `mode` is set per run.
+  // The resolved configuration as TOML (overrides applied), one text per mode: what a run
+  // records, and what its config hash is computed from.
+  std::vector<std::string> resolved_toml;
+};
+
+// Reads `path`, applies `overrides` ("section.key=value", value parsed as a TOML value, or as a
+// string when it does not parse), and validates. Errors name the file and key.
+StatusOr<ExperimentConfig> LoadExperimentConfig(const std::string& path,
+                                                const std::vector<std::string>& overrides);
+
+// Hex xxhash64 of a resolved config text.
+std::string ConfigHash(const std::string& resolved_toml);
+
+}  // namespace vtoken::cli

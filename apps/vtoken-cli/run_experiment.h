@@ -1,0 +1,27 @@
+// Running one experiment config (all its modes) into the result store; shared by `run` and
+// `sweep`. Prints a live progress line on stderr.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "apps/vtoken-cli/experiment_config.h"
+#include "lib/core/status.h"
+
+namespace vtoken::cli {
+
+struct RunOutcome {
+  std::vector<int64_t> run_ids;  // One per mode, in config.modes order.
+};
+
+// Validates everything (model, tokenizer, workload, engine options for every mode) before it
+// opens the database; then runs each mode as one run. `sweep` tags the runs. A failing mode is
+// marked failed in the database and its error returned.
+StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::string& db_path,
+                                   const std::string& sweep, bool dry_run);
+
+// Prints the summary table of `run_ids` (ratios against the first) from the database.
+Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& run_ids);
+
+}  // namespace vtoken::cli

@@ -1,0 +1,59 @@
+// `vtoken-cli run CONFIG.toml`: one experiment, one run per mode, recorded in SQLite.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "apps/vtoken-cli/command.h"
+#include "apps/vtoken-cli/experiment_config.h"
+#include "apps/vtoken-cli/run_experiment.h"
+
+namespace vtoken::cli {
+namespace {
+
+struct RunArgs {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string db;
+  bool dry_run = false;
+};
+
+int RunRun(const RunArgs& a) {
+  StatusOr<ExperimentConfig> config = LoadExperimentConfig(a.config, a.sets);
+  if (!config.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  const std::string db = a.db.empty() ? config->db : a.db;
+  StatusOr<RunOutcome> outcome = RunExperiment(*config, db, "", a.dry_run);
+  if (!outcome.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: %s\n", outcome.status().message().c_str());
+    return 1;
+  }
+  if (a.dry_run) return 0;
+  std::printf("\n%s: runs", config->name.c_str());
+  for (int64_t id : outcome->run_ids) std::printf(" %lld", static_cast<long long>(id));
+  std::printf(" in %s\n\n", db.c_str());
+  Status s = PrintComparison(db, outcome->run_ids);
+  if (!s.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: %s\n", s.message().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+CLI::App* SetupRun(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* cmd = app.add_subcommand("run", "Run an experiment config (one run per mode)");
+  cmd->add_option("config", a->config, "Experiment TOML file")->required();
+  cmd->add_option("--set", a->sets, "Override a config key: section.key=value (repeatable)");
+  cmd->add_option("--db", a->db, "Result database (default: the config's db, results/vtoken.db)");
+  cmd->add_flag("--dry-run", a->dry_run, "Validate and print the resolved config; run nothing");
+  cmd->callback([a] { SetExitCode(RunRun(*a)); });
+  return cmd;
+}
+
+}  // namespace
+
+VTOKEN_REGISTER_COMMAND("run", SetupRun);
+
+}  // namespace vtoken::cli

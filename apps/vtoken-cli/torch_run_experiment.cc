@@ -1,0 +1,190 @@
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "apps/vtoken-cli/run_experiment.h"
+#include "lib/engine/result_store.h"
+#include "lib/engine/rouge.h"
+#include "lib/engine/run_summary.h"
+#include "lib/engine/workload.h"
+#include "lib/model/io/tokenizer.h"
+#include "lib/model/llama_runner.h"
+
+namespace vtoken::cli {
+namespace {
+
+std::string GitSha() {
+  FILE* p = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
+  if (p == nullptr) return "";
+  char buf[64] = {0};
+  std::string sha;
+  if (fgets(buf, sizeof(buf), p) != nullptr) sha = buf;
+  pclose(p);
+  while (!sha.empty() && (sha.back() == '\n' || sha.back() == '\r')) sha.pop_back();
+  if (sha.empty()) return "";
+  p = popen("git status --porcelain --untracked-files=no 2>/dev/null", "r");
+  if (p != nullptr) {
+    if (fgets(buf, sizeof(buf), p) != nullptr) sha += "-dirty";
+    pclose(p);
+  }
+  return sha;
+}
+
+bool IsSynthetic(const std::string& model) { return model.rfind("synthetic:", 0) == 0; }
+
+StatusOr<std::unique_ptr<model::LlamaRunner>> MakeRunner(const ExperimentConfig& c) {
+  VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed));
+  return model::LlamaRunner::Create(
+      std::move(m), {.num_slots = int64_t{c.engine.pool.num_blocks} * c.engine.pool.block_size,
+                     .async_copies = c.async_copies});
+}
+
+}  // namespace
+
+StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string& db_path,
+                                   const std::string& sweep, bool dry_run) {
+  // Everything that can fail on bad input fails here, before the database is touched.
+  std::optional<model::Tokenizer> tokenizer;
+  if (!IsSynthetic(c.model)) {
+    VTOKEN_ASSIGN_OR_RETURN(model::Tokenizer t, model::Tokenizer::Load(c.model + "/tokenizer.json"));
+    tokenizer = std::move(t);
+  }
+  if (c.workload.kind != "jsonl" && tokenizer && c.workload.corpus_path.empty()) {
+    return InvalidArgumentError(c.file + ": workload.corpus is required for a real model");
+  }
+  if (!c.workload.corpus_path.empty() && !std::filesystem::exists(c.workload.corpus_path)) {
+    return NotFoundError("corpus file " + c.workload.corpus_path +
+                         " not found (scripts/make-corpus.sh builds the KJV corpus)");
+  }
+  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaRunner> probe, MakeRunner(c));
+  engine::WorkloadOptions wo = c.workload;
+  VTOKEN_ASSIGN_OR_RETURN(
+      std::vector<engine::Request> requests,
+      engine::GenerateWorkload(wo, tokenizer ? &*tokenizer : nullptr, probe->vocab_size()));
+  for (Mode mode : c.modes) {
+    engine::EngineOptions o = c.engine;
+    o.mode = mode;
+    VTOKEN_RETURN_IF_ERROR(engine::ValidateEngineOptions(o, *probe, requests));
+  }
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  for (const engine::Request& r : requests) {
+    prompt_tokens += static_cast<int64_t>(r.prompt_tokens.size());
+    output_tokens += r.max_tokens;
+  }
+  std::fprintf(stderr,
+               "experiment %s: model %s, %zu requests (%s, %lld prompt / %lld output tokens), "
+               "pool %d x %d slots, modes:",
+               c.name.c_str(), c.model.c_str(), requests.size(), c.workload.kind.c_str(),
+               static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens),
+               c.engine.pool.num_blocks, c.engine.pool.block_size);
+  for (Mode m : c.modes) std::fprintf(stderr, " %s", ModeName(m));
+  std::fprintf(stderr, "\n");
+  if (dry_run) {
+    for (size_t i = 0; i < c.modes.size(); ++i) {
+      std::printf("# run %zu: %s (config hash %s)\n%s\n", i + 1, ModeName(c.modes[i]),
+                  ConfigHash(c.resolved_toml[i]).c_str(), c.resolved_toml[i].c_str());
+    }
+    return RunOutcome{};
+  }
+  probe.reset();
+
+  VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::Open(db_path));
+  const std::string sha = GitSha();
+  RunOutcome outcome;
+  std::vector<std::string> native_text, naive_text;
+  for (size_t mi = 0; mi < c.modes.size(); ++mi) {
+    const Mode mode = c.modes[mi];
+    engine::EngineOptions o = c.engine;
+    o.mode = mode;
+    engine::RunRecord rec;
+    rec.git_sha = sha;
+    rec.config_toml = c.resolved_toml[mi];
+    rec.config_hash = ConfigHash(c.resolved_toml[mi]);
+    rec.sweep = sweep;
+    rec.model = c.model;
+    rec.mode = ModeName(mode);
+    rec.policy = mode == Mode::kNative || o.indirection_only ? "" : o.policy;
+    rec.budget = o.evictor.budget_tokens > 0 ? static_cast<double>(o.evictor.budget_tokens)
+                                             : o.evictor.keep_ratio;
+    rec.block_size = o.pool.block_size;
+    rec.num_blocks = o.pool.num_blocks;
+    rec.workload = c.workload.kind == "jsonl" ? c.workload.jsonl_path : c.workload.kind;
+    rec.seed = o.seed;
+    VTOKEN_ASSIGN_OR_RETURN(int64_t run_id, store.BeginRun(rec));
+    outcome.run_ids.push_back(run_id);
+    auto fail = [&](const Status& s) {
+      store.FailRun(run_id, s.message()).IgnoreError();
+      std::fprintf(stderr, "\n");
+      return s;
+    };
+    StatusOr<std::unique_ptr<model::LlamaRunner>> runner = MakeRunner(c);
+    if (!runner.ok()) return fail(runner.status());
+    const std::string label = std::string(ModeName(mode));
+    StatusOr<engine::EngineResult> result = engine::RunEngine(
+        o, **runner, requests,
+        [&](const engine::StepResult& s, int64_t finished, int64_t total) {
+          if (s.step % 10 != 0 && finished != total) return;
+          std::fprintf(stderr,
+                       "\r[%s %zu/%zu] %6.1fs step %5lld  done %3lld/%lld  running %3d  "
+                       "waiting %3d  blocks %5lld  F %.2f   ",
+                       label.c_str(), mi + 1, c.modes.size(), s.time_s,
+                       static_cast<long long>(s.step), static_cast<long long>(finished),
+                       static_cast<long long>(total), s.num_running, s.num_waiting,
+                       static_cast<long long>(s.allocated_blocks), s.waste_ratio);
+          std::fflush(stderr);
+        });
+    if (!result.ok()) return fail(result.status());
+    std::fprintf(stderr, "\n");
+    if (result->violations > 0) {
+      return fail(InternalError("verification found " + std::to_string(result->violations) +
+                                " violations; first: " + result->first_violations[0]));
+    }
+    std::vector<engine::OutputRecord> outputs;
+    std::vector<std::string> texts;
+    for (const engine::RequestResult& q : result->requests) {
+      std::string text = tokenizer ? tokenizer->Decode(q.output_tokens) : std::string();
+      if (!tokenizer) {
+        for (int32_t t : q.output_tokens) text += std::to_string(t) + " ";
+      }
+      texts.push_back(text);
+      outputs.push_back({.request_id = q.id, .text = text, .token_ids = q.output_tokens});
+    }
+    std::vector<double> rouge_native, rouge_ref;
+    if (mode == Mode::kNative) native_text = texts;
+    if (mode == Mode::kNaive) naive_text = texts;
+    std::vector<double> rouge_naive;
+    if (mode == Mode::kVtoken && !naive_text.empty()) {
+      for (size_t i = 0; i < texts.size(); ++i) {
+        rouge_naive.push_back(engine::RougeLF1(texts[i], naive_text[i]));
+      }
+    }
+    if (!native_text.empty()) {
+      for (size_t i = 0; i < texts.size(); ++i) {
+        rouge_native.push_back(engine::RougeLF1(texts[i], native_text[i]));
+      }
+    }
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (requests[i].reference) rouge_ref.push_back(engine::RougeLF1(texts[i], *requests[i].reference));
+    }
+    Status s = store.AppendSteps(run_id, engine::ToStepRecords(*result));
+    if (s.ok()) s = store.AppendRequests(run_id, engine::ToRequestRecords(*result));
+    if (s.ok()) s = store.AppendOutputs(run_id, outputs);
+    if (s.ok()) {
+      std::map<std::string, double> summary =
+          engine::SummarizeRun(*result, rouge_native, rouge_ref);
+      if (!rouge_naive.empty()) {
+        double sum = 0;
+        for (double x : rouge_naive) sum += x;
+        summary["rouge_l_vs_naive"] = sum / static_cast<double>(rouge_naive.size());
+      }
+      s = store.FinishRun(run_id, summary, {{"experiment", c.name}});
+    }
+    if (!s.ok()) return fail(s);
+  }
+  return outcome;
+}
+
+}  // namespace vtoken::cli

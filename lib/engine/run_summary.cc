@@ -1,0 +1,137 @@
+#include "lib/engine/run_summary.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "lib/engine/stats.h"
+
+namespace vtoken::engine {
+namespace {
+
+double MeanOf(const std::vector<double>& v) {
+  if (v.empty()) return std::numeric_limits<double>::quiet_NaN();
+  double sum = 0;
+  for (double x : v) sum += x;
+  return sum / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+std::vector<StepRecord> ToStepRecords(const EngineResult& result) {
+  std::vector<StepRecord> out;
+  out.reserve(result.steps.size());
+  for (const StepResult& s : result.steps) {
+    StepRecord r;
+    r.step = s.step;
+    r.time_s = s.time_s;
+    r.num_running = s.num_running;
+    r.num_waiting = s.num_waiting;
+    r.free_blocks = s.free_blocks;
+    r.allocated_blocks = static_cast<int32_t>(s.allocated_blocks);
+    r.live_slots = s.live_slots;
+    r.waste_ratio = s.waste_ratio;
+    r.held_blocks = static_cast<int32_t>(s.held_blocks);
+    r.ideal_blocks = static_cast<int32_t>(s.ideal_blocks);
+    for (int i = 0; i < 4; ++i) r.hist[i] = static_cast<int32_t>(s.hist[i]);
+    r.moves = s.moves;
+    r.fence_waits = s.fence_waits;
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<RequestRecord> ToRequestRecords(const EngineResult& result) {
+  std::vector<RequestRecord> out;
+  out.reserve(result.requests.size());
+  for (const RequestResult& q : result.requests) {
+    RequestRecord r;
+    r.request_id = q.id;
+    r.prompt_tokens = q.prompt_tokens;
+    r.output_tokens = static_cast<int64_t>(q.output_tokens.size());
+    r.arrival_s = q.arrival_s;
+    r.first_token_s = q.first_token_s;
+    r.finish_s = q.finish_s;
+    r.ttft_s = q.ttft_s;
+    r.tpot_s = q.tpot_s;
+    r.e2e_s = q.e2e_s;
+    r.preemptions = q.preemptions;
+    r.blocks_mean = q.blocks_mean;
+    r.blocks_final = q.blocks_final;
+    r.ideal_blocks_final = static_cast<int32_t>(q.ideal_blocks_final);
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::map<std::string, double> SummarizeRun(const EngineResult& r,
+                                           const std::vector<double>& rouge_vs_native,
+                                           const std::vector<double>& rouge_vs_reference) {
+  std::map<std::string, double> s;
+  std::vector<double> ttft, tpot, e2e, blocks, blocks_final, live_final, ideal_final;
+  double output_tokens = 0;
+  for (const RequestResult& q : r.requests) {
+    ttft.push_back(q.ttft_s);
+    if (q.output_tokens.size() > 1) tpot.push_back(q.tpot_s);
+    e2e.push_back(q.e2e_s);
+    blocks.push_back(q.blocks_mean);
+    blocks_final.push_back(q.blocks_final);
+    live_final.push_back(static_cast<double>(q.live_final));
+    ideal_final.push_back(static_cast<double>(q.ideal_blocks_final));
+    output_tokens += static_cast<double>(q.output_tokens.size());
+  }
+  s["requests"] = static_cast<double>(r.requests.size());
+  s["output_tokens"] = output_tokens;
+  s["wall_s"] = r.wall_s;
+  s["throughput_tok_s"] = r.wall_s > 0 ? output_tokens / r.wall_s : 0;
+  s["throughput_req_s"] = r.wall_s > 0 ? static_cast<double>(r.requests.size()) / r.wall_s : 0;
+  for (const auto& [name, values] :
+       {std::pair<const char*, const std::vector<double>*>{"ttft", &ttft},
+        {"tpot", &tpot},
+        {"e2e", &e2e}}) {
+    const LatencySummary l = Summarize(*values);
+    s[std::string(name) + "_p50"] = l.p50;
+    s[std::string(name) + "_p95"] = l.p95;
+    s[std::string(name) + "_p99"] = l.p99;
+  }
+  s["preemptions"] = static_cast<double>(r.preemptions);
+  s["peak_running"] = r.peak_running;
+  s["evictions"] = static_cast<double>(r.evictions);
+  s["blocks_mean"] = MeanOf(blocks);
+  s["blocks_final_mean"] = MeanOf(blocks_final);
+  s["live_final_mean"] = MeanOf(live_final);
+  s["ideal_final_mean"] = MeanOf(ideal_final);
+  double waste = 0, waste_steps = 0, peak_allocated = 0;
+  std::array<double, 4> hist{};
+  double hist_total = 0;
+  for (const StepResult& st : r.steps) {
+    peak_allocated = std::max(peak_allocated, static_cast<double>(st.allocated_blocks));
+    if (st.allocated_blocks == 0) continue;
+    waste += st.waste_ratio;
+    ++waste_steps;
+    for (int i = 0; i < 4; ++i) {
+      hist[i] += static_cast<double>(st.hist[i]);
+      hist_total += static_cast<double>(st.hist[i]);
+    }
+  }
+  s["waste_ratio_mean"] = waste_steps > 0 ? waste / waste_steps : 0;
+  s["peak_allocated_blocks"] = peak_allocated;
+  for (int i = 0; i < 4; ++i) {
+    s["util_hist_" + std::to_string(i)] = hist_total > 0 ? hist[i] / hist_total : 0;
+  }
+  s["plans"] = static_cast<double>(r.plans);
+  s["moves"] = static_cast<double>(r.moves);
+  s["bytes_moved"] = static_cast<double>(r.bytes_moved);
+  s["blocks_reclaimed"] = static_cast<double>(r.blocks_reclaimed);
+  s["planner_s"] = r.planner_s;
+  s["fence_waits"] = static_cast<double>(r.fence_waits);
+  s["fence_s"] = r.fence_s;
+  s["forward_s"] = r.forward_s;
+  s["policy_s"] = r.policy_s;
+  s["violations"] = static_cast<double>(r.violations);
+  s["rouge_l_vs_native"] = MeanOf(rouge_vs_native);
+  s["rouge_l_vs_reference"] = MeanOf(rouge_vs_reference);
+  return s;
+}
+
+}  // namespace vtoken::engine

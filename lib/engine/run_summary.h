@@ -1,0 +1,36 @@
+// Turns an EngineResult into what the result store keeps: per-step and per-request records and
+// the run's summary figures under stable names (DESIGN.md §8). Every figure is derived from the
+// raw records, so a summary can always be recomputed from the database.
+//
+// Summary names (all double; seconds for times):
+//   requests, output_tokens, wall_s, throughput_tok_s, throughput_req_s,
+//   ttft_{p50,p95,p99}, tpot_{p50,p95,p99}, e2e_{p50,p95,p99},
+//   preemptions, peak_running, evictions,
+//   blocks_mean (mean over requests of blocks held, time-averaged while running),
+//   blocks_final_mean, live_final_mean, ideal_final_mean (ceil(live / block_size) at finish),
+//   waste_ratio_mean (mean F over steps with allocated blocks), peak_allocated_blocks,
+//   util_hist_{0,1,2,3} (fraction of allocated block-steps with utilization in [0,25), [25,50),
+//   [50,75), [75,100] %),
+//   plans, moves, bytes_moved, blocks_reclaimed, planner_s, fence_waits, fence_s, forward_s,
+//   policy_s, violations,
+//   rouge_l_vs_native, rouge_l_vs_reference (mean ROUGE-L F1; NaN when not computed).
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lib/engine/engine.h"
+#include "lib/engine/result_store.h"
+
+namespace vtoken::engine {
+
+std::vector<StepRecord> ToStepRecords(const EngineResult& result);
+std::vector<RequestRecord> ToRequestRecords(const EngineResult& result);
+
+// `rouge_vs_native` / `rouge_vs_reference`: per-request F1 scores, or empty when not computed.
+std::map<std::string, double> SummarizeRun(const EngineResult& result,
+                                           const std::vector<double>& rouge_vs_native,
+                                           const std::vector<double>& rouge_vs_reference);
+
+}  // namespace vtoken::engine
