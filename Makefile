@@ -1,11 +1,11 @@
 # The two commands of the README. Both install system packages first (scripts/setup.sh).
-#   make demo   the main job
+#   make demo   the main job: experiments/quickstart.toml on the bundled model
 #   make test   build everything and run every test
 BUILD_DIR ?= build/release
 JOBS ?= $(shell nproc)
 CLI := $(BUILD_DIR)/apps/vtoken-cli/vtoken-cli
 
-.PHONY: setup configure build demo test bench clean
+.PHONY: setup configure build corpus demo test bench clean
 
 setup:
 	@bash scripts/setup.sh
@@ -16,8 +16,11 @@ configure: setup
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
-demo: build
-	@OMP_WAIT_POLICY=PASSIVE $(CLI) check --seed 1 --steps 20000
+corpus: setup
+	@bash scripts/make-corpus.sh build/corpus
+
+demo: build corpus
+	@OMP_WAIT_POLICY=PASSIVE $(CLI) run experiments/quickstart.toml
 
 test: build
 	@cd $(BUILD_DIR) && OMP_WAIT_POLICY=PASSIVE ctest --output-on-failure -j $(JOBS) --timeout 900
