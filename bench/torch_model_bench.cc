@@ -1,0 +1,331 @@
+// Google Benchmark suite for lib/model on the bundled vt-tiny model (CPU libtorch). Figures and
+// commands: docs/PERFORMANCE.md.
+//
+// The model directory is $VTOKEN_SOURCE_DIR/models/vt-tiny, or models/vt-tiny next to this source
+// file when the variable is unset. Comparisons that are reported as a ratio (scattered vs
+// contiguous slots, copy engine vs one copy_) run both sides inside the same iteration, in
+// alternating order, so that load from other processes hits both sides alike.
+#include <benchmark/benchmark.h>
+#include <malloc.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "lib/model/kv_tensors.h"
+#include "lib/model/llama.h"
+#include "lib/model/torch_copy_engine.h"
+
+namespace vtoken::model {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point begin, Clock::time_point end) {
+  return std::chrono::duration<double>(end - begin).count();
+}
+
+std::string ModelDir() {
+  if (const char* src = std::getenv("VTOKEN_SOURCE_DIR")) {
+    return std::string(src) + "/models/vt-tiny";
+  }
+  return (std::filesystem::path(__FILE__).parent_path().parent_path() / "models" / "vt-tiny")
+      .string();
+}
+
+// The model is loaded once; a load error is reported by every benchmark that needs it.
+const StatusOr<LlamaModel>& VtTiny() {
+  static const StatusOr<LlamaModel> model = LlamaModel::FromDirectory(ModelDir());
+  return model;
+}
+
+// A KV store of vt-tiny's shape filled with normal noise, so softmax and norms see real values.
+std::optional<KvTensors> FilledKv(const LlamaModel& model, int64_t num_slots,
+                                  benchmark::State& state) {
+  StatusOr<KvTensors> kv = KvTensors::Create(model.KvOptions(num_slots));
+  if (!kv.ok()) {
+    state.SkipWithError(kv.status().ToString().c_str());
+    return std::nullopt;
+  }
+  torch::NoGradGuard no_grad;
+  for (int64_t l = 0; l < kv->options().num_layers; ++l) {
+    kv->k(l).normal_();
+    kv->v(l).normal_();
+  }
+  return std::move(*kv);
+}
+
+// One decode step for `batch` sequences of `context` earlier tokens each. Sequence s owns the
+// (context + 1) slots starting at s * (context + 1): its context in logical order, then the slot
+// its new token is written to. `scattered` applies one random permutation to all those slots, the
+// layout left behind by evictions and relocations; otherwise every context is contiguous, which is
+// what a dense cache reads. Positions go up to `context`, past vt-tiny's trained 1024 for the
+// larger contexts: RoPE is defined there and the cost does not depend on it.
+std::vector<PagedSeqInput> DecodeInputs(int64_t batch, int64_t context, int64_t vocab,
+                                        bool scattered, uint64_t seed) {
+  std::vector<int64_t> slots(static_cast<size_t>(batch * (context + 1)));
+  std::iota(slots.begin(), slots.end(), 0);
+  if (scattered) {
+    std::mt19937_64 rng(seed);
+    std::shuffle(slots.begin(), slots.end(), rng);
+  }
+  std::vector<PagedSeqInput> inputs(static_cast<size_t>(batch));
+  for (int64_t s = 0; s < batch; ++s) {
+    PagedSeqInput& in = inputs[s];
+    auto first = slots.begin() + s * (context + 1);
+    in.context_slots.assign(first, first + context);
+    in.write_slots = {*(first + context)};
+    in.tokens = {static_cast<int32_t>((s * 7919 + 1) % vocab)};
+    in.positions = {context};
+  }
+  return inputs;
+}
+
+// Decode throughput: one ForwardPaged call per iteration with one new token for each of
+// range(0) sequences whose range(1) context slots are scattered. items/s is tokens/s.
+void BM_DecodeStep(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  if (!VtTiny().ok()) return state.SkipWithError(VtTiny().status().ToString().c_str());
+  const LlamaModel& model = *VtTiny();
+  std::optional<KvTensors> kv = FilledKv(model, batch * (context + 1), state);
+  if (!kv) return;
+  const auto inputs = DecodeInputs(batch, context, model.config().vocab_size, true, 1);
+  for (auto _ : state) {
+    auto out = model.ForwardPaged(inputs, *kv);
+    if (!out.ok()) return state.SkipWithError(out.status().ToString().c_str());
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(state.iterations() * batch);
+}
+BENCHMARK(BM_DecodeStep)
+    ->ArgNames({"batch", "context"})
+    ->ArgsProduct({{1, 8, 32}, {512, 2048, 8192}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The price of reading live slots where they lie: the same decode step with scattered context
+// slots and with contiguous ones, both in every iteration. The reported time is the scattered
+// step; counters give both step times and ratio = scattered / contiguous.
+void BM_DecodeScatteredVsContiguous(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  if (!VtTiny().ok()) return state.SkipWithError(VtTiny().status().ToString().c_str());
+  const LlamaModel& model = *VtTiny();
+  std::optional<KvTensors> kv = FilledKv(model, batch * (context + 1), state);
+  if (!kv) return;
+  const int64_t vocab = model.config().vocab_size;
+  const auto scattered = DecodeInputs(batch, context, vocab, true, 2);
+  const auto contiguous = DecodeInputs(batch, context, vocab, false, 0);
+  double scattered_s = 0, contiguous_s = 0;
+  auto timed = [&](const std::vector<PagedSeqInput>& inputs) -> std::optional<double> {
+    const auto begin = Clock::now();
+    auto out = model.ForwardPaged(inputs, *kv);
+    const auto end = Clock::now();
+    if (!out.ok()) {
+      state.SkipWithError(out.status().ToString().c_str());
+      return std::nullopt;
+    }
+    return Seconds(begin, end);
+  };
+  bool scattered_first = true;
+  for (auto _ : state) {
+    std::optional<double> s, c;
+    if (scattered_first) {
+      s = timed(scattered);
+      c = timed(contiguous);
+    } else {
+      c = timed(contiguous);
+      s = timed(scattered);
+    }
+    if (!s || !c) return;
+    scattered_first = !scattered_first;
+    scattered_s += *s;
+    contiguous_s += *c;
+    state.SetIterationTime(*s);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["scattered_ms"] = 1e3 * scattered_s / n;
+  state.counters["contiguous_ms"] = 1e3 * contiguous_s / n;
+  state.counters["ratio"] = scattered_s / contiguous_s;
+}
+BENCHMARK(BM_DecodeScatteredVsContiguous)
+    ->ArgNames({"batch", "context"})
+    ->Args({1, 8192})
+    ->Args({8, 2048})
+    ->Args({32, 2048})
+    ->Args({32, 8192})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+
+// One layer's attention for one decode query of vt-tiny (3 query heads sharing 1 KV head of 64
+// channels), as ForwardPaged computes it per sequence: gather K/V rows, scores, softmax, values.
+torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  // q [KVH, G, hd]; k, v [S, KVH, hd]
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::bmm(q, k.permute({1, 2, 0})) * scale;  // [KVH, G, S]
+  auto probs = torch::softmax(scores, -1, torch::kFloat32);
+  return torch::bmm(probs, v.permute({1, 0, 2}));  // [KVH, G, hd]
+}
+
+// Attention alone over range(0) cached tokens, per iteration all three of: (a) index_select of
+// scattered slots, (b) index_select of slots 0..n-1, (c) a narrow() view of slots 0..n-1 with no
+// gather at all, which is what attention over a dense cache costs. Each side attends 16 times per
+// iteration (16 sequences of one layer). The reported time is (a); counters give all three and
+// the ratios to (c).
+void BM_AttentionGather(benchmark::State& state) {
+  const int64_t context = state.range(0);
+  constexpr int kRepeats = 16;
+  if (!VtTiny().ok()) return state.SkipWithError(VtTiny().status().ToString().c_str());
+  const ModelConfig& c = VtTiny()->config();
+  const int64_t kvh = c.num_key_value_heads, hd = c.head_dim;
+  const int64_t num_slots = 4 * context;  // Scattered slots come from a pool larger than n.
+  torch::NoGradGuard no_grad;
+  auto k = torch::randn({num_slots, kvh, hd});
+  auto v = torch::randn({num_slots, kvh, hd});
+  auto q = torch::randn({kvh, c.num_attention_heads / kvh, hd});
+  std::vector<int64_t> perm(static_cast<size_t>(num_slots));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::mt19937_64 rng(3);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  perm.resize(static_cast<size_t>(context));
+  const auto scattered = torch::tensor(perm, torch::kInt64);
+  const auto contiguous = torch::arange(context, torch::kInt64);
+  auto run = [&](int variant) {
+    const auto begin = Clock::now();
+    for (int r = 0; r < kRepeats; ++r) {
+      torch::Tensor out;
+      if (variant == 2) {
+        out = Attend(q, k.narrow(0, 0, context), v.narrow(0, 0, context));
+      } else {
+        const auto& index = variant == 0 ? scattered : contiguous;
+        out = Attend(q, k.index_select(0, index), v.index_select(0, index));
+      }
+      benchmark::DoNotOptimize(out.data_ptr());
+    }
+    return Seconds(begin, Clock::now());
+  };
+  double seconds[3] = {0, 0, 0};
+  int rotation = 0;
+  for (auto _ : state) {
+    double t[3];
+    for (int i = 0; i < 3; ++i) {
+      const int variant = (rotation + i) % 3;
+      t[variant] = run(variant);
+    }
+    rotation = (rotation + 1) % 3;
+    for (int i = 0; i < 3; ++i) seconds[i] += t[i];
+    state.SetIterationTime(t[0]);
+  }
+  const double per_call = 1e6 / (static_cast<double>(state.iterations()) * kRepeats);
+  state.counters["scattered_us"] = seconds[0] * per_call;
+  state.counters["contiguous_us"] = seconds[1] * per_call;
+  state.counters["view_us"] = seconds[2] * per_call;
+  state.counters["scattered/view"] = seconds[0] / seconds[2];
+  state.counters["contiguous/view"] = seconds[1] / seconds[2];
+}
+BENCHMARK(BM_AttentionGather)
+    ->ArgName("context")
+    ->Arg(512)
+    ->Arg(2048)
+    ->Arg(8192)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+
+// Relocation bandwidth of a synchronous TorchCopyEngine on a KvTensors store of vt-tiny's shape
+// (6 layers x K,V x 1 head x 64 fp32 = 3 KiB per token). range(0) moves compact 16-token blocks:
+// the first half of each of range(0)/8 source blocks moves into dense blocks after them. The
+// reference is one copy_ between two flat tensors of the same number of bytes. The reported time
+// is the engine's; counters give both bandwidths and ratio = engine / copy_ bandwidth.
+void BM_TorchRelocate(benchmark::State& state) {
+  const int64_t moves = state.range(0);
+  constexpr int64_t kBlockSize = 16;
+  if (!VtTiny().ok()) return state.SkipWithError(VtTiny().status().ToString().c_str());
+  const LlamaModel& model = *VtTiny();
+  const int64_t src_blocks = moves / (kBlockSize / 2);
+  std::optional<KvTensors> kv = FilledKv(model, src_blocks * kBlockSize + moves, state);
+  if (!kv) return;
+  std::vector<SlotCopy> copies;
+  SlotIndex dst = src_blocks * kBlockSize;
+  for (int64_t b = 0; b < src_blocks; ++b) {
+    for (int64_t o = 0; o < kBlockSize / 2; ++o) copies.push_back({b * kBlockSize + o, dst++});
+  }
+  TorchCopyEngine engine(*kv, /*async=*/false);
+  const int64_t bytes_per_token =
+      2 * kv->options().num_layers * kv->options().num_kv_heads * kv->options().head_dim *
+      static_cast<int64_t>(c10::elementSize(kv->options().dtype));
+  const int64_t bytes = moves * bytes_per_token;
+  auto flat_src = torch::ones({bytes}, torch::kUInt8);
+  auto flat_dst = torch::empty({bytes}, torch::kUInt8);
+  double engine_s = 0, copy_s = 0;
+  bool engine_first = true;
+  for (auto _ : state) {
+    auto run_engine = [&] {
+      const auto begin = Clock::now();
+      engine.Wait(engine.Submit(copies));
+      return Seconds(begin, Clock::now());
+    };
+    auto run_copy = [&] {
+      const auto begin = Clock::now();
+      flat_dst.copy_(flat_src);
+      return Seconds(begin, Clock::now());
+    };
+    double e, c;
+    if (engine_first) {
+      e = run_engine();
+      c = run_copy();
+    } else {
+      c = run_copy();
+      e = run_engine();
+    }
+    engine_first = !engine_first;
+    engine_s += e;
+    copy_s += c;
+    state.SetIterationTime(e);
+  }
+  if (!engine.status().ok()) return state.SkipWithError(engine.status().ToString().c_str());
+  const double total = static_cast<double>(state.iterations() * bytes);
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.counters["engine_GBps"] = total / engine_s / 1e9;
+  state.counters["copy_GBps"] = total / copy_s / 1e9;
+  state.counters["ratio"] = copy_s / engine_s;
+}
+BENCHMARK(BM_TorchRelocate)
+    ->ArgName("moves")
+    ->Arg(256)
+    ->Arg(4096)
+    ->Arg(32768)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseManualTime();
+
+}  // namespace
+}  // namespace vtoken::model
+
+int main(int argc, char** argv) {
+  // As in apps/vtoken-cli/main.cc: glibc returning large buffers to the OS after every torch op
+  // causes page-fault storms; keep freed memory in the process instead.
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // torch's OpenMP pool and OpenBLAS's pool spin against each other on small machines. The OpenMP
+  // runtime reads its environment when it is loaded, before main(), so re-exec once.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/1);
+    execv("/proc/self/exe", argv);  // Only returns on failure; then run with the default policy.
+  }
+  benchmark::AddCustomContext("torch_threads", std::to_string(torch::get_num_threads()));
+  const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
+  benchmark::AddCustomContext("OMP_WAIT_POLICY", wait_policy != nullptr ? wait_policy : "unset");
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
