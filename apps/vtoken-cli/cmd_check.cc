@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "apps/vtoken-cli/command.h"
+#include "apps/vtoken-cli/model_check.h"
 #include "lib/core/check_harness.h"
 #include "lib/core/policy_evictor.h"
 #include "lib/core/policy_registry.h"
@@ -21,7 +22,24 @@ struct CheckArgs {
   std::string policy;  // Empty: uniformly random victims.
   std::vector<std::string> policy_params;
   EvictorOptions evictor{.budget_tokens = 32};
+  std::string model;  // With a model: the check runs on its real K/V tensors.
+  int64_t num_requests = 8;
 };
+
+int RunModelCheckCommand(const CheckArgs& args) {
+  if (ModelCheckHook() == nullptr) {
+    std::fprintf(stderr, "vtoken-cli: error: --model needs a build with libtorch\n");
+    return 2;
+  }
+  ModelCheckArgs m;
+  m.model = args.model;
+  if (!args.policy.empty()) m.policy = args.policy;
+  m.seed = args.options.seed;
+  m.num_requests = args.num_requests;
+  m.block_size = args.options.pool.block_size;
+  m.async_copies = args.options.async_copies;
+  return ModelCheckHook()(m);
+}
 
 // Builds the evictor for --policy; prints the error and returns nullptr on failure.
 std::unique_ptr<PolicyEvictor> MakeEvictor(const CheckArgs& args) {
@@ -181,7 +199,15 @@ CLI::App* SetupCheck(CLI::App& app) {
   cmd->add_option("--evict-interval", args->evictor.evict_interval,
                   "With --policy: evict every N steps of a sequence")
       ->capture_default_str();
-  cmd->callback([args] { SetExitCode(RunCheckCommand(*args)); });
+  cmd->add_option("--model", args->model,
+                  "Run the check on a real model's K/V tensors (a model directory or "
+                  "synthetic:NAME) through the engine, naive vs vtoken, instead of the host store");
+  cmd->add_option("--requests", args->num_requests, "With --model: requests to serve")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->callback([args] {
+    SetExitCode(args->model.empty() ? RunCheckCommand(*args) : RunModelCheckCommand(*args));
+  });
   return cmd;
 }
 

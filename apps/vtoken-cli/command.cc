@@ -1,5 +1,7 @@
 #include "apps/vtoken-cli/command.h"
 
+#include "apps/vtoken-cli/model_check.h"
+
 #include <algorithm>
 
 namespace vtoken::cli {
@@ -21,6 +23,11 @@ bool RegisterCommand(std::string name, CommandSetup setup) {
 }
 
 void SetExitCode(int code) { g_exit_code = code; }
+
+ModelCheckFn& ModelCheckHook() {
+  static ModelCheckFn hook = nullptr;
+  return hook;
+}
 int ExitCode() { return g_exit_code; }
 
 }  // namespace vtoken::cli
