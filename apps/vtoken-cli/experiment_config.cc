@@ -209,6 +209,15 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(eng.Int32("block_size", e.pool.block_size));
   VTOKEN_RETURN_IF_ERROR(eng.Int32("headroom_blocks", e.pool.headroom_blocks));
   VTOKEN_RETURN_IF_ERROR(eng.Int32("max_num_seqs", e.max_num_seqs));
+  std::string admission = "reserve";
+  VTOKEN_RETURN_IF_ERROR(eng.String("admission", admission));
+  if (admission == "reserve") {
+    e.admission = engine::EngineOptions::Admission::kReserve;
+  } else if (admission == "greedy") {
+    e.admission = engine::EngineOptions::Admission::kGreedy;
+  } else {
+    return eng.Error("admission", "must be \"reserve\" or \"greedy\"");
+  }
   VTOKEN_RETURN_IF_ERROR(eng.Int("max_prefill_chunk", e.max_prefill_chunk));
   VTOKEN_RETURN_IF_ERROR(eng.Bool("indirection_only", e.indirection_only));
   VTOKEN_RETURN_IF_ERROR(eng.Bool("force_sync", e.force_sync));
