@@ -16,11 +16,16 @@ Reclaimer::Reclaimer(VirtualKvCache& cache, CopyEngine& engine, const ReclaimOpt
     : cache_(cache),
       engine_(engine),
       planner_(options),
+      forced_planner_([&] {
+        ReclaimOptions o = options;
+        o.trigger = ReclaimOptions::Trigger::kAlways;
+        return o;
+      }()),
       bytes_per_token_(bytes_per_token_all_layers) {}
 
-StatusOr<int64_t> Reclaimer::Step() {
+StatusOr<int64_t> Reclaimer::Step(bool force) {
   const auto start = std::chrono::steady_clock::now();
-  const ReclaimPlan plan = planner_.Plan(cache_.Snapshot());
+  const ReclaimPlan plan = (force ? forced_planner_ : planner_).Plan(cache_.Snapshot());
   stats_.planner_seconds += SecondsSince(start);
   if (plan.empty()) return int64_t{0};
   VTOKEN_ASSIGN_OR_RETURN(Relocation relocation, cache_.BeginRelocation(plan));

@@ -51,8 +51,9 @@ class Reclaimer {
   const ReclaimPlanner& planner() const { return planner_; }
 
   // Plans from the current cache state and, when the plan is not empty, begins it, submits its
-  // copies and commits the table. Returns the number of tokens moved.
-  StatusOr<int64_t> Step();
+  // copies and commits the table. Returns the number of tokens moved. `force` plans even when the
+  // trigger condition does not hold (an allocation just failed: reclaim before preempting).
+  StatusOr<int64_t> Step(bool force = false);
   // Completes every relocation whose copies finished. Never blocks.
   Status Poll();
   // Blocks until no pending copy touches a slot `seq` reads. Returns true if it had to wait.
@@ -73,6 +74,7 @@ class Reclaimer {
   VirtualKvCache& cache_;
   CopyEngine& engine_;
   ReclaimPlanner planner_;
+  ReclaimPlanner forced_planner_;  // Same limits, trigger always.
   int64_t bytes_per_token_;
   RelocationObserver* observer_ = nullptr;
   bool force_sync_ = false;

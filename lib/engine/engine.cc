@@ -135,17 +135,22 @@ class Engine {
     }
   }
 
-  void Admit() {
-    // Blocks running sequences still need for the rest of their prompts (chunked prefill).
-    int64_t reserved = 0;
-    for (size_t index : running_) {
-      const SeqState& s = seqs_[index];
-      reserved += cache_.BlocksNeededFor(
-          s.seq, static_cast<int64_t>(s.tokens.size()) - s.num_computed);
+  // Blocks `s` may still need: the rest of its prompt and, with kReserve, of its output.
+  int64_t Growth(const SeqState& s) const {
+    int64_t tokens = static_cast<int64_t>(s.tokens.size()) - s.num_computed;
+    if (o_.admission == EngineOptions::Admission::kReserve) {
+      tokens += s.request->max_tokens - static_cast<int64_t>(s.result.output_tokens.size());
     }
+    if (s.seq == kNoSeq) return CeilDiv(tokens, o_.pool.block_size);
+    return cache_.BlocksNeededFor(s.seq, tokens);
+  }
+
+  void Admit() {
+    int64_t reserved = 0;
+    for (size_t index : running_) reserved += Growth(seqs_[index]);
     while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < o_.max_num_seqs) {
       SeqState& s = seqs_[waiting_.front()];
-      const int64_t need = CeilDiv(static_cast<int64_t>(s.tokens.size()), o_.pool.block_size);
+      const int64_t need = Growth(s);
       if (need + reserved > cache_.pool().num_allocatable_blocks()) break;  // FCFS.
       reserved += need;
       waiting_.pop_front();
@@ -223,6 +228,11 @@ class Engine {
         if (reclaimer_.num_in_flight() > 0) {  // Pinned copy sources come back when done.
           VTOKEN_RETURN_IF_ERROR(reclaimer_.Drain());
           continue;
+        }
+        if (o_.mode == Mode::kVtoken && !o_.indirection_only) {  // Reclaim before preempting.
+          VTOKEN_ASSIGN_OR_RETURN(int64_t moved, reclaimer_.Step(/*force=*/true));
+          VTOKEN_RETURN_IF_ERROR(reclaimer_.Drain());
+          if (moved > 0) continue;
         }
         // Preempt the newest running sequence (possibly this one).
         size_t victim = running_.front();

@@ -48,6 +48,13 @@ struct EngineOptions {
   bool force_sync = false;
   // Running sequences at most.
   int32_t max_num_seqs = 16;
+  // Admission. kReserve admits a request only while the free blocks (minus headroom) cover its
+  // whole prompt and output plus what every running sequence may still grow by (remaining
+  // prompt + remaining output tokens): no request is ever preempted, and a mode that holds fewer
+  // blocks admits more. kGreedy admits while the free blocks cover the prompt alone (vLLM-like)
+  // and preempts (recompute, newest first) when the pool runs out.
+  enum class Admission { kReserve, kGreedy };
+  Admission admission = Admission::kReserve;
   // Prompt tokens one sequence prefills per step (chunked prefill). Must be >= 1.
   int64_t max_prefill_chunk = 512;
   // Policy (ignored in native mode and with indirection_only). Must name a registered policy.

@@ -164,6 +164,7 @@ TEST(EngineTest, NativeRecomputePreemptionKeepsOutputs) {
   const std::vector<Request> reqs = Requests(4, 200, 60, 3);
   EngineOptions roomy = Opts(Mode::kNative, 400);
   EngineOptions tight = Opts(Mode::kNative, 44);
+  tight.admission = EngineOptions::Admission::kGreedy;
   StatusOr<EngineResult> a = RunWith(roomy, reqs);
   StatusOr<EngineResult> b = RunWith(tight, reqs);
   ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
@@ -172,6 +173,18 @@ TEST(EngineTest, NativeRecomputePreemptionKeepsOutputs) {
   EXPECT_LT(b->peak_running, 4);
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(a->requests[i].output_tokens, b->requests[i].output_tokens) << i;
+  }
+}
+
+TEST(EngineTest, ReserveAdmissionNeverPreempts) {
+  const std::vector<Request> reqs = Requests(8, 200, 60, 4);
+  for (Mode mode : {Mode::kNative, Mode::kNaive, Mode::kVtoken}) {
+    EngineOptions o = Opts(mode, 64);
+    ASSERT_EQ(o.admission, EngineOptions::Admission::kReserve);
+    StatusOr<EngineResult> r = RunWith(o, reqs);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->preemptions, 0) << ModeName(mode);
+    for (const RequestResult& q : r->requests) EXPECT_EQ(q.output_tokens.size(), 60u);
   }
 }
 
