@@ -1,0 +1,125 @@
+// Sweep grid expansion, shards and the progress line of `vtoken-cli sweep`
+// (apps/vtoken-cli/sweep_grid.h, header-only).
+#include "apps/vtoken-cli/sweep_grid.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace vtoken::cli {
+namespace {
+
+std::vector<std::vector<std::string>> Overrides(const std::vector<SweepPoint>& points) {
+  std::vector<std::vector<std::string>> out;
+  for (size_t i = 0; i < points.size(); ++i) {
+    EXPECT_EQ(points[i].index, static_cast<int64_t>(i));
+    out.push_back(points[i].overrides);
+  }
+  return out;
+}
+
+TEST(ExpandGridTest, KeysSortedValuesInOrderLastKeyFastest) {
+  const std::vector<SweepPoint> points = ExpandGrid({
+      {.key = "policy.name", .values = {"'tova'", "'h2o'"}},
+      {.key = "engine.num_blocks", .values = {"64", "48"}},
+      {.key = "modes", .values = {"[ 'naive' ]"}},
+  });
+  const std::vector<std::vector<std::string>> expected = {
+      {"engine.num_blocks=64", "modes=[ 'naive' ]", "policy.name='tova'"},
+      {"engine.num_blocks=64", "modes=[ 'naive' ]", "policy.name='h2o'"},
+      {"engine.num_blocks=48", "modes=[ 'naive' ]", "policy.name='tova'"},
+      {"engine.num_blocks=48", "modes=[ 'naive' ]", "policy.name='h2o'"},
+  };
+  EXPECT_EQ(Overrides(points), expected);
+}
+
+TEST(ExpandGridTest, NoAxesIsOnePointWithoutOverrides) {
+  const std::vector<SweepPoint> points = ExpandGrid({});
+  ASSERT_EQ(points.size(), 1u);
+  EXPECT_EQ(points[0].index, 0);
+  EXPECT_TRUE(points[0].overrides.empty());
+}
+
+TEST(ExpandGridTest, AnAxisWithoutValuesHasNoPoints) {
+  EXPECT_TRUE(ExpandGrid({{.key = "a", .values = {"1", "2"}}, {.key = "b", .values = {}}}).empty());
+}
+
+TEST(ExpandGridTest, SizeIsTheProductOfAxisSizes) {
+  const std::vector<SweepPoint> points = ExpandGrid({{.key = "a", .values = {"1", "2", "3"}},
+                                                     {.key = "b", .values = {"1", "2"}},
+                                                     {.key = "c", .values = {"1", "2", "3", "4"}}});
+  EXPECT_EQ(points.size(), 24u);
+  std::set<std::vector<std::string>> distinct;
+  for (const SweepPoint& p : points) distinct.insert(p.overrides);
+  EXPECT_EQ(distinct.size(), 24u);
+}
+
+TEST(ShardTest, ParsesIndexAndCount) {
+  StatusOr<Shard> s = ParseShard("1/3");
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->index, 1);
+  EXPECT_EQ(s->num_shards, 3);
+  EXPECT_FALSE(s->Contains(0));
+  EXPECT_TRUE(s->Contains(1));
+  EXPECT_TRUE(s->Contains(4));
+}
+
+TEST(ShardTest, RejectsMalformedAndOutOfRange) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"2/2", "--shard '2/2': need 0 <= I < N"},
+      {"0/0", "--shard '0/0': need 0 <= I < N"},
+      {"1", "--shard '1': expected I/N, e.g. 0/2"},
+      {"-1/2", "--shard '-1/2': expected I/N, e.g. 0/2"},
+      {"a/2", "--shard 'a/2': expected I/N, e.g. 0/2"},
+      {"1/", "--shard '1/': expected I/N, e.g. 0/2"},
+      {"", "--shard '': expected I/N, e.g. 0/2"},
+  };
+  for (const auto& [text, message] : cases) {
+    StatusOr<Shard> s = ParseShard(text);
+    ASSERT_FALSE(s.ok()) << text;
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument) << text;
+    EXPECT_EQ(s.status().message(), message);
+  }
+}
+
+TEST(ShardTest, ShardsPartitionTheGrid) {
+  for (int64_t n = 1; n <= 5; ++n) {
+    std::vector<int> owners(17, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const Shard shard{.index = i, .num_shards = n};
+      for (int64_t p = 0; p < 17; ++p) owners[p] += shard.Contains(p) ? 1 : 0;
+    }
+    for (int64_t p = 0; p < 17; ++p) EXPECT_EQ(owners[p], 1) << "point " << p << " of " << n;
+  }
+}
+
+TEST(ProgressTest, FormatDuration) {
+  EXPECT_EQ(FormatDuration(0), "0s");
+  EXPECT_EQ(FormatDuration(59.4), "59s");
+  EXPECT_EQ(FormatDuration(65), "1m05s");
+  EXPECT_EQ(FormatDuration(3725), "1h02m");
+  EXPECT_EQ(FormatDuration(-1), "?");
+}
+
+TEST(ProgressTest, EstimateFromFinishedPoints) {
+  // Nothing finished: unknown.
+  EXPECT_LT(EstimateRemaining({.total = 4}, 10, 1), 0);
+  // 2 of 4 done in 20 s, one at a time: 10 s each, 2 left.
+  EXPECT_DOUBLE_EQ(EstimateRemaining({.total = 4, .done = 2}, 20, 1), 20);
+  // Skipped points cost nothing: 1 done in 10 s, 1 skipped, 2 left.
+  EXPECT_DOUBLE_EQ(EstimateRemaining({.total = 4, .done = 1, .skipped = 1}, 10, 1), 20);
+  // 4 jobs, 4 finished (1 failed) in 10 s: 10 s per point, 4 left run 4 at a time.
+  EXPECT_DOUBLE_EQ(EstimateRemaining({.total = 8, .done = 3, .failed = 1}, 10, 4), 10);
+  EXPECT_DOUBLE_EQ(EstimateRemaining({.total = 2, .done = 1, .skipped = 1}, 10, 1), 0);
+}
+
+TEST(ProgressTest, Line) {
+  const SweepProgress p{.total = 8, .done = 2, .skipped = 2, .failed = 0, .running = 1};
+  EXPECT_EQ(FormatProgress(p, 20, 1, 10),
+            "[#####.....] 4/8  done 2  skipped 2  failed 0  running 1  20s elapsed  ETA 40s");
+  EXPECT_EQ(FormatProgress({.total = 3}, 0, 2, 6),
+            "[......] 0/3  done 0  skipped 0  failed 0  running 0  0s elapsed  ETA ?");
+}
+
+}  // namespace
+}  // namespace vtoken::cli
