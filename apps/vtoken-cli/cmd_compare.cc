@@ -42,6 +42,7 @@ constexpr Row kRows[] = {
     {"ROUGE-L vtoken vs naive", "rouge_l_vs_naive", "%.4f", false},
     {"ROUGE-L vs reference", "rouge_l_vs_reference", "%.4f", false},
     {"tokens evicted", "evictions", "%.0f", false},
+    {"prefix forks", "forks", "%.0f", false},
     {"relocation plans", "plans", "%.0f", false},
     {"tokens moved", "moves", "%.0f", false},
     {"MB copied", "bytes_moved", "%.2f", false},

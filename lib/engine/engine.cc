@@ -29,6 +29,8 @@ struct SeqState {
   std::vector<int32_t> tokens;  // Prompt, then sampled outputs.
   int64_t num_computed = 0;     // Leading tokens whose KV is in the cache.
   bool observed = false;        // The policy saw this sequence's prefill.
+  int64_t shared_tokens = 0;    // Leading tokens shared with its prefix group (BOS included).
+  bool awaiting_fork = false;   // Admitted; will fork its group leader's shared prefix.
   int64_t admitted = 0;         // Admission order; preemption takes the newest.
   RequestResult result;
   double blocks_sum = 0;
@@ -91,6 +93,10 @@ class Engine {
       seqs_[i].tokens.insert(seqs_[i].tokens.end(), requests[i].prompt_tokens.begin(),
                              requests[i].prompt_tokens.end());
       seqs_[i].result.id = requests[i].id;
+      if (requests[i].prefix_group >= 0 && requests[i].shared_prefix_tokens > 0) {
+        seqs_[i].shared_tokens =
+            requests[i].shared_prefix_tokens + (runner.bos_token_id() ? 1 : 0);
+      }
       seqs_[i].result.prompt_tokens = static_cast<int64_t>(requests[i].prompt_tokens.size());
       seqs_[i].result.arrival_s = requests[i].arrival_s;
       arrival_order_.push_back(i);
@@ -158,19 +164,72 @@ class Engine {
       s.num_computed = 0;
       s.observed = false;
       s.admitted = next_admission_++;
+      s.awaiting_fork = false;
+      if (s.shared_tokens > 0) {
+        const int32_t group = s.request->prefix_group;
+        auto it = leaders_.find(group);
+        if (it == leaders_.end() || !IsLeaderForkable(it->second, s.shared_tokens)) {
+          leaders_[group] = s.index;
+        } else {
+          s.awaiting_fork = true;
+        }
+      }
       running_.push_back(s.index);
     }
     result_.peak_running = std::max(result_.peak_running, static_cast<int32_t>(running_.size()));
+  }
+
+  // True while `leader` runs and has not yet computed past (or evicted from) the shared prefix.
+  bool IsLeaderForkable(size_t leader, int64_t shared_tokens) const {
+    const SeqState& l = seqs_[leader];
+    return l.seq != kNoSeq && !l.observed && !l.awaiting_fork && l.num_computed <= shared_tokens &&
+           l.shared_tokens == shared_tokens;
+  }
+
+  // The leader of a group just computed its shared prefix: every member waiting for it takes the
+  // prefix blocks by reference (ForkSequence) instead of recomputing them.
+  Status ForkMembers(size_t leader) {
+    const SeqState& l = seqs_[leader];
+    for (size_t index : running_) {
+      SeqState& m = seqs_[index];
+      if (!m.awaiting_fork || m.request->prefix_group != l.request->prefix_group) continue;
+      VTOKEN_RETURN_IF_ERROR(cache_.FreeSequence(m.seq));
+      VTOKEN_ASSIGN_OR_RETURN(ForkResult fork, cache_.ForkSequence(l.seq, l.num_computed));
+      if (!fork.copies.empty()) {
+        CopyEngine& engine = runner_.copy_engine();
+        engine.Wait(engine.Submit(fork.copies));
+      }
+      m.seq = fork.child;
+      m.num_computed = l.num_computed;
+      m.awaiting_fork = false;
+      ++result_.forks;
+    }
+    return Status::Ok();
+  }
+
+  // Members stop waiting when their leader can no longer share (finished or preempted).
+  void ReleaseMembers(size_t leader) {
+    const SeqState& l = seqs_[leader];
+    if (l.shared_tokens == 0) return;
+    for (size_t index : running_) {
+      if (seqs_[index].request->prefix_group == l.request->prefix_group) {
+        seqs_[index].awaiting_fork = false;
+      }
+    }
+    auto it = leaders_.find(l.request->prefix_group);
+    if (it != leaders_.end() && it->second == leader) leaders_.erase(it);
   }
 
   // Drops a running sequence's KV; it goes back to the head of the waiting queue and will be
   // recomputed (prompt + outputs so far) when readmitted.
   void Preempt(size_t index) {
     SeqState& s = seqs_[index];
+    ReleaseMembers(index);
     cache_.FreeSequence(s.seq).IgnoreError();
     if (evictor_) evictor_->Forget(s.seq);
     s.seq = kNoSeq;
     s.num_computed = 0;
+    s.awaiting_fork = false;
     ++s.result.preemptions;
     ++result_.preemptions;
     running_.erase(std::find(running_.begin(), running_.end(), index));
@@ -190,6 +249,7 @@ class Engine {
     r.ideal_blocks_final = CeilDiv(r.live_final, o_.pool.block_size);
     r.blocks_mean = s.blocks_samples > 0 ? s.blocks_sum / static_cast<double>(s.blocks_samples)
                                          : r.blocks_final;
+    ReleaseMembers(index);
     cache_.FreeSequence(s.seq).IgnoreError();
     if (evictor_) evictor_->Forget(s.seq);
     runner_.ForgetRequest(s.request->id);
@@ -215,8 +275,12 @@ class Engine {
     for (size_t index : order) {
       if (std::find(running_.begin(), running_.end(), index) == running_.end()) continue;
       SeqState& s = seqs_[index];
-      const int64_t n = std::min(static_cast<int64_t>(s.tokens.size()) - s.num_computed,
-                                 o_.max_prefill_chunk);
+      if (s.awaiting_fork) continue;
+      int64_t n = std::min(static_cast<int64_t>(s.tokens.size()) - s.num_computed,
+                           o_.max_prefill_chunk);
+      if (s.shared_tokens > 0 && s.num_computed < s.shared_tokens) {
+        n = std::min(n, s.shared_tokens - s.num_computed);  // End a chunk at the shared prefix.
+      }
       std::vector<SlotIndex> context = cache_.LiveSlots(s.seq);
       while (true) {
         StatusOr<std::vector<SlotIndex>> slots = cache_.SyncNewTokens(s.seq, n);
@@ -290,6 +354,12 @@ class Engine {
     for (size_t i = 0; i < planned.size(); ++i) {
       SeqState& s = seqs_[planned[i].index];
       s.num_computed += planned[i].n;
+      if (s.shared_tokens > 0 && s.num_computed == s.shared_tokens) {
+        auto it = leaders_.find(s.request->prefix_group);
+        if (it != leaders_.end() && it->second == planned[i].index) {
+          VTOKEN_RETURN_IF_ERROR(ForkMembers(planned[i].index));
+        }
+      }
       const bool complete = s.num_computed == static_cast<int64_t>(s.tokens.size());
       if (evictor_ && complete) {
         const std::vector<TokenId> live = cache_.table(s.seq).LiveTokens();
@@ -362,6 +432,7 @@ class Engine {
   size_t next_arrival_ = 0;
   std::deque<size_t> waiting_;
   std::vector<size_t> running_;
+  std::map<int32_t, size_t> leaders_;  // Prefix group -> the member computing its prefix.
   int64_t next_admission_ = 0;
   int64_t finished_ = 0;
   Clock::time_point start_;

@@ -15,6 +15,11 @@
 //   5. policy: observe signals, evict victims (after prefill, then every evict_interval steps);
 //      vtoken: plan, submit copies (asynchronously), commit the table;
 //   6. sampling bookkeeping, finished requests freed, completed copies retired, metrics.
+// Prefix sharing: requests of one prefix group admitted together share the group's prefix. The
+// first admitted member (the leader) ends a prefill chunk exactly at the shared prefix; the other
+// members then fork it (VirtualKvCache::ForkSequence: full prefix blocks shared by reference,
+// the partial one copied) and prefill only their own suffix. Shared blocks are never relocated;
+// each member's private blocks are.
 //
 // The engine is torch-free: the model is a model::ModelRunner (LlamaRunner in lib/model, a
 // scripted fake in tests). Not thread-safe.
@@ -112,6 +117,7 @@ struct EngineResult {
   int64_t preemptions = 0;
   int32_t peak_running = 0;
   int64_t evictions = 0;
+  int64_t forks = 0;  // Requests that took their group's shared prefix blocks by reference.
   // Reclamation cost.
   int64_t plans = 0, moves = 0, bytes_moved = 0, blocks_reclaimed = 0, fence_waits = 0;
   double planner_s = 0, fence_s = 0, forward_s = 0, policy_s = 0;

@@ -97,6 +97,7 @@ std::map<std::string, double> SummarizeRun(const EngineResult& r,
   s["preemptions"] = static_cast<double>(r.preemptions);
   s["peak_running"] = r.peak_running;
   s["evictions"] = static_cast<double>(r.evictions);
+  s["forks"] = static_cast<double>(r.forks);
   s["blocks_mean"] = MeanOf(blocks);
   s["blocks_final_mean"] = MeanOf(blocks_final);
   s["live_final_mean"] = MeanOf(live_final);

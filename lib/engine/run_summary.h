@@ -5,7 +5,7 @@
 // Summary names (all double; seconds for times):
 //   requests, output_tokens, wall_s, throughput_tok_s, throughput_req_s,
 //   ttft_{p50,p95,p99}, tpot_{p50,p95,p99}, e2e_{p50,p95,p99},
-//   preemptions, peak_running, evictions,
+//   preemptions, peak_running, evictions, forks (requests that shared their group's prefix),
 //   blocks_mean (mean over requests of blocks held, time-averaged while running),
 //   blocks_final_mean, live_final_mean, ideal_final_mean (ceil(live / block_size) at finish),
 //   waste_ratio_mean (mean F over steps with allocated blocks), peak_allocated_blocks,

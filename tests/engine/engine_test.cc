@@ -1,7 +1,7 @@
 // Engine tests with a scripted runner: a HostKvStore stands in for the KV tensors, every token's
-// bytes encode (request, position), and each forward checks that the context it is given holds
-// exactly this request's tokens in increasing position order. The next token is a hash of the
-// live positions, so outputs depend on what was evicted, not on where tokens sit.
+// bytes encode (token id, position), and each forward checks that the context it is given is in
+// increasing position order. The next token is a hash of the live (token, position) pairs, so
+// outputs depend on what was evicted and on the KV content read, not on where tokens sit.
 #include "lib/engine/engine.h"
 
 #include <gtest/gtest.h>
@@ -34,28 +34,29 @@ class FakeRunner final : public model::ModelRunner {
       const std::vector<model::RunnerInput>& inputs) override {
     std::vector<model::RunnerOutput> outs;
     for (const model::RunnerInput& in : inputs) {
-      for (size_t i = 0; i < in.tokens.size(); ++i) Write(in.write_slots[i], in.request, in.positions[i]);
-      std::vector<int64_t> positions;
+      for (size_t i = 0; i < in.tokens.size(); ++i) {
+        Write(in.write_slots[i], in.tokens[i], in.positions[i]);
+      }
+      std::vector<int64_t> positions, tokens;
       for (SlotIndex slot : in.context_slots) {
-        auto [request, position] = Read(slot);
-        if (request != in.request) {
-          return InternalError("slot " + std::to_string(slot) + " holds request " +
-                               std::to_string(request) + ", expected " +
-                               std::to_string(in.request));
-        }
+        auto [token, position] = Read(slot);
         if (!positions.empty() && position <= positions.back()) {
           return InternalError("context out of logical order");
         }
         positions.push_back(position);
+        tokens.push_back(token);
       }
       if (!positions.empty() && positions.back() >= in.positions.front()) {
         return InternalError("context reaches past the new tokens");
       }
       positions.insert(positions.end(), in.positions.begin(), in.positions.end());
+      tokens.insert(tokens.end(), in.tokens.begin(), in.tokens.end());
       model::RunnerOutput out;
       uint64_t h = 0;
-      for (int64_t p : positions) {
-        h ^= static_cast<uint64_t>(p + 1) * 0x9e3779b97f4a7c15ULL;
+      for (size_t k = 0; k < positions.size(); ++k) {
+        const int64_t p = positions[k];
+        h ^= (static_cast<uint64_t>(p + 1) * 0x9e3779b97f4a7c15ULL) ^
+             (static_cast<uint64_t>(tokens[k] + 7) * 0xc2b2ae3d27d4eb4fULL);
         // Heavy hitters at every 7th position; otherwise decaying with position.
         out.attn.push_back(p % 7 == 0 ? 1.0f : 1.0f / static_cast<float>(2 + p % 5));
         out.key_norm.push_back(1.0f + static_cast<float>(p % 3));
@@ -67,17 +68,17 @@ class FakeRunner final : public model::ModelRunner {
   }
 
  private:
-  void Write(SlotIndex slot, int64_t request, int64_t position) {
+  void Write(SlotIndex slot, int64_t token, int64_t position) {
     std::span<std::byte> b = store_.Token(0, slot);
-    std::memcpy(b.data(), &request, 8);
+    std::memcpy(b.data(), &token, 8);
     std::memcpy(b.data() + 8, &position, 8);
   }
   std::pair<int64_t, int64_t> Read(SlotIndex slot) const {
     std::span<const std::byte> b = store_.Token(0, slot);
-    int64_t request, position;
-    std::memcpy(&request, b.data(), 8);
+    int64_t token, position;
+    std::memcpy(&token, b.data(), 8);
     std::memcpy(&position, b.data() + 8, 8);
-    return {request, position};
+    return {token, position};
   }
 
   HostKvStore store_;
@@ -185,6 +186,36 @@ TEST(EngineTest, ReserveAdmissionNeverPreempts) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->preemptions, 0) << ModeName(mode);
     for (const RequestResult& q : r->requests) EXPECT_EQ(q.output_tokens.size(), 60u);
+  }
+}
+
+// Four requests share a 150-token prefix: members fork the leader's prefix blocks instead of
+// recomputing them, outputs equal those of unshared requests, and fewer blocks are held.
+TEST(EngineTest, PrefixGroupsShareBlocksAndKeepOutputs) {
+  std::vector<Request> plain = Requests(4, 200, 40, 21);
+  for (Request& r : plain) {
+    std::copy(plain[0].prompt_tokens.begin(), plain[0].prompt_tokens.begin() + 150,
+              r.prompt_tokens.begin());
+  }
+  std::vector<Request> grouped = plain;
+  for (Request& r : grouped) {
+    r.prefix_group = 0;
+    r.shared_prefix_tokens = 150;
+  }
+  for (Mode mode : {Mode::kNative, Mode::kVtoken}) {
+    StatusOr<EngineResult> a = RunWith(Opts(mode, 400), plain);
+    StatusOr<EngineResult> b = RunWith(Opts(mode, 400), grouped);
+    ASSERT_TRUE(a.ok() && b.ok()) << b.status().ToString();
+    EXPECT_EQ(a->forks, 0);
+    EXPECT_EQ(b->forks, 3);
+    EXPECT_EQ(b->violations, 0);
+    for (size_t i = 0; i < plain.size(); ++i) {
+      EXPECT_EQ(a->requests[i].output_tokens, b->requests[i].output_tokens) << i;
+    }
+    int64_t peak_a = 0, peak_b = 0;
+    for (const StepResult& s : a->steps) peak_a = std::max(peak_a, s.allocated_blocks);
+    for (const StepResult& s : b->steps) peak_b = std::max(peak_b, s.allocated_blocks);
+    EXPECT_LT(peak_b, peak_a) << ModeName(mode);
   }
 }
 
