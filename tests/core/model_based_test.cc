@@ -3,6 +3,8 @@
 // live token's bytes verified after every operation. Seeds are printed on failure.
 #include <gtest/gtest.h>
 
+#include <ostream>
+
 #include "lib/core/check_harness.h"
 
 namespace vtoken {
@@ -15,6 +17,9 @@ struct Config {
   bool async;
   int64_t steps;
 };
+
+// Keeps ctest's listing readable (gtest would print the struct's bytes).
+void PrintTo(const Config& c, std::ostream* os) { *os << c.name; }
 
 class ModelBasedTest : public ::testing::TestWithParam<Config> {};
 
