@@ -5,22 +5,22 @@
 namespace vtoken {
 namespace {
 
-int64_t CopyBytes(const HostKvStore& store, size_t num_copies) {
-  return static_cast<int64_t>(num_copies) * store.num_layers() * store.bytes_per_token();
+QueuedCopyEngine::CopyFn HostCopy(HostKvStore& store) {
+  return [&store](const std::vector<SlotCopy>& copies) {
+    store.CopySlots(copies);
+    return static_cast<int64_t>(copies.size()) * store.num_layers() * store.bytes_per_token();
+  };
 }
 
 }  // namespace
 
-CopyTicket SyncHostCopyEngine::Submit(std::vector<SlotCopy> copies) {
-  store_.CopySlots(copies);
-  bytes_ += CopyBytes(store_, copies.size());
-  return next_++;
+QueuedCopyEngine::QueuedCopyEngine(CopyFn copy, bool async, int64_t delay_us)
+    : copy_(std::move(copy)), async_(async), delay_us_(delay_us) {
+  if (async_) worker_ = std::thread([this] { Run(); });
 }
 
-AsyncHostCopyEngine::AsyncHostCopyEngine(HostKvStore& store, int64_t delay_us)
-    : store_(store), delay_us_(delay_us), worker_([this] { Run(); }) {}
-
-AsyncHostCopyEngine::~AsyncHostCopyEngine() {
+QueuedCopyEngine::~QueuedCopyEngine() {
+  if (!async_) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -29,7 +29,14 @@ AsyncHostCopyEngine::~AsyncHostCopyEngine() {
   worker_.join();
 }
 
-CopyTicket AsyncHostCopyEngine::Submit(std::vector<SlotCopy> copies) {
+CopyTicket QueuedCopyEngine::Submit(std::vector<SlotCopy> copies) {
+  if (!async_) {
+    const int64_t bytes = copy_(copies);
+    std::lock_guard<std::mutex> lock(mu_);
+    bytes_ += bytes;
+    completed_ = next_;
+    return next_++;
+  }
   CopyTicket ticket;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -40,22 +47,27 @@ CopyTicket AsyncHostCopyEngine::Submit(std::vector<SlotCopy> copies) {
   return ticket;
 }
 
-void AsyncHostCopyEngine::Wait(CopyTicket ticket) {
+void QueuedCopyEngine::Wait(CopyTicket ticket) {
   std::unique_lock<std::mutex> lock(mu_);
   done_cv_.wait(lock, [&] { return completed_ >= ticket; });
 }
 
-bool AsyncHostCopyEngine::Poll(CopyTicket ticket) {
+bool QueuedCopyEngine::Poll(CopyTicket ticket) {
   std::lock_guard<std::mutex> lock(mu_);
   return completed_ >= ticket;
 }
 
-int64_t AsyncHostCopyEngine::bytes_copied() const {
+void QueuedCopyEngine::WaitAll() {
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return completed_ + 1 >= next_; });
+}
+
+int64_t QueuedCopyEngine::bytes_copied() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;
 }
 
-void AsyncHostCopyEngine::Run() {
+void QueuedCopyEngine::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
     work_cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
@@ -64,12 +76,18 @@ void AsyncHostCopyEngine::Run() {
     queue_.pop_front();
     lock.unlock();
     if (delay_us_ > 0) std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
-    store_.CopySlots(copies);
+    const int64_t bytes = copy_(copies);
     lock.lock();
     completed_ = ticket;
-    bytes_ += CopyBytes(store_, copies.size());
+    bytes_ += bytes;
     done_cv_.notify_all();
   }
 }
+
+SyncHostCopyEngine::SyncHostCopyEngine(HostKvStore& store)
+    : QueuedCopyEngine(HostCopy(store), /*async=*/false) {}
+
+AsyncHostCopyEngine::AsyncHostCopyEngine(HostKvStore& store, int64_t delay_us)
+    : QueuedCopyEngine(HostCopy(store), /*async=*/true, delay_us) {}
 
 }  // namespace vtoken

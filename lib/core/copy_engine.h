@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -34,40 +35,34 @@ class CopyEngine {
   virtual int64_t bytes_copied() const = 0;
 };
 
-// Copies on the calling thread inside Submit; every ticket is complete on return.
-class SyncHostCopyEngine final : public CopyEngine {
+// The shared machinery of the concrete engines: runs a copy function either inside Submit
+// (synchronous: every ticket is complete on return) or on one worker thread in submission order
+// (asynchronous). `delay_us` stalls each asynchronous ticket before it copies, which widens the
+// window where destinations are pending (used to test the read fence).
+class QueuedCopyEngine : public CopyEngine {
  public:
-  explicit SyncHostCopyEngine(HostKvStore& store) : store_(store) {}
-  CopyTicket Submit(std::vector<SlotCopy> copies) override;
-  void Wait(CopyTicket) override {}
-  bool Poll(CopyTicket) override { return true; }
-  int64_t bytes_copied() const override { return bytes_; }
+  // Copies `copies` in every layer; returns the bytes it moved.
+  using CopyFn = std::function<int64_t(const std::vector<SlotCopy>& copies)>;
 
- private:
-  HostKvStore& store_;
-  CopyTicket next_ = 1;
-  int64_t bytes_ = 0;
-};
-
-// Copies on a worker thread, in submission order. `delay_us` stalls each ticket before it copies,
-// which widens the window where destinations are pending (used to test the read fence).
-class AsyncHostCopyEngine final : public CopyEngine {
- public:
-  explicit AsyncHostCopyEngine(HostKvStore& store, int64_t delay_us = 0);
-  ~AsyncHostCopyEngine() override;  // Finishes queued copies, then joins the worker.
-  AsyncHostCopyEngine(const AsyncHostCopyEngine&) = delete;
-  AsyncHostCopyEngine& operator=(const AsyncHostCopyEngine&) = delete;
+  QueuedCopyEngine(CopyFn copy, bool async, int64_t delay_us = 0);
+  ~QueuedCopyEngine() override;  // Finishes queued copies, then joins the worker.
+  QueuedCopyEngine(const QueuedCopyEngine&) = delete;
+  QueuedCopyEngine& operator=(const QueuedCopyEngine&) = delete;
 
   CopyTicket Submit(std::vector<SlotCopy> copies) override;
   void Wait(CopyTicket ticket) override;
   bool Poll(CopyTicket ticket) override;
   int64_t bytes_copied() const override;
+  // Blocks until every submitted ticket completed. A subclass whose copy function uses its own
+  // members calls it in its destructor, before those members are gone.
+  void WaitAll();
 
  private:
   void Run();
 
-  HostKvStore& store_;
-  int64_t delay_us_;
+  CopyFn copy_;
+  const bool async_;
+  const int64_t delay_us_;
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
@@ -77,6 +72,18 @@ class AsyncHostCopyEngine final : public CopyEngine {
   int64_t bytes_ = 0;
   bool stop_ = false;
   std::thread worker_;
+};
+
+// Copies HostKvStore bytes on the calling thread inside Submit.
+class SyncHostCopyEngine final : public QueuedCopyEngine {
+ public:
+  explicit SyncHostCopyEngine(HostKvStore& store);
+};
+
+// Copies HostKvStore bytes on a worker thread, in submission order.
+class AsyncHostCopyEngine final : public QueuedCopyEngine {
+ public:
+  explicit AsyncHostCopyEngine(HostKvStore& store, int64_t delay_us = 0);
 };
 
 }  // namespace vtoken

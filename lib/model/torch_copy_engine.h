@@ -8,10 +8,7 @@
 // is kept in status() and the ticket still completes.
 #pragma once
 
-#include <condition_variable>
-#include <deque>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include "lib/core/copy_engine.h"
@@ -20,37 +17,18 @@
 
 namespace vtoken::model {
 
-class TorchCopyEngine final : public CopyEngine {
+class TorchCopyEngine final : public QueuedCopyEngine {
  public:
   TorchCopyEngine(KvTensors& kv, bool async);
-  ~TorchCopyEngine() override;  // Finishes queued copies, then joins the worker.
-  TorchCopyEngine(const TorchCopyEngine&) = delete;
-  TorchCopyEngine& operator=(const TorchCopyEngine&) = delete;
-
-  CopyTicket Submit(std::vector<SlotCopy> copies) override;
-  void Wait(CopyTicket ticket) override;
-  bool Poll(CopyTicket ticket) override;
-  int64_t bytes_copied() const override;
+  ~TorchCopyEngine() override { WaitAll(); }  // Queued copies use mu_ and status_.
   // The first copy error, or OK.
   Status status() const;
 
  private:
-  void Copy(const std::vector<SlotCopy>& copies);
-  void Run();
+  int64_t Copy(KvTensors& kv, const std::vector<SlotCopy>& copies);
 
-  KvTensors& kv_;
-  const bool async_;
-  const int64_t bytes_per_token_;
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;
-  std::condition_variable done_cv_;
-  std::deque<std::pair<CopyTicket, std::vector<SlotCopy>>> queue_;
-  CopyTicket next_ = 1;
-  CopyTicket completed_ = 0;
-  int64_t bytes_ = 0;
   Status status_;
-  bool stop_ = false;
-  std::thread worker_;
 };
 
 // xxhash64 over a token's K row then V row bytes in every layer (as lib/cuda's hash kernel).
