@@ -163,6 +163,58 @@ Status ParsePolicyParams(const toml::table* t, const std::string& file, RawParam
   return Status::Ok();
 }
 
+// A grid value as the TOML text an override takes ("4", "'h2o'", "[ 'naive' ]").
+std::string TomlValueText(const toml::node& value) {
+  toml::table holder;
+  holder.insert("v", value);
+  std::ostringstream out;
+  out << holder;
+  return out.str().substr(4);  // Drop "v = ".
+}
+
+// Flattens [sweep.grid] into axes: a quoted dotted key ("engine.max_num_seqs" = [...]) and an
+// unquoted one (a nested table in TOML) name the same config key.
+Status ParseGrid(const toml::table& t, const std::string& prefix, const std::string& file,
+                 std::vector<SweepAxis>& axes) {
+  for (const auto& [key, node] : t) {
+    const std::string k = prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
+    if (const toml::table* sub = node.as_table()) {
+      VTOKEN_RETURN_IF_ERROR(ParseGrid(*sub, k, file, axes));
+      continue;
+    }
+    const std::string where = file + ": key 'sweep.grid.\"" + k + "\"'";
+    if (k == "db" || k == "sweep" || k.rfind("sweep.", 0) == 0) {
+      return InvalidArgumentError(where + " cannot be swept (use --db and [sweep] name)");
+    }
+    const toml::array* values = node.as_array();
+    if (values == nullptr || values->empty()) {
+      return InvalidArgumentError(where + " must be a non-empty array of values");
+    }
+    SweepAxis axis{.key = k, .values = {}};
+    for (const toml::node& v : *values) {
+      if (v.is_table() || v.is_array_of_tables()) {
+        return InvalidArgumentError(where + " values must not be tables");
+      }
+      axis.values.push_back(TomlValueText(v));
+    }
+    for (const SweepAxis& other : axes) {
+      if (other.key == k) return InvalidArgumentError(where + " is given twice");
+    }
+    axes.push_back(std::move(axis));
+  }
+  return Status::Ok();
+}
+
+Status ParseSweep(const toml::table* t, const std::string& file, ExperimentConfig& c) {
+  Section sweep(t, "sweep", file);
+  c.sweep_name = c.name;
+  VTOKEN_RETURN_IF_ERROR(sweep.String("name", c.sweep_name));
+  if (c.sweep_name.empty()) return sweep.Error("name", "must not be empty");
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* grid, sweep.Table("grid"));
+  if (grid != nullptr) VTOKEN_RETURN_IF_ERROR(ParseGrid(*grid, "", file, c.sweep_grid));
+  return sweep.Finish();
+}
+
 Status Parse(const toml::table& root, ExperimentConfig& c) {
   const std::string& f = c.file;
   Section top(&root, "", f);
@@ -261,6 +313,9 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(samp.Double("top_p", e.sampling.top_p));
   VTOKEN_RETURN_IF_ERROR(samp.Uint("seed", e.sampling.seed));
   VTOKEN_RETURN_IF_ERROR(samp.Finish());
+
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* sweep_t, top.Table("sweep"));
+  VTOKEN_RETURN_IF_ERROR(ParseSweep(sweep_t, f, c));
   VTOKEN_RETURN_IF_ERROR(top.Finish());
 
   // Modes: native first, so the others can be scored against its outputs.
@@ -307,6 +362,7 @@ StatusOr<ExperimentConfig> LoadExperimentConfig(const std::string& path,
   c.file = path;
   c.name = std::filesystem::path(path).stem().string();
   VTOKEN_RETURN_IF_ERROR(Parse(root, c));
+  root.erase("sweep");  // How a config is swept is not part of what a run ran.
   for (Mode mode : c.modes) {
     toml::table resolved = root;
     resolved.insert_or_assign("modes", toml::array{std::string(ModeName(mode))});

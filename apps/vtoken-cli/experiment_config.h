@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/vtoken-cli/sweep_grid.h"
 #include "lib/core/status.h"
 #include "lib/core/types.h"
 #include "lib/engine/engine.h"
@@ -24,6 +25,11 @@ struct ExperimentConfig {
   bool async_copies = true;            // Relocation copies on a worker thread.
   engine::WorkloadOptions workload;
   engine::EngineOptions engine;        // `mode` is set per run.
+  // The [sweep] table, read only by `sweep` (`run` ignores it): `name` (default: the
+  // experiment's name) and the [sweep.grid] axes. It is not part of the resolved config, so
+  // editing the grid leaves the config hashes of existing points unchanged.
+  std::string sweep_name;
+  std::vector<SweepAxis> sweep_grid;
   // The resolved configuration as TOML (overrides applied), one text per mode: what a run
   // records, and what its config hash is computed from.
   std::vector<std::string> resolved_toml;

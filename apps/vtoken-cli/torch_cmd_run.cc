@@ -14,6 +14,7 @@ struct RunArgs {
   std::string config;
   std::vector<std::string> sets;
   std::string db;
+  std::string sweep;  // Set by `sweep --jobs` for the runs of its child processes.
   bool dry_run = false;
 };
 
@@ -24,7 +25,7 @@ int RunRun(const RunArgs& a) {
     return 2;
   }
   const std::string db = a.db.empty() ? config->db : a.db;
-  StatusOr<RunOutcome> outcome = RunExperiment(*config, db, "", a.dry_run);
+  StatusOr<RunOutcome> outcome = RunExperiment(*config, db, a.sweep, a.dry_run);
   if (!outcome.ok()) {
     std::fprintf(stderr, "vtoken-cli: error: %s\n", outcome.status().message().c_str());
     return 1;
@@ -47,6 +48,8 @@ CLI::App* SetupRun(CLI::App& app) {
   cmd->add_option("config", a->config, "Experiment TOML file")->required();
   cmd->add_option("--set", a->sets, "Override a config key: section.key=value (repeatable)");
   cmd->add_option("--db", a->db, "Result database (default: the config's db, results/vtoken.db)");
+  // Hidden (empty group): only `sweep --jobs N` passes it, to tag its child processes' runs.
+  cmd->add_option("--sweep", a->sweep, "Sweep name to tag the runs with")->group("");
   cmd->add_flag("--dry-run", a->dry_run, "Validate and print the resolved config; run nothing");
   cmd->callback([a] { SetExitCode(RunRun(*a)); });
   return cmd;
