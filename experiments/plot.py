@@ -175,7 +175,7 @@ def plot_util_hist(con, runs, out_dir, written):
             ax.bar(xs, [100.0 * s / total for s in sums], width, label=mode,
                    color=MODE_COLOR[mode])
         policy = members[0].policy
-        title = ", ".join(p for p in [policy, members[0].point_label()] if p)
+        title = ", ".join(p for p in [policy, members[0].point_label(skip=("policy.name",))] if p)
         ax.set_title(title or "all runs", fontsize=9)
         ax.set_xticks(range(4))
         ax.set_xticklabels(HIST_LABELS, fontsize=8)

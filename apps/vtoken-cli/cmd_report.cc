@@ -1,0 +1,348 @@
+// `vtoken-cli report --sweep NAME`: the completed runs of one sweep as markdown tables (one row
+// per run: mode, policy, the grid keys that vary across the sweep, the key summary figures),
+// the SLA and capacity frontiers when the sweep varies engine.max_num_seqs, and the figures of
+// experiments/plot.py written into --out. The grid keys are recovered by comparing the runs'
+// resolved configs (runs.config_toml), so a report needs nothing but the database.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/vtoken-cli/command.h"
+#include "lib/engine/result_store.h"
+
+extern char** environ;
+
+namespace vtoken::cli {
+namespace {
+
+// A column of figures from the summary table.
+struct Figure {
+  const char* header;
+  const char* key;  // summary name; "" for a derived figure (see FigureValue)
+  const char* format;
+};
+
+// Memory: what eviction and reclamation do to the pool (DESIGN.md §8).
+constexpr Figure kMemory[] = {
+    {"blocks/req (mean)", "blocks_mean", "%.1f"},
+    {"blocks/req (final)", "blocks_final_mean", "%.1f"},
+    {"ideal (final)", "ideal_final_mean", "%.1f"},
+    {"waste F", "waste_ratio_mean", "%.3f"},
+    {"blocks <50% used", "", "%.3f"},
+    {"peak blocks", "peak_allocated_blocks", "%.0f"},
+    {"peak conc.", "peak_running", "%.0f"},
+    {"preempt.", "preemptions", "%.0f"},
+    {"forks", "forks", "%.0f"},
+};
+// Speed, quality and the cost of reclamation.
+constexpr Figure kSpeed[] = {
+    {"tok/s", "throughput_tok_s", "%.1f"},
+    {"TTFT p95 (s)", "ttft_p95", "%.3f"},
+    {"TPOT p95 (s)", "tpot_p95", "%.4f"},
+    {"E2E p95 (s)", "e2e_p95", "%.2f"},
+    {"ROUGE-L vs native", "rouge_l_vs_native", "%.4f"},
+    {"ROUGE-L vs naive", "rouge_l_vs_naive", "%.4f"},
+    {"moves", "moves", "%.0f"},
+    {"planner (s)", "planner_s", "%.4f"},
+    {"fence (s)", "fence_s", "%.4f"},
+    {"wall (s)", "wall_s", "%.1f"},
+};
+
+// Config keys that are not grid axes: the mode and policy have columns of their own, and the
+// experiment name is the same for every run of a sweep.
+const std::set<std::string> kNotAxes = {"modes", "name", "policy.name"};
+
+struct ReportRun {
+  engine::RunRecord record;
+  engine::RunSummary summary;
+  std::map<std::string, std::string> config;  // flattened dotted key -> value text
+};
+
+double Get(const ReportRun& r, const std::string& key) {
+  auto it = r.summary.values.find(key);
+  return it == r.summary.values.end() ? NAN : it->second;
+}
+
+double FigureValue(const ReportRun& r, const Figure& f) {
+  if (f.key[0] == '\0') return Get(r, "util_hist_0") + Get(r, "util_hist_1");
+  return Get(r, f.key);
+}
+
+std::string Format(double v, const char* format) {
+  if (std::isnan(v)) return "-";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, v);
+  return buf;
+}
+
+// The text of a leaf value: strings bare, everything else as TOML writes it.
+std::string ValueText(const toml::node& node) {
+  if (auto s = node.value_exact<std::string>()) return *s;
+  toml::table holder;
+  holder.insert("v", node);
+  std::ostringstream out;
+  out << holder;
+  return out.str().substr(4);  // Drop "v = ".
+}
+
+void Flatten(const toml::table& t, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  for (const auto& [key, node] : t) {
+    const std::string k = prefix + std::string(key.str());
+    if (const toml::table* sub = node.as_table()) {
+      Flatten(*sub, k + ".", out);
+    } else {
+      out[k] = ValueText(node);
+    }
+  }
+}
+
+// The keys whose value differs between runs (a key missing from a run counts as a value).
+std::vector<std::string> VaryingKeys(const std::vector<ReportRun>& runs) {
+  std::set<std::string> keys;
+  for (const ReportRun& r : runs) {
+    for (const auto& [k, v] : r.config) keys.insert(k);
+  }
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    if (kNotAxes.count(k)) continue;
+    std::set<std::string> values;
+    for (const ReportRun& r : runs) {
+      auto it = r.config.find(k);
+      values.insert(it == r.config.end() ? "(unset)" : "=" + it->second);
+    }
+    if (values.size() > 1) out.push_back(k);
+  }
+  return out;
+}
+
+std::string ConfigValue(const ReportRun& r, const std::string& key) {
+  auto it = r.config.find(key);
+  return it == r.config.end() ? "-" : it->second;
+}
+
+template <size_t N>
+void PrintTable(const char* title, const std::vector<ReportRun>& runs,
+                const std::vector<std::string>& axes, const Figure (&figures)[N]) {
+  std::printf("\n### %s\n\n| run | mode | policy |", title);
+  for (const std::string& k : axes) std::printf(" %s |", k.c_str());
+  for (const Figure& f : figures) std::printf(" %s |", f.header);
+  std::printf("\n|---:|---|---|");
+  for (size_t i = 0; i < axes.size(); ++i) std::printf("---:|");
+  for (size_t i = 0; i < N; ++i) std::printf("---:|");
+  std::printf("\n");
+  for (const ReportRun& r : runs) {
+    std::printf("| %lld | %s | %s |", static_cast<long long>(r.record.id), r.record.mode.c_str(),
+                r.record.policy.empty() ? "-" : r.record.policy.c_str());
+    for (const std::string& k : axes) std::printf(" %s |", ConfigValue(r, k).c_str());
+    for (const Figure& f : figures)
+      std::printf(" %s |", Format(FigureValue(r, f), f.format).c_str());
+    std::printf("\n");
+  }
+}
+
+// The sweep's runs grouped into curves over engine.max_num_seqs: one per mode and setting of
+// the other axes, points in ascending concurrency.
+std::map<std::string, std::vector<std::pair<double, const ReportRun*>>> Curves(
+    const std::vector<ReportRun>& runs, const std::vector<std::string>& axes) {
+  std::map<std::string, std::vector<std::pair<double, const ReportRun*>>> curves;
+  for (const ReportRun& r : runs) {
+    std::string label = r.record.mode + (r.record.policy.empty() ? "" : " / " + r.record.policy);
+    for (const std::string& k : axes) {
+      if (k != "engine.max_num_seqs") label += ", " + k + "=" + ConfigValue(r, k);
+    }
+    curves[label].emplace_back(std::atof(ConfigValue(r, "engine.max_num_seqs").c_str()), &r);
+  }
+  for (auto& [label, points] : curves) {
+    std::sort(points.begin(), points.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+  return curves;
+}
+
+// DESIGN.md §8: SLA = 1.05 x naive's p95 E2E at C_ref = 8 (the nearest swept C when 8 is not
+// swept); C_sel = the C with the highest throughput whose p95 meets it. Capacity = the largest
+// C whose requests all completed without preemption.
+void PrintFrontiers(const std::vector<ReportRun>& runs, const std::vector<std::string>& axes) {
+  if (std::find(axes.begin(), axes.end(), "engine.max_num_seqs") == axes.end()) return;
+  double c_ref = NAN, ref_sum = 0;
+  int ref_n = 0;
+  for (const ReportRun& r : runs) {
+    if (r.record.mode != "naive") continue;
+    const double c = std::atof(ConfigValue(r, "engine.max_num_seqs").c_str());
+    const double d = std::fabs(c - 8), best = std::fabs(c_ref - 8);
+    if (std::isnan(c_ref) || d < best || (d == best && c < c_ref)) c_ref = c;
+  }
+  for (const ReportRun& r : runs) {
+    if (r.record.mode == "naive" &&
+        std::atof(ConfigValue(r, "engine.max_num_seqs").c_str()) == c_ref) {
+      ref_sum += Get(r, "e2e_p95");
+      ++ref_n;
+    }
+  }
+  const double sla = ref_n > 0 ? 1.05 * ref_sum / ref_n : NAN;
+  std::printf("\n### Frontiers over engine.max_num_seqs\n\n");
+  if (ref_n > 0) {
+    std::printf("SLA = 1.05 x naive p95 E2E at C_ref = %g: %.3f s\n\n", c_ref, sla);
+  } else {
+    std::printf("No naive runs: no SLA.\n\n");
+  }
+  std::printf(
+      "| curve | C_sel (SLA) | tok/s at C_sel | p95 E2E at C_sel (s) | capacity C (no "
+      "preemption) |\n|---|---:|---:|---:|---:|\n");
+  for (const auto& [label, points] : Curves(runs, axes)) {
+    const ReportRun* sel = nullptr;
+    double c_sel = NAN, capacity = NAN;
+    for (const auto& [c, r] : points) {
+      if (!std::isnan(sla) && Get(*r, "e2e_p95") <= sla &&
+          (sel == nullptr || Get(*r, "throughput_tok_s") > Get(*sel, "throughput_tok_s"))) {
+        sel = r;
+        c_sel = c;
+      }
+      if (Get(*r, "preemptions") == 0) capacity = c;
+    }
+    std::printf("| %s | %s | %s | %s | %s |\n", label.c_str(), Format(c_sel, "%g").c_str(),
+                sel ? Format(Get(*sel, "throughput_tok_s"), "%.1f").c_str() : "-",
+                sel ? Format(Get(*sel, "e2e_p95"), "%.2f").c_str() : "-",
+                Format(capacity, "%g").c_str());
+  }
+}
+
+// Runs `python plot.py --db DB --sweep NAME --out DIR` and returns its exit status.
+Status RunPlot(const std::string& db, const std::string& sweep, const std::string& out) {
+  const char* source = std::getenv("VTOKEN_SOURCE_DIR");
+  const std::filesystem::path script =
+      std::filesystem::path(source != nullptr && *source ? source : ".") / "experiments" /
+      "plot.py";
+  if (!std::filesystem::exists(script)) {
+    return NotFoundError(script.string() +
+                         " not found (run from the source tree or set VTOKEN_SOURCE_DIR)");
+  }
+  const char* python_env = std::getenv("VTOKEN_PYTHON");
+  const std::string python = python_env != nullptr && *python_env ? python_env : "python3";
+  std::vector<std::string> args = {python,    script.string(), "--db",  db,
+                                   "--sweep", sweep,           "--out", out};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  pid_t pid = 0;
+  const int err = posix_spawnp(&pid, python.c_str(), nullptr, nullptr, argv.data(), environ);
+  if (err != 0) {
+    return NotFoundError("cannot start " + python + " for " + script.string() + ": " +
+                         std::strerror(err));
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) < 0) return InternalError("waitpid failed for " + python);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return InternalError(script.string() + " failed (exit status " +
+                         std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
+  }
+  return Status::Ok();
+}
+
+Status Report(const std::string& db, const std::string& sweep, std::string out, bool figures) {
+  if (!std::filesystem::exists(db)) return NotFoundError("database " + db + " not found");
+  VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::Open(db));
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> records,
+                          store.ListRuns({.ids = {}, .sweep = sweep, .status = "", .last = 0}));
+  std::vector<ReportRun> runs;
+  int64_t not_completed = 0;
+  for (engine::RunRecord& rec : records) {
+    if (rec.status != "completed") {
+      ++not_completed;
+      continue;
+    }
+    ReportRun r;
+    VTOKEN_ASSIGN_OR_RETURN(r.summary, store.GetSummary(rec.id));
+    try {
+      Flatten(toml::parse(rec.config_toml), "", r.config);
+    } catch (const toml::parse_error& e) {
+      return DataLossError(db + ": run " + std::to_string(rec.id) +
+                           ": config_toml does not parse: " + std::string(e.description()));
+    }
+    r.record = std::move(rec);
+    runs.push_back(std::move(r));
+  }
+  if (runs.empty()) {
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> all, store.ListRuns({}));
+    std::set<std::string> sweeps;
+    for (const engine::RunRecord& r : all) {
+      if (!r.sweep.empty()) sweeps.insert(r.sweep);
+    }
+    std::string known;
+    for (const std::string& s : sweeps) known += (known.empty() ? "" : ", ") + s;
+    return NotFoundError("no completed runs of sweep '" + sweep + "' in " + db +
+                         (known.empty() ? " (it has no sweeps)" : " (sweeps: " + known + ")"));
+  }
+  const std::vector<std::string> axes = VaryingKeys(runs);
+  std::set<std::string> models, workloads;
+  for (const ReportRun& r : runs) {
+    models.insert(r.record.model);
+    workloads.insert(r.record.workload);
+  }
+  auto join = [](const std::set<std::string>& s) {
+    std::string out;
+    for (const std::string& v : s) out += (out.empty() ? "" : ", ") + v;
+    return out;
+  };
+  std::printf("## Sweep %s\n\n%zu completed runs", sweep.c_str(), runs.size());
+  if (not_completed > 0) {
+    std::printf(" (%lld more failed or interrupted)", static_cast<long long>(not_completed));
+  }
+  std::printf(" in %s; model %s; workload %s", db.c_str(), join(models).c_str(),
+              join(workloads).c_str());
+  std::printf("; grid keys: ");
+  if (axes.empty()) std::printf("none");
+  for (size_t i = 0; i < axes.size(); ++i) std::printf("%s%s", i ? ", " : "", axes[i].c_str());
+  std::printf(".\n");
+  PrintTable("Memory", runs, axes, kMemory);
+  PrintTable("Speed, quality, reclamation cost", runs, axes, kSpeed);
+  PrintFrontiers(runs, axes);
+  std::printf("\n");
+  if (!figures) return Status::Ok();
+  if (out.empty()) out = "results/figures/" + sweep;
+  std::printf("Figures (%s):\n", out.c_str());
+  return RunPlot(db, sweep, out);
+}
+
+CLI::App* SetupReport(CLI::App& app) {
+  struct Args {
+    std::string db = "results/vtoken.db";
+    std::string sweep;
+    std::string out;
+    bool no_figures = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand(
+      "report", "Markdown tables and figures (experiments/plot.py) of one sweep's runs");
+  cmd->add_option("--db", a->db, "Result database")->capture_default_str();
+  cmd->add_option("--sweep", a->sweep, "Sweep name (runs tagged by `vtoken-cli sweep`)")
+      ->required();
+  cmd->add_option("--out", a->out, "Directory for the figures (default results/figures/NAME)");
+  cmd->add_flag("--no-figures", a->no_figures, "Print the tables only; do not run plot.py");
+  cmd->callback([a] {
+    Status s = Report(a->db, a->sweep, a->out, !a->no_figures);
+    if (!s.ok()) std::fprintf(stderr, "vtoken-cli: error: %s\n", s.message().c_str());
+    SetExitCode(s.ok() ? 0 : 1);
+  });
+  return cmd;
+}
+
+}  // namespace
+
+VTOKEN_REGISTER_COMMAND("report", SetupReport);
+
+}  // namespace vtoken::cli
