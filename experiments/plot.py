@@ -66,13 +66,19 @@ class Run:
         return float("nan") if v is None else v
 
     def point_label(self, skip=()):
-        parts = [f"{k.split('.')[-1]}={fmt(v)}" for k, v in self.point if k not in skip]
+        parts = [f"{short(k)}={fmt(v)}" for k, v in self.point if k not in skip]
         return ", ".join(parts)
 
     def label(self, skip=()):
         base = self.mode + (f"/{self.policy}" if self.policy else "")
         point = self.point_label(skip)
         return f"{base} {point}".strip()
+
+
+def short(key):
+    """A grid key for a legend: its last part ("policy" for policy.name)."""
+    parts = key.split(".")
+    return parts[-2] if parts[-1] == "name" and len(parts) > 1 else parts[-1]
 
 
 def fmt(v):
@@ -227,7 +233,8 @@ def series(runs, key, skip_more=()):
         x = r.config.get(key)
         if x is None:
             continue
-        label = r.mode + (f"/{r.policy}" if r.policy and "policy.name" in dict(r.point) else "")
+        by_policy = r.policy and "policy.name" in dict(r.point) and key != "policy.name"
+        label = r.mode + (f"/{r.policy}" if by_policy else "")
         rest = r.point_label(skip=(key, "policy.name") + tuple(skip_more))
         out.setdefault((r.mode, label + (f" {rest}" if rest else "")), []).append((x, r))
     for v in out.values():
@@ -358,21 +365,40 @@ def plot_block_size(runs, axes, out_dir, written):
 
 
 def plot_generic(runs, axes, out_dir, written):
-    figures = [("blocks_mean", "blocks held / request (time-mean)"),
-               ("throughput_tok_s", "throughput (output tokens/s)"),
-               ("rouge_l_vs_native", "ROUGE-L F1 vs native")]
+    panels = [("blocks_mean", "blocks held / request (time-mean)"),
+              ("waste_ratio_mean", "waste ratio F (mean)"),
+              ("throughput_tok_s", "throughput (output tokens/s)"),
+              ("rouge_l_vs_native", "ROUGE-L F1 vs native")]
     for key in axes:
         if key in OWN_FIGURE:
             continue
         s = series(runs, key)
-        numeric = all(isinstance(p[0], (int, float)) for pts in s.values() for p in pts)
-        fig, axs = plt.subplots(1, 3, figsize=(13, 3.8))
-        for (mode, label), pts in s.items():
-            xs = [p[0] if numeric else fmt(p[0]) for p in pts]
-            for ax, (name, _) in zip(axs, figures):
-                ys = [p[1].get(name) for p in pts]
-                ax.plot(xs, ys, marker="o", label=label, color=MODE_COLOR.get(mode))
-        for ax, (_, ylabel) in zip(axs, figures):
+        # Panels with at least one value (ROUGE-L only exists when a native run was scored).
+        shown = [p for p in panels
+                 if any(not math.isnan(r.get(p[0])) for pts in s.values() for _, r in pts)]
+        numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                      for pts in s.values() for x, _ in pts)
+        categories = []
+        for pts in s.values():
+            for x, _ in pts:
+                if fmt(x) not in categories:
+                    categories.append(fmt(x))
+        fig, axs = plt.subplots(1, len(shown), figsize=(4.3 * len(shown), 3.9), squeeze=False)
+        width = 0.8 / max(1, len(s))
+        for i, ((mode, label), pts) in enumerate(s.items()):
+            for ax, (name, _) in zip(axs[0], shown):
+                ys = [r.get(name) for _, r in pts]
+                if numeric:
+                    ax.plot([x for x, _ in pts], ys, marker="o", label=label,
+                            color=MODE_COLOR.get(mode) if len(s) <= 3 else None)
+                else:
+                    xs = [categories.index(fmt(x)) + (i - (len(s) - 1) / 2) * width for x, _ in pts]
+                    ax.bar(xs, ys, width, label=label,
+                           color=MODE_COLOR.get(mode) if len(s) <= 3 else None)
+        for ax, (_, ylabel) in zip(axs[0], shown):
+            if not numeric:
+                ax.set_xticks(range(len(categories)))
+                ax.set_xticklabels(categories, rotation=30, ha="right", fontsize=8)
             ax.set_xlabel(key)
             ax.set_ylabel(ylabel)
             ax.legend(fontsize=7)
