@@ -9,7 +9,7 @@ sweep has data for, printing each path it writes:
   util_hist.png       block utilization histogram, naive vs vtoken per grid point (steps.hist0..3)
   blocks_over_time.png  allocated blocks vs time per run (steps.allocated_blocks, steps.time_s)
   sla_frontier.png    throughput and p95 E2E vs concurrency (engine.max_num_seqs), SLA line
-  capacity_frontier.png  preemptions vs concurrency and the largest preemption-free one per mode
+  capacity_frontier.png  preemptions vs concurrency limit; peak concurrency without preemption
   overhead.png        forward / policy / planner / fence seconds per run (summary)
   block_size.png      blocks held, tokens moved and waste vs engine.block_size
   by_KEY.png          blocks held, throughput and ROUGE-L vs any other numeric grid key
@@ -288,7 +288,8 @@ def plot_capacity(runs, axes, out_dir, written):
         xs = [p[0] for p in pts]
         ax1.plot(xs, [p[1].get("preemptions") for p in pts], marker="o", label=label,
                  color=MODE_COLOR.get(mode))
-        free = [x for x, r in pts if r.get("preemptions") == 0]
+        # The concurrency actually reached: admission may hold a run below its limit C.
+        free = [r.get("peak_running") for _, r in pts if r.get("preemptions") == 0]
         labels.append(label)
         caps.append(max(free) if free else 0)
         colors.append(MODE_COLOR.get(mode, "tab:green"))
@@ -300,7 +301,7 @@ def plot_capacity(runs, axes, out_dir, written):
     ax2.set_yticks(range(len(labels)))
     ax2.set_yticklabels(labels, fontsize=8)
     ax2.invert_yaxis()
-    ax2.set_xlabel("largest C without preemption")
+    ax2.set_xlabel("peak concurrency reached without preemption")
     ax2.set_title("Capacity frontier", fontsize=9)
     for i, c in enumerate(caps):
         ax2.text(c, i, f" {fmt(c)}", va="center", fontsize=8)
