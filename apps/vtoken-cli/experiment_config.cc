@@ -177,7 +177,8 @@ std::string TomlValueText(const toml::node& value) {
 Status ParseGrid(const toml::table& t, const std::string& prefix, const std::string& file,
                  std::vector<SweepAxis>& axes) {
   for (const auto& [key, node] : t) {
-    const std::string k = prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
+    const std::string k =
+        prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
     if (const toml::table* sub = node.as_table()) {
       VTOKEN_RETURN_IF_ERROR(ParseGrid(*sub, k, file, axes));
       continue;

@@ -115,8 +115,8 @@ inline double EstimateRemaining(const SweepProgress& p, double elapsed_s, int64_
   const int64_t left = p.total - finished - p.skipped;
   if (left <= 0) return 0;
   if (finished == 0) return -1;
-  const double per_point = elapsed_s * static_cast<double>(std::min(jobs, finished)) /
-                           static_cast<double>(finished);
+  const double per_point =
+      elapsed_s * static_cast<double>(std::min(jobs, finished)) / static_cast<double>(finished);
   return per_point * static_cast<double>(left) / static_cast<double>(std::max<int64_t>(jobs, 1));
 }
 

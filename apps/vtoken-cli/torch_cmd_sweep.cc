@@ -24,6 +24,7 @@
 #include "apps/vtoken-cli/experiment_config.h"
 #include "apps/vtoken-cli/run_experiment.h"
 #include "apps/vtoken-cli/sweep_grid.h"
+#include "lib/core/policy_registry.h"
 #include "lib/engine/result_store.h"
 
 extern char** environ;
@@ -87,9 +88,15 @@ ExperimentConfig RestrictModes(const ExperimentConfig& c, const std::vector<Mode
   return out;
 }
 
-// Files a run needs that LoadExperimentConfig does not look at; checked for every point up
-// front so a typo in one value of the grid fails before the first point runs.
-Status CheckInputsExist(const ExperimentConfig& c) {
+// What a run needs that LoadExperimentConfig does not look at (files, the policy and its
+// params); checked for every point up front so a typo in one value of the grid fails before
+// the first point runs.
+Status CheckPoint(const ExperimentConfig& c) {
+  const bool evicts =
+      std::any_of(c.modes.begin(), c.modes.end(), [](Mode m) { return m != Mode::kNative; });
+  if (evicts && !c.engine.indirection_only) {
+    VTOKEN_RETURN_IF_ERROR(CreatePolicy(c.engine.policy, c.engine.policy_params).status());
+  }
   if (c.model.rfind("synthetic:", 0) != 0 && !std::filesystem::is_directory(c.model)) {
     return NotFoundError("model directory " + c.model + " not found");
   }
@@ -164,8 +171,7 @@ struct Child {
 // Starts `vtoken-cli run` for one point; its output goes to a temporary log file.
 StatusOr<Child> StartChild(const SweepArgs& a, const std::string& db, const std::string& sweep,
                            const PointPlan& p, size_t plan_index) {
-  std::vector<std::string> args = {"/proc/self/exe", "run", a.config, "--db", db,
-                                   "--sweep", sweep};
+  std::vector<std::string> args = {"/proc/self/exe", "run", a.config, "--db", db, "--sweep", sweep};
   std::vector<std::string> sets = a.sets;
   sets.insert(sets.end(), p.point.overrides.begin(), p.point.overrides.end());
   if (p.todo.size() != p.config.modes.size()) sets.push_back(ModesOverride(p.todo));
@@ -237,7 +243,7 @@ int RunSweep(const SweepArgs& a) {
     std::vector<std::string> overrides = a.sets;
     overrides.insert(overrides.end(), point.overrides.begin(), point.overrides.end());
     StatusOr<ExperimentConfig> c = LoadExperimentConfig(a.config, overrides);
-    Status s = c.ok() ? CheckInputsExist(*c) : c.status();
+    Status s = c.ok() ? CheckPoint(*c) : c.status();
     if (!s.ok()) {
       return fail(a.config + ": sweep point " + std::to_string(point.index) + " (" +
                       JoinOverrides(point.overrides) + "): " + s.message(),
@@ -352,8 +358,9 @@ int RunSweep(const SweepArgs& a) {
       std::string id = found.ok() && found->has_value() ? std::to_string(**found) : "-";
       runs += (runs.empty() ? "" : " ") + id;
     }
-    std::printf("%5lld  %-7s  %-14s  %s\n", static_cast<long long>(p.point.index),
-                p.status.c_str(), runs.c_str(), JoinOverrides(p.point.overrides).c_str());
+    std::printf("%5lld  %-7s  %-14s  %s\n", static_cast<long long>(p.point.index), p.status.c_str(),
+                runs.c_str(), JoinOverrides(p.point.overrides).c_str());
+    if (!p.error.empty()) std::printf("%5s  error: %s\n", "", p.error.c_str());
   }
   std::printf("sweep %s: done %lld, skipped %lld, failed %lld of %lld points in %s\n",
               sweep.c_str(), static_cast<long long>(progress.done),
