@@ -90,6 +90,11 @@ std::string Format(double v, const char* format) {
 // The text of a leaf value: strings bare, everything else as TOML writes it.
 std::string ValueText(const toml::node& node) {
   if (auto s = node.value_exact<std::string>()) return *s;
+  if (auto d = node.value_exact<double>()) {  // Shortest form: 0.1, not 0.10000000000000001.
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%g", *d);
+    return buf;
+  }
   toml::table holder;
   holder.insert("v", node);
   std::ostringstream out;
