@@ -14,11 +14,12 @@
 namespace vtoken {
 namespace {
 
-// EvictToken on a sequence of 64K tokens; each iteration evicts one token, refilling the sequence
-// (outside the timed region) when every token is dead.
+// EvictToken on a sequence of N tokens (1K .. 1M: the cost must not grow with N); each iteration
+// evicts one token, refilling the sequence (outside the timed region) when every token is dead.
 void BM_EvictToken(benchmark::State& state) {
-  const int64_t n = 1 << 16;
-  VirtualKvCache cache({.mode = Mode::kNaive, .pool = {.num_blocks = 8192, .block_size = 16}});
+  const int64_t n = state.range(0);
+  VirtualKvCache cache({.mode = Mode::kNaive,
+                        .pool = {.num_blocks = static_cast<int32_t>(n / 16 + 1), .block_size = 16}});
   SeqId seq = cache.AddSequence();
   (void)cache.SyncNewTokens(seq, n);
   TokenId next = 0;
@@ -36,7 +37,7 @@ void BM_EvictToken(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_EvictToken);
+BENCHMARK(BM_EvictToken)->RangeMultiplier(32)->Range(1 << 10, 1 << 20);
 
 // SyncNewTokens(seq, 1) for decode: one token appended per call.
 void BM_SyncNewTokensDecode(benchmark::State& state) {
