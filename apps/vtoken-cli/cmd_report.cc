@@ -309,7 +309,8 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
   };
   std::printf("## Sweep %s\n\n%zu completed runs", sweep.c_str(), runs.size());
   if (not_completed > 0) {
-    std::printf(" (%lld more failed or interrupted)", static_cast<long long>(not_completed));
+    std::printf(" (%lld more not completed: running, failed or interrupted)",
+                static_cast<long long>(not_completed));
   }
   std::printf(" in %s; model %s; workload %s", db.c_str(), join(models).c_str(),
               join(workloads).c_str());
