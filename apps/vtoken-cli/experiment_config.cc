@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <set>
 #include <sstream>
+#include <variant>
 #include <toml++/toml.h>
 
 namespace vtoken::cli {
@@ -346,6 +347,76 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   return Status::Ok();
 }
 
+
+// Every key with its effective value (defaults included) for one mode: what a run ran. How a
+// config is swept ([sweep]) and where results go (db) are not part of it.
+toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
+  const engine::WorkloadOptions& w = c.workload;
+  const engine::EngineOptions& e = c.engine;
+  auto i64 = [](auto v) { return static_cast<int64_t>(v); };
+  toml::table params;
+  for (const auto& [key, value] : e.policy_params) {
+    std::visit([&, k = key](const auto& v) { params.insert_or_assign(k, v); }, value);
+  }
+  return toml::table{
+      {"name", c.name},
+      {"modes", toml::array{std::string(ModeName(mode))}},
+      {"seed", i64(e.seed)},
+      {"model", toml::table{{"path", c.model}, {"seed", i64(c.model_seed)}}},
+      {"workload",
+       toml::table{{"kind", w.kind},
+                   {"num_requests", w.num_requests},
+                   {"seed", i64(w.seed)},
+                   {"input_mean", w.input_mean},
+                   {"output_mean", w.output_mean},
+                   {"length_sigma", w.length_sigma},
+                   {"input_min", w.input_min},
+                   {"input_max", w.input_max},
+                   {"output_min", w.output_min},
+                   {"output_max", w.output_max},
+                   {"max_total_tokens", w.max_total_tokens},
+                   {"arrival", w.arrival},
+                   {"rate", w.rate},
+                   {"gamma_cv", w.gamma_cv},
+                   {"prefix_sharing_degree", i64(w.prefix_sharing_degree)},
+                   {"shared_prefix_fraction", w.shared_prefix_fraction},
+                   {"jsonl", w.jsonl_path},
+                   {"jsonl_default_max_tokens", w.jsonl_default_max_tokens},
+                   {"corpus", w.corpus_path}}},
+      {"engine",
+       toml::table{
+           {"num_blocks", i64(e.pool.num_blocks)},
+           {"block_size", i64(e.pool.block_size)},
+           {"headroom_blocks", i64(e.pool.headroom_blocks)},
+           {"max_num_seqs", i64(e.max_num_seqs)},
+           {"admission", e.admission == engine::EngineOptions::Admission::kReserve ? "reserve"
+                                                                                    : "greedy"},
+           {"max_prefill_chunk", e.max_prefill_chunk},
+           {"indirection_only", e.indirection_only},
+           {"force_sync", e.force_sync},
+           {"stop_at_eos", e.stop_at_eos},
+           {"obs_window", i64(e.obs_window)},
+           {"verify", e.verify},
+           {"async_copies", c.async_copies}}},
+      {"policy", toml::table{{"name", e.policy},
+                             {"budget_tokens", e.evictor.budget_tokens},
+                             {"keep_ratio", e.evictor.keep_ratio},
+                             {"num_sink", e.evictor.num_sink},
+                             {"num_recent", e.evictor.num_recent},
+                             {"evict_interval", e.evictor.evict_interval},
+                             {"params", params}}},
+      {"reclaim",
+       toml::table{{"trigger", e.reclaim.trigger == ReclaimOptions::Trigger::kAlways ? "always"
+                                                                                     : "pressure"},
+                   {"frag_threshold", e.reclaim.frag_threshold},
+                   {"low_watermark", e.reclaim.low_watermark},
+                   {"max_moves_per_step", e.reclaim.max_moves_per_step}}},
+      {"sampling", toml::table{{"temperature", e.sampling.temperature},
+                               {"top_p", e.sampling.top_p},
+                               {"seed", i64(e.sampling.seed)}}},
+  };
+}
+
 }  // namespace
 
 StatusOr<ExperimentConfig> LoadExperimentConfig(const std::string& path,
@@ -363,13 +434,9 @@ StatusOr<ExperimentConfig> LoadExperimentConfig(const std::string& path,
   c.file = path;
   c.name = std::filesystem::path(path).stem().string();
   VTOKEN_RETURN_IF_ERROR(Parse(root, c));
-  root.erase("sweep");  // How a config is swept is not part of what a run ran.
   for (Mode mode : c.modes) {
-    toml::table resolved = root;
-    resolved.insert_or_assign("modes", toml::array{std::string(ModeName(mode))});
-    resolved.insert_or_assign("name", c.name);
     std::ostringstream out;
-    out << resolved;
+    out << ResolvedTable(c, mode);
     c.resolved_toml.push_back(out.str());
   }
   return c;
