@@ -240,7 +240,11 @@ Status RunPlot(const std::string& db, const std::string& sweep, const std::strin
                          " not found (run from the source tree or set VTOKEN_SOURCE_DIR)");
   }
   const char* python_env = std::getenv("VTOKEN_PYTHON");
-  const std::string python = python_env != nullptr && *python_env ? python_env : "python3";
+  // Debian's interpreter is the one scripts/setup.sh installs python3-matplotlib for; a python3
+  // earlier on PATH (pyenv, a venv) may lack it.
+  const std::string python = python_env != nullptr && *python_env ? python_env
+                             : std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3"
+                                                                             : "python3";
   std::vector<std::string> args = {python,    script.string(), "--db",  db,
                                    "--sweep", sweep,           "--out", out};
   std::vector<char*> argv;
