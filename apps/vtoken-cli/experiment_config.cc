@@ -442,6 +442,12 @@ StatusOr<ExperimentConfig> LoadExperimentConfig(const std::string& path,
   return c;
 }
 
+std::string ResolvedToml(const ExperimentConfig& config, Mode mode) {
+  std::ostringstream out;
+  out << ResolvedTable(config, mode);
+  return out.str();
+}
+
 std::string ConfigHash(const std::string& resolved_toml) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx",

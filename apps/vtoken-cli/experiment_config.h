@@ -40,6 +40,10 @@ struct ExperimentConfig {
 StatusOr<ExperimentConfig> LoadExperimentConfig(const std::string& path,
                                                 const std::vector<std::string>& overrides);
 
+// The resolved configuration of `config` run in `mode` (need not be one of config.modes): every
+// key with its effective value. config.resolved_toml holds it for each of config.modes.
+std::string ResolvedToml(const ExperimentConfig& config, Mode mode);
+
 // Hex xxhash64 of a resolved config text.
 std::string ConfigHash(const std::string& resolved_toml);
 

@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -95,6 +96,25 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
   const std::string sha = GitSha();
   RunOutcome outcome;
   std::vector<std::string> native_text, naive_text;
+  // A sweep resumed half-way runs only its missing modes: score them against the outputs of
+  // the point's native / naive runs completed earlier in the same sweep.
+  auto earlier_outputs = [&](Mode mode, std::vector<std::string>& texts) -> Status {
+    if (sweep.empty() || std::find(c.modes.begin(), c.modes.end(), mode) != c.modes.end()) {
+      return Status::Ok();
+    }
+    VTOKEN_ASSIGN_OR_RETURN(std::optional<int64_t> id,
+                            store.FindCompleted(ConfigHash(ResolvedToml(c, mode)), sweep));
+    if (!id) return Status::Ok();
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::OutputRecord> outputs, store.GetOutputs(*id));
+    if (outputs.size() != requests.size()) return Status::Ok();
+    std::sort(outputs.begin(), outputs.end(), [](const auto& a, const auto& b) {
+      return a.request_id < b.request_id;
+    });
+    for (const engine::OutputRecord& o : outputs) texts.push_back(o.text);
+    return Status::Ok();
+  };
+  VTOKEN_RETURN_IF_ERROR(earlier_outputs(Mode::kNative, native_text));
+  VTOKEN_RETURN_IF_ERROR(earlier_outputs(Mode::kNaive, naive_text));
   for (size_t mi = 0; mi < c.modes.size(); ++mi) {
     const Mode mode = c.modes[mi];
     engine::EngineOptions o = c.engine;
