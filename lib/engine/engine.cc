@@ -450,6 +450,9 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
   if (o.indirection_only && o.mode != Mode::kVtoken) {
     return InvalidArgumentError("indirection_only needs mode vtoken");
   }
+  if (EvictionOn(o)) {  // Unknown policy, bad parameters, impossible budget.
+    VTOKEN_RETURN_IF_ERROR(PolicyEvictor::Create(o.policy, o.policy_params, o.evictor).status());
+  }
   const int64_t slots = int64_t{o.pool.num_blocks} * o.pool.block_size;
   if (slots != runner.num_slots()) {
     return InvalidArgumentError("the model's KV store has " + std::to_string(runner.num_slots()) +

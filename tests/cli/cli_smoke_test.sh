@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# End-to-end checks of vtoken-cli as a user drives it: a sweep on the bundled model, report
+# (tables + figures), runs/compare, and bad input giving one clear error line, a non-zero exit
+# and nothing written to the results database.
+# Usage: cli_smoke_test.sh VTOKEN_CLI SOURCE_DIR
+set -u
+CLI=$1
+SRC=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cd "$SRC" || exit 1
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+bash scripts/make-corpus.sh build/corpus >/dev/null || { echo "FAIL: corpus"; exit 1; }
+
+# A sweep, then its report.
+"$CLI" sweep experiments/sweep_example.toml --db "$TMP/s.db" >"$TMP/sweep.out" 2>"$TMP/sweep.err" \
+  || fail "sweep exited $?: $(tail -3 "$TMP/sweep.err")"
+completed=$(sqlite3 "$TMP/s.db" "select count(*) from runs where status='completed'")
+[[ "$completed" == 8 ]] || fail "sweep completed $completed runs, expected 8"
+"$CLI" report --db "$TMP/s.db" --sweep sweep_example --out "$TMP/figs" >"$TMP/report.out" 2>&1 \
+  || fail "report exited $?: $(tail -3 "$TMP/report.out")"
+grep -q '^| ' "$TMP/report.out" || fail "report printed no markdown table"
+ls "$TMP"/figs/*.png >/dev/null 2>&1 || fail "report wrote no figure"
+"$CLI" compare --db "$TMP/s.db" --last 2 >"$TMP/compare.out" 2>&1 || fail "compare exited $?"
+grep -q "ROUGE-L vtoken vs naive" "$TMP/compare.out" || fail "compare table incomplete"
+"$CLI" runs --db "$TMP/s.db" | grep -q completed || fail "runs lists no completed run"
+
+# Bad input: one error line naming the problem, exit code != 0, nothing written.
+expect_error() {  # expect_error PATTERN ARGS...
+  local pattern=$1
+  shift
+  "$CLI" "$@" --db "$TMP/bad.db" >"$TMP/bad.out" 2>"$TMP/bad.err"
+  local rc=$?
+  [[ $rc -ne 0 ]] || fail "'$*' exited 0"
+  [[ $(wc -l <"$TMP/bad.err") -eq 1 ]] || fail "'$*' printed $(wc -l <"$TMP/bad.err") error lines"
+  grep -q "$pattern" "$TMP/bad.err" || fail "'$*' error lacks '$pattern': $(cat "$TMP/bad.err")"
+  [[ ! -e "$TMP/bad.db" ]] || fail "'$*' created the database"
+}
+printf 'name = "x"\n[engine\n' >"$TMP/malformed.toml"
+expect_error "malformed.toml" run "$TMP/malformed.toml"
+expect_error "unknown key 'engine.num_blockz'" run experiments/quickstart.toml --set engine.num_blockz=3
+expect_error "engine.num_blocks" run experiments/quickstart.toml --set 'engine.num_blocks="many"'
+expect_error "unknown policy" run experiments/quickstart.toml --set policy.name=nope
+expect_error "block_size" run experiments/quickstart.toml --set engine.block_size=0
+expect_error "pool too small" run experiments/quickstart.toml --set engine.num_blocks=40
+expect_error "keep_ratio" run experiments/quickstart.toml --set policy.keep_ratio=1.5
+expect_error "models/none" run experiments/quickstart.toml --set model.path=models/none
+expect_error "not found" run "$TMP/missing.toml"
+mkdir -p "$TMP/corrupt" && cp models/vt-tiny/config.json models/vt-tiny/tokenizer.json "$TMP/corrupt/"
+head -c 1000 models/vt-tiny/model.safetensors >"$TMP/corrupt/model.safetensors"
+expect_error "model.safetensors" run experiments/quickstart.toml --set "model.path=\"$TMP/corrupt\""
+"$CLI" check --bogus-flag >/dev/null 2>"$TMP/flag.err" && fail "unknown flag accepted"
+grep -q "bogus-flag" "$TMP/flag.err" || fail "unknown flag error lacks its name"
+
+if ((failures > 0)); then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "cli smoke test passed"
