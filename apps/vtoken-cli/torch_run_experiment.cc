@@ -60,15 +60,17 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     return NotFoundError("corpus file " + c.workload.corpus_path +
                          " not found (scripts/make-corpus.sh builds the KJV corpus)");
   }
-  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaRunner> probe, MakeRunner(c));
+  // One runner serves every mode: each run writes every KV slot before reading it, and a
+  // finished run leaves no sampler state or pending copy behind.
+  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaRunner> runner, MakeRunner(c));
   engine::WorkloadOptions wo = c.workload;
   VTOKEN_ASSIGN_OR_RETURN(
       std::vector<engine::Request> requests,
-      engine::GenerateWorkload(wo, tokenizer ? &*tokenizer : nullptr, probe->vocab_size()));
+      engine::GenerateWorkload(wo, tokenizer ? &*tokenizer : nullptr, runner->vocab_size()));
   for (Mode mode : c.modes) {
     engine::EngineOptions o = c.engine;
     o.mode = mode;
-    VTOKEN_RETURN_IF_ERROR(engine::ValidateEngineOptions(o, *probe, requests));
+    VTOKEN_RETURN_IF_ERROR(engine::ValidateEngineOptions(o, *runner, requests));
   }
   int64_t prompt_tokens = 0, output_tokens = 0;
   for (const engine::Request& r : requests) {
@@ -90,7 +92,6 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     }
     return RunOutcome{};
   }
-  probe.reset();
 
   VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::Open(db_path));
   const std::string sha = GitSha();
@@ -140,12 +141,10 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
       std::fprintf(stderr, "\n");
       return s;
     };
-    StatusOr<std::unique_ptr<model::LlamaRunner>> runner = MakeRunner(c);
-    if (!runner.ok()) return fail(runner.status());
     const std::string label = std::string(ModeName(mode));
     StatusOr<engine::EngineResult> result = engine::RunEngine(
-        o, **runner, requests,
-        [&](const engine::StepResult& s, int64_t finished, int64_t total) {
+        o, *runner, requests,
+        [&](const engine::StepRecord& s, int64_t finished, int64_t total) {
           if (s.step % 10 != 0 && finished != total) return;
           std::fprintf(stderr,
                        "\r[%s %zu/%zu] %6.1fs step %5lld  done %3lld/%lld  running %3d  "
@@ -189,7 +188,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     for (size_t i = 0; i < requests.size(); ++i) {
       if (requests[i].reference) rouge_ref.push_back(engine::RougeLF1(texts[i], *requests[i].reference));
     }
-    Status s = store.AppendSteps(run_id, engine::ToStepRecords(*result));
+    Status s = store.AppendSteps(run_id, result->steps);
     if (s.ok()) s = store.AppendRequests(run_id, engine::ToRequestRecords(*result));
     if (s.ok()) s = store.AppendOutputs(run_id, outputs);
     if (s.ok()) {

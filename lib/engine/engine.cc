@@ -319,7 +319,7 @@ class Engine {
   }
 
   Status Step() {
-    StepResult step;
+    StepRecord step;
     step.step = static_cast<int64_t>(result_.steps.size());
     const int64_t moves_before = reclaimer_.stats().moves;
     const int64_t fences_before = reclaimer_.stats().fence_waits;
@@ -342,7 +342,6 @@ class Engine {
       in.sampling = o_.sampling;
       in.sampling.seed = o_.sampling.seed ^ (static_cast<uint64_t>(s.request->id) * 0x9e3779b9);
       in.obs_window = o_.obs_window;
-      step.batch_tokens += p.n;
       inputs.push_back(std::move(in));
     }
     const auto forward_start = Clock::now();
@@ -408,12 +407,12 @@ class Engine {
     step.num_running = static_cast<int32_t>(running_.size());
     step.num_waiting = static_cast<int32_t>(waiting_.size());
     step.free_blocks = cache_.pool().num_free_blocks();
-    step.allocated_blocks = fs.allocated_blocks;
+    step.allocated_blocks = static_cast<int32_t>(fs.allocated_blocks);
     step.live_slots = fs.live_slots;
-    step.held_blocks = fs.held_blocks;
-    step.ideal_blocks = fs.ideal_blocks;
+    step.held_blocks = static_cast<int32_t>(fs.held_blocks);
+    step.ideal_blocks = static_cast<int32_t>(fs.ideal_blocks);
     step.waste_ratio = fs.waste_ratio;
-    step.hist = fs.utilization_hist;
+    for (int i = 0; i < 4; ++i) step.hist[i] = static_cast<int32_t>(fs.utilization_hist[i]);
     step.moves = reclaimer_.stats().moves - moves_before;
     step.fence_waits = reclaimer_.stats().fence_waits - fences_before;
     result_.steps.push_back(step);

@@ -38,6 +38,7 @@
 #include "lib/core/reclaim_planner.h"
 #include "lib/core/status.h"
 #include "lib/core/types.h"
+#include "lib/engine/result_store.h"
 #include "lib/engine/workload.h"
 #include "lib/model/runner.h"
 
@@ -96,23 +97,9 @@ struct RequestResult {
   int64_t ideal_blocks_final = 0;
 };
 
-// One step's pool and fragmentation figures.
-struct StepResult {
-  int64_t step = 0;
-  double time_s = 0;
-  int32_t num_running = 0, num_waiting = 0;
-  int32_t free_blocks = 0;
-  int64_t allocated_blocks = 0, live_slots = 0, held_blocks = 0, ideal_blocks = 0;
-  double waste_ratio = 0;
-  std::array<int64_t, 4> hist{};
-  int64_t moves = 0;  // Tokens relocated this step.
-  int64_t fence_waits = 0;
-  int64_t batch_tokens = 0;
-};
-
 struct EngineResult {
   std::vector<RequestResult> requests;  // In request order.
-  std::vector<StepResult> steps;
+  std::vector<StepRecord> steps;  // One per step, as the result store keeps them.
   double wall_s = 0;
   int64_t preemptions = 0;
   int32_t peak_running = 0;
@@ -127,7 +114,7 @@ struct EngineResult {
 };
 
 // Called after every step with the step's figures (for a progress line).
-using StepCallback = std::function<void(const StepResult&, int64_t finished, int64_t total)>;
+using StepCallback = std::function<void(const StepRecord&, int64_t finished, int64_t total)>;
 
 // Runs every request to completion. Errors: invalid options, a runner failure.
 StatusOr<EngineResult> RunEngine(const EngineOptions& options, model::ModelRunner& runner,

@@ -18,29 +18,6 @@ double MeanOf(const std::vector<double>& v) {
 
 }  // namespace
 
-std::vector<StepRecord> ToStepRecords(const EngineResult& result) {
-  std::vector<StepRecord> out;
-  out.reserve(result.steps.size());
-  for (const StepResult& s : result.steps) {
-    StepRecord r;
-    r.step = s.step;
-    r.time_s = s.time_s;
-    r.num_running = s.num_running;
-    r.num_waiting = s.num_waiting;
-    r.free_blocks = s.free_blocks;
-    r.allocated_blocks = static_cast<int32_t>(s.allocated_blocks);
-    r.live_slots = s.live_slots;
-    r.waste_ratio = s.waste_ratio;
-    r.held_blocks = static_cast<int32_t>(s.held_blocks);
-    r.ideal_blocks = static_cast<int32_t>(s.ideal_blocks);
-    for (int i = 0; i < 4; ++i) r.hist[i] = static_cast<int32_t>(s.hist[i]);
-    r.moves = s.moves;
-    r.fence_waits = s.fence_waits;
-    out.push_back(r);
-  }
-  return out;
-}
-
 std::vector<RequestRecord> ToRequestRecords(const EngineResult& result) {
   std::vector<RequestRecord> out;
   out.reserve(result.requests.size());
@@ -105,7 +82,7 @@ std::map<std::string, double> SummarizeRun(const EngineResult& r,
   double waste = 0, waste_steps = 0, peak_allocated = 0;
   std::array<double, 4> hist{};
   double hist_total = 0;
-  for (const StepResult& st : r.steps) {
+  for (const StepRecord& st : r.steps) {
     peak_allocated = std::max(peak_allocated, static_cast<double>(st.allocated_blocks));
     if (st.allocated_blocks == 0) continue;
     waste += st.waste_ratio;

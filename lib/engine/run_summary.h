@@ -1,4 +1,4 @@
-// Turns an EngineResult into what the result store keeps: per-step and per-request records and
+// Turns an EngineResult into what the result store keeps: per-request records and
 // the run's summary figures under stable names (DESIGN.md §8). Every figure is derived from the
 // raw records, so a summary can always be recomputed from the database.
 //
@@ -25,7 +25,6 @@
 
 namespace vtoken::engine {
 
-std::vector<StepRecord> ToStepRecords(const EngineResult& result);
 std::vector<RequestRecord> ToRequestRecords(const EngineResult& result);
 
 // `rouge_vs_native` / `rouge_vs_reference`: per-request F1 scores, or empty when not computed.

@@ -212,9 +212,9 @@ TEST(EngineTest, PrefixGroupsShareBlocksAndKeepOutputs) {
     for (size_t i = 0; i < plain.size(); ++i) {
       EXPECT_EQ(a->requests[i].output_tokens, b->requests[i].output_tokens) << i;
     }
-    int64_t peak_a = 0, peak_b = 0;
-    for (const StepResult& s : a->steps) peak_a = std::max(peak_a, s.allocated_blocks);
-    for (const StepResult& s : b->steps) peak_b = std::max(peak_b, s.allocated_blocks);
+    int32_t peak_a = 0, peak_b = 0;
+    for (const StepRecord& s : a->steps) peak_a = std::max(peak_a, s.allocated_blocks);
+    for (const StepRecord& s : b->steps) peak_b = std::max(peak_b, s.allocated_blocks);
     EXPECT_LT(peak_b, peak_a) << ModeName(mode);
   }
 }
