@@ -43,7 +43,8 @@ class ReclaimPlanner {
   explicit ReclaimPlanner(const ReclaimOptions& options);
 
   const ReclaimOptions& options() const { return options_; }
-  // True when the trigger condition holds for `snapshot`.
+  // True when the trigger condition holds for `snapshot`. Reads only its pool-level fields, so
+  // VirtualKvCache::PoolSnapshot() suffices.
   bool Triggered(const CacheSnapshot& snapshot) const;
   // Returns the plan for `snapshot` (empty when not triggered or nothing pays off). The plan
   // carries snapshot.version.

@@ -392,7 +392,7 @@ FragStats VirtualKvCache::Stats() const {
   return s;
 }
 
-CacheSnapshot VirtualKvCache::Snapshot() const {
+CacheSnapshot VirtualKvCache::PoolSnapshot() const {
   CacheSnapshot snap;
   snap.version = version_;
   snap.block_size = block_size();
@@ -401,6 +401,11 @@ CacheSnapshot VirtualKvCache::Snapshot() const {
   snap.headroom_blocks = pool_.headroom_blocks();
   snap.allocated_blocks = pool_.num_allocated_blocks();
   snap.live_slots = pool_.num_live_slots();
+  return snap;
+}
+
+CacheSnapshot VirtualKvCache::Snapshot() const {
+  CacheSnapshot snap = PoolSnapshot();
   snap.seqs.reserve(tables_.size());
   for (const auto& [seq, table] : tables_) {
     SeqSnapshot ss{.seq = seq, .num_live = table->num_live(), .blocks = {}};

@@ -138,6 +138,9 @@ class VirtualKvCache {
   int32_t BlocksNeededFor(SeqId seq, int64_t n) const;
 
   FragStats Stats() const;
+  // The pool-level fields of Snapshot() only (seqs empty): O(1), enough for
+  // ReclaimPlanner::Triggered.
+  CacheSnapshot PoolSnapshot() const;
   CacheSnapshot Snapshot() const;
 
   // Checks DESIGN.md §4's invariants over the whole cache: conservation, unique mapping,
