@@ -14,9 +14,10 @@ int Fail(const Status& s) {
 }
 
 int RunModelCheck(const ModelCheckArgs& a) {
-  StatusOr<model::LlamaModel> probe = model::LoadModel(a.model, a.seed);
-  if (!probe.ok()) return Fail(probe.status());
-  const int64_t context = probe->config().max_position_embeddings;
+  StatusOr<model::LlamaModel> loaded = model::LoadModel(a.model, a.seed);
+  if (!loaded.ok()) return Fail(loaded.status());
+  const int64_t context = loaded->config().max_position_embeddings;
+  const int64_t vocab_size = loaded->config().vocab_size;
   // Synthetic workload: random token ids, prompts filling most of the context.
   engine::WorkloadOptions w;
   w.kind = "longbench_like";
@@ -28,7 +29,7 @@ int RunModelCheck(const ModelCheckArgs& a) {
   w.output_max = 64;
   w.max_total_tokens = context - 1;
   StatusOr<std::vector<engine::Request>> requests =
-      engine::GenerateWorkload(w, nullptr, probe->config().vocab_size);
+      engine::GenerateWorkload(w, nullptr, vocab_size);
   if (!requests.ok()) return Fail(requests.status());
 
   engine::EngineOptions o;
@@ -49,15 +50,14 @@ int RunModelCheck(const ModelCheckArgs& a) {
   o.verify = true;
   o.seed = a.seed;
 
+  // One runner for both modes: each run writes every KV slot before it reads it.
+  StatusOr<std::unique_ptr<model::LlamaRunner>> runner = model::LlamaRunner::Create(
+      std::move(*loaded), {.num_slots = int64_t{o.pool.num_blocks} * o.pool.block_size,
+                           .async_copies = a.async_copies});
+  if (!runner.ok()) return Fail(runner.status());
   std::vector<engine::EngineResult> results;
   for (Mode mode : {Mode::kNaive, Mode::kVtoken}) {
     o.mode = mode;
-    StatusOr<model::LlamaModel> m = model::LoadModel(a.model, a.seed);
-    if (!m.ok()) return Fail(m.status());
-    StatusOr<std::unique_ptr<model::LlamaRunner>> runner = model::LlamaRunner::Create(
-        std::move(*m), {.num_slots = int64_t{o.pool.num_blocks} * o.pool.block_size,
-                        .async_copies = a.async_copies});
-    if (!runner.ok()) return Fail(runner.status());
     StatusOr<engine::EngineResult> r = engine::RunEngine(o, **runner, *requests);
     if (!r.ok()) return Fail(r.status());
     results.push_back(std::move(*r));
