@@ -8,22 +8,13 @@
 #include <set>
 
 #include "lib/core/policy_evictor.h"
+#include "tests/core/policy_test_util.h"
 
 namespace vtoken {
 namespace {
 
-std::unique_ptr<PolicyEvictor> Make(const std::string& policy, const EvictorOptions& options,
-                                    const RawParams& params = {}) {
-  StatusOr<std::unique_ptr<PolicyEvictor>> e = PolicyEvictor::Create(policy, params, options);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(e).value() : nullptr;
-}
-
-std::vector<TokenId> Range(TokenId begin, TokenId end) {
-  std::vector<TokenId> ids(static_cast<size_t>(end - begin));
-  std::iota(ids.begin(), ids.end(), begin);
-  return ids;
-}
+using testing_util::Make;
+using testing_util::Range;
 
 // Observes one step and returns the victims.
 std::vector<TokenId> Step(PolicyEvictor& e, SeqId seq, const std::vector<TokenId>& live,

@@ -1,6 +1,7 @@
 // PolicyEvictor: options, budget, protection, timing, tie-breaking, input validation, and state
 // that follows its token through a relocation.
 #include "lib/core/policy_evictor.h"
+#include "tests/core/policy_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -60,18 +61,8 @@ class StateProbe final : public Policy {
 };
 VTOKEN_REGISTER_POLICY(StateProbe, "test_state_probe", "test: records state");
 
-std::unique_ptr<PolicyEvictor> Make(const std::string& policy, const EvictorOptions& options,
-                                    const RawParams& params = {}) {
-  StatusOr<std::unique_ptr<PolicyEvictor>> e = PolicyEvictor::Create(policy, params, options);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(e).value() : nullptr;
-}
-
-std::vector<TokenId> Range(TokenId begin, TokenId end) {
-  std::vector<TokenId> ids(static_cast<size_t>(end - begin));
-  std::iota(ids.begin(), ids.end(), begin);
-  return ids;
-}
+using testing_util::Make;
+using testing_util::Range;
 
 std::vector<float> Uniform(size_t n) { return std::vector<float>(n, 1.0f / static_cast<float>(n)); }
 
