@@ -14,11 +14,20 @@
 namespace vtoken::cli {
 namespace {
 
+// How a row's value follows from the summary.
+enum class Derive {
+  kValue,         // summary[key]
+  kOneMinus,      // 1 - summary[key]
+  kBelowHalf,     // util_hist_0 + util_hist_1: blocks under 50% utilization
+  kMillionths,    // summary[key] / 1e6
+};
+
 struct Row {
   const char* label;
   const char* key;
   const char* format;
   bool ratio;  // Show the ratio against the first run.
+  Derive derive = Derive::kValue;
 };
 
 // The figures DESIGN.md §8 names, in reading order.
@@ -29,8 +38,8 @@ constexpr Row kRows[] = {
     {"ideal packed blocks (final)", "ideal_final_mean", "%.1f", false},
     {"live tokens / request (final)", "live_final_mean", "%.0f", false},
     {"waste ratio F (mean)", "waste_ratio_mean", "%.3f", true},
-    {"memory utilization 1-F", "", "%.3f", true},
-    {"blocks < 50% utilized", "", "%.3f", false},
+    {"memory utilization 1-F", "waste_ratio_mean", "%.3f", true, Derive::kOneMinus},
+    {"blocks < 50% utilized", "", "%.3f", false, Derive::kBelowHalf},
     {"peak allocated blocks", "peak_allocated_blocks", "%.0f", true},
     {"peak concurrency", "peak_running", "%.0f", true},
     {"preemptions", "preemptions", "%.0f", false},
@@ -45,7 +54,7 @@ constexpr Row kRows[] = {
     {"prefix forks", "forks", "%.0f", false},
     {"relocation plans", "plans", "%.0f", false},
     {"tokens moved", "moves", "%.0f", false},
-    {"MB copied", "bytes_moved", "%.2f", false},
+    {"MB copied", "bytes_moved", "%.2f", false, Derive::kMillionths},
     {"planner time (s)", "planner_s", "%.4f", false},
     {"fence waits", "fence_waits", "%.0f", false},
 };
@@ -55,12 +64,13 @@ double Value(const engine::RunSummary& s, const Row& row) {
     auto it = s.values.find(k);
     return it == s.values.end() ? NAN : it->second;
   };
-  if (std::string(row.label) == "memory utilization 1-F") return 1.0 - get("waste_ratio_mean");
-  if (std::string(row.label) == "blocks < 50% utilized") {
-    return get("util_hist_0") + get("util_hist_1");
+  switch (row.derive) {
+    case Derive::kValue: return get(row.key);
+    case Derive::kOneMinus: return 1.0 - get(row.key);
+    case Derive::kBelowHalf: return get("util_hist_0") + get("util_hist_1");
+    case Derive::kMillionths: return get(row.key) / 1e6;
   }
-  if (std::string(row.key) == "bytes_moved") return get("bytes_moved") / 1e6;
-  return get(row.key);
+  return NAN;
 }
 
 std::string Cell(double v, const char* format, double base, bool ratio) {
