@@ -217,6 +217,102 @@ Status ParseSweep(const toml::table* t, const std::string& file, ExperimentConfi
   return sweep.Finish();
 }
 
+Status ParseSim(const toml::table* t, const std::string& file, ExperimentConfig& c) {
+  if (t == nullptr) return Status::Ok();
+  Section sim(t, "sim", file);
+  if (!sim::IsSimSpec(c.model)) {
+    return InvalidArgumentError(file + ": table [sim] needs a sim: model (model.path = \"sim:NAME\")");
+  }
+  sim::SimConfig& s = c.sim;
+  VTOKEN_RETURN_IF_ERROR(sim.String("attention", s.attention));
+  if (s.attention != "parametric" && (s.attention.rfind("trace:", 0) != 0 || s.attention.size() == 6)) {
+    return sim.Error("attention", "must be \"parametric\" or \"trace:FILE\"");
+  }
+  VTOKEN_RETURN_IF_ERROR(sim.String("dtype", s.dtype));
+  if (!sim::DtypeBytes(s.dtype).ok()) {
+    return sim.Error("dtype", "must be \"bfloat16\", \"float16\" or \"float32\"");
+  }
+  std::string planner_time = s.measured_planner_time ? "measured" : "none";
+  VTOKEN_RETURN_IF_ERROR(sim.String("planner_time", planner_time));
+  if (planner_time != "none" && planner_time != "measured") {
+    return sim.Error("planner_time", "must be \"none\" or \"measured\"");
+  }
+  s.measured_planner_time = planner_time == "measured";
+  VTOKEN_RETURN_IF_ERROR(sim.Uint("seed", s.seed));
+  VTOKEN_RETURN_IF_ERROR(sim.Int("profile_tokens", s.profile_tokens));
+  if (s.profile_tokens < 1) return sim.Error("profile_tokens", "must be >= 1");
+
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* hw_t, sim.Table("hardware"));
+  Section hw(hw_t, "sim.hardware", file);
+  std::string preset_name = s.hardware.name;
+  VTOKEN_RETURN_IF_ERROR(hw.String("preset", preset_name));
+  StatusOr<sim::HardwareSpec> preset = sim::HardwarePreset(preset_name);
+  if (!preset.ok()) return hw.Error("preset", preset.status().message());
+  s.hardware = *preset;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  sim::HardwareSpec& h = s.hardware;
+  double memory_gib = h.memory_bytes / kGiB, hbm_tbps = h.hbm_bandwidth / 1e12,
+         peak_tflops = h.peak_flops / 1e12, copy_tbps = h.copy_bandwidth / 1e12,
+         non_torch_gib = h.non_torch_bytes / kGiB;
+  VTOKEN_RETURN_IF_ERROR(hw.Double("memory_gib", memory_gib));
+  VTOKEN_RETURN_IF_ERROR(hw.Double("hbm_tbps", hbm_tbps));
+  VTOKEN_RETURN_IF_ERROR(hw.Double("peak_tflops", peak_tflops));
+  VTOKEN_RETURN_IF_ERROR(hw.Double("copy_tbps", copy_tbps));
+  VTOKEN_RETURN_IF_ERROR(hw.Double("non_torch_gib", non_torch_gib));
+  VTOKEN_RETURN_IF_ERROR(hw.Double("memory_efficiency", h.memory_efficiency));
+  VTOKEN_RETURN_IF_ERROR(hw.Double("compute_efficiency", h.compute_efficiency));
+  VTOKEN_RETURN_IF_ERROR(hw.Double("forward_overhead_s", h.forward_overhead_s));
+  VTOKEN_RETURN_IF_ERROR(hw.Double("host_overhead_s", h.host_overhead_s));
+  VTOKEN_RETURN_IF_ERROR(hw.Finish());
+  h.memory_bytes = memory_gib * kGiB;
+  h.hbm_bandwidth = hbm_tbps * 1e12;
+  h.peak_flops = peak_tflops * 1e12;
+  h.copy_bandwidth = copy_tbps * 1e12;
+  h.non_torch_bytes = non_torch_gib * kGiB;
+  Status valid = sim::ValidateHardware(h);
+  if (!valid.ok()) return InvalidArgumentError(file + ": [sim.hardware] " + valid.message());
+
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* par_t, sim.Table("parametric"));
+  Section par(par_t, "sim.parametric", file);
+  sim::ParametricParams& p = s.parametric;
+  VTOKEN_RETURN_IF_ERROR(par.Int("num_sinks", p.num_sinks));
+  VTOKEN_RETURN_IF_ERROR(par.Double("sink_weight", p.sink_weight));
+  VTOKEN_RETURN_IF_ERROR(par.Double("recency_weight", p.recency_weight));
+  VTOKEN_RETURN_IF_ERROR(par.Double("recency_exponent", p.recency_exponent));
+  VTOKEN_RETURN_IF_ERROR(par.Double("importance_sigma", p.importance_sigma));
+  VTOKEN_RETURN_IF_ERROR(par.Double("noise_sigma", p.noise_sigma));
+  VTOKEN_RETURN_IF_ERROR(par.Double("key_norm_median", p.key_norm_median));
+  VTOKEN_RETURN_IF_ERROR(par.Double("key_norm_rho", p.key_norm_rho));
+  VTOKEN_RETURN_IF_ERROR(par.Double("key_norm_sigma", p.key_norm_sigma));
+  VTOKEN_RETURN_IF_ERROR(par.Uint("seed", p.seed));
+  VTOKEN_RETURN_IF_ERROR(par.String("fitted_on", p.fitted_on));
+  VTOKEN_RETURN_IF_ERROR(par.Finish());
+  valid = p.Validate();
+  if (!valid.ok()) return InvalidArgumentError(file + ": " + valid.message());
+  return sim.Finish();
+}
+
+// engine.gpu_memory_utilization: num_blocks as vLLM would size the pool.
+Status SizePoolFromUtilization(ExperimentConfig& c) {
+  if (c.gpu_memory_utilization == 0) return Status::Ok();
+  StatusOr<model::ModelConfig> mc = sim::SimModelConfig(c.model);
+  if (!mc.ok()) return InvalidArgumentError(c.file + ": model.path: " + mc.status().message());
+  const sim::ModelShape shape = sim::ShapeOf(*mc, *sim::DtypeBytes(c.sim.dtype));
+  StatusOr<sim::PoolSizing> p = sim::SizePool(shape, c.sim.hardware, c.gpu_memory_utilization,
+                                              c.engine.pool.block_size, c.sim.profile_tokens);
+  if (!p.ok()) {
+    return InvalidArgumentError(c.file + ": key 'engine.gpu_memory_utilization': " +
+                                p.status().message());
+  }
+  if (p->num_blocks > INT32_MAX) {
+    return InvalidArgumentError(c.file + ": key 'engine.gpu_memory_utilization' gives " +
+                                std::to_string(p->num_blocks) + " blocks, more than a pool holds");
+  }
+  c.engine.pool.num_blocks = static_cast<int32_t>(p->num_blocks);
+  c.pool_sizing = c.sim.hardware.name + ", " + c.model + ": " + p->Explain();
+  return Status::Ok();
+}
+
 Status Parse(const toml::table& root, ExperimentConfig& c) {
   const std::string& f = c.file;
   Section top(&root, "", f);
@@ -279,6 +375,15 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(eng.Int32("obs_window", e.obs_window));
   VTOKEN_RETURN_IF_ERROR(eng.Bool("verify", e.verify));
   VTOKEN_RETURN_IF_ERROR(eng.Bool("async_copies", c.async_copies));
+  VTOKEN_RETURN_IF_ERROR(eng.Double("gpu_memory_utilization", c.gpu_memory_utilization));
+  if (c.gpu_memory_utilization != 0) {
+    if (!sim::IsSimSpec(c.model)) {
+      return eng.Error("gpu_memory_utilization", "needs a sim: model (model.path = \"sim:NAME\")");
+    }
+    if (eng_t->get("num_blocks") != nullptr) {
+      return eng.Error("gpu_memory_utilization", "and engine.num_blocks are exclusive: give one");
+    }
+  }
   VTOKEN_RETURN_IF_ERROR(eng.Finish());
 
   VTOKEN_ASSIGN_OR_RETURN(const toml::table* pol_t, top.Table("policy"));
@@ -316,6 +421,9 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(samp.Uint("seed", e.sampling.seed));
   VTOKEN_RETURN_IF_ERROR(samp.Finish());
 
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* sim_t, top.Table("sim"));
+  VTOKEN_RETURN_IF_ERROR(ParseSim(sim_t, f, c));
+
   VTOKEN_ASSIGN_OR_RETURN(const toml::table* sweep_t, top.Table("sweep"));
   VTOKEN_RETURN_IF_ERROR(ParseSweep(sweep_t, f, c));
   VTOKEN_RETURN_IF_ERROR(top.Finish());
@@ -337,6 +445,7 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   if (c.engine.evictor.keep_ratio > 0 && c.engine.evictor.budget_tokens > 0) {
     return pol.Error("budget_tokens", "and policy.keep_ratio are exclusive: give one");
   }
+  VTOKEN_RETURN_IF_ERROR(SizePoolFromUtilization(c));
   VTOKEN_RETURN_IF_ERROR(ValidateBlockPoolOptions(e.pool));
   VTOKEN_RETURN_IF_ERROR(ValidateReclaimOptions(e.reclaim));
   VTOKEN_RETURN_IF_ERROR(engine::ValidateWorkloadOptions(w));
@@ -358,7 +467,7 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
   for (const auto& [key, value] : e.policy_params) {
     std::visit([&, k = key](const auto& v) { params.insert_or_assign(k, v); }, value);
   }
-  return toml::table{
+  toml::table resolved{
       {"name", c.name},
       {"modes", toml::array{std::string(ModeName(mode))}},
       {"seed", i64(e.seed)},
@@ -415,6 +524,47 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
                                {"top_p", e.sampling.top_p},
                                {"seed", i64(e.sampling.seed)}}},
   };
+  // Keys that only sim: models have, so the resolved configs (and hashes) of other runs stay.
+  if (c.gpu_memory_utilization != 0) {
+    resolved["engine"].as_table()->insert("gpu_memory_utilization", c.gpu_memory_utilization);
+  }
+  if (sim::IsSimSpec(c.model)) {
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    const sim::SimConfig& s = c.sim;
+    const sim::HardwareSpec& h = s.hardware;
+    const sim::ParametricParams& p = s.parametric;
+    resolved.insert(
+        "sim",
+        toml::table{
+            {"attention", s.attention},
+            {"dtype", s.dtype},
+            {"planner_time", s.measured_planner_time ? "measured" : "none"},
+            {"seed", i64(s.seed)},
+            {"profile_tokens", s.profile_tokens},
+            {"hardware",
+             toml::table{{"preset", h.name},
+                         {"memory_gib", h.memory_bytes / kGiB},
+                         {"hbm_tbps", h.hbm_bandwidth / 1e12},
+                         {"peak_tflops", h.peak_flops / 1e12},
+                         {"copy_tbps", h.copy_bandwidth / 1e12},
+                         {"non_torch_gib", h.non_torch_bytes / kGiB},
+                         {"memory_efficiency", h.memory_efficiency},
+                         {"compute_efficiency", h.compute_efficiency},
+                         {"forward_overhead_s", h.forward_overhead_s},
+                         {"host_overhead_s", h.host_overhead_s}}},
+            {"parametric", toml::table{{"num_sinks", p.num_sinks},
+                                       {"sink_weight", p.sink_weight},
+                                       {"recency_weight", p.recency_weight},
+                                       {"recency_exponent", p.recency_exponent},
+                                       {"importance_sigma", p.importance_sigma},
+                                       {"noise_sigma", p.noise_sigma},
+                                       {"key_norm_median", p.key_norm_median},
+                                       {"key_norm_rho", p.key_norm_rho},
+                                       {"key_norm_sigma", p.key_norm_sigma},
+                                       {"seed", i64(p.seed)},
+                                       {"fitted_on", p.fitted_on}}}});
+  }
+  return resolved;
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "lib/core/types.h"
 #include "lib/engine/engine.h"
 #include "lib/engine/workload.h"
+#include "lib/sim/sim_spec.h"
 
 namespace vtoken::cli {
 
@@ -20,8 +21,16 @@ struct ExperimentConfig {
   std::string file;                    // The TOML file it came from.
   std::vector<Mode> modes;             // Runs to make, one per mode, native first.
   std::string db = "results/vtoken.db";
-  std::string model = "models/vt-tiny";  // Model directory or "synthetic:NAME".
+  // Model directory, "synthetic:NAME" (real shapes, random weights) or "sim:NAME" (simulated:
+  // no weights, lib/sim).
+  std::string model = "models/vt-tiny";
   uint64_t model_seed = 1;             // Seeds synthetic weights.
+  // [sim]: the simulated runner's signals, hardware and clock (sim: models only).
+  sim::SimConfig sim = sim::DefaultSimConfig();
+  // engine.gpu_memory_utilization > 0 (sim: models): num_blocks derived as vLLM does;
+  // pool_sizing explains the derivation.
+  double gpu_memory_utilization = 0;
+  std::string pool_sizing;
   bool async_copies = true;            // Relocation copies on a worker thread.
   engine::WorkloadOptions workload;
   engine::EngineOptions engine;        // `mode` is set per run.

@@ -18,8 +18,11 @@ struct RunOutcome {
 // Validates everything (model, tokenizer, workload, engine options for every mode) before it
 // opens the database; then runs each mode as one run. `sweep` tags the runs. A failing mode is
 // marked failed in the database and its error returned.
+// `record_signals` (non-empty): every mode's policy signals are written to that trace file
+// (lib/sim/signal_trace.h), for replay by a sim: model.
 StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::string& db_path,
-                                   const std::string& sweep, bool dry_run);
+                                   const std::string& sweep, bool dry_run,
+                                   const std::string& record_signals = "");
 
 // Prints the summary table of `run_ids` (ratios against the first) from the database.
 Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& run_ids);

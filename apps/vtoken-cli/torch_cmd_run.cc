@@ -15,6 +15,7 @@ struct RunArgs {
   std::vector<std::string> sets;
   std::string db;
   std::string sweep;  // Set by `sweep --jobs` for the runs of its child processes.
+  std::string record_signals;
   bool dry_run = false;
 };
 
@@ -25,7 +26,7 @@ int RunRun(const RunArgs& a) {
     return 2;
   }
   const std::string db = a.db.empty() ? config->db : a.db;
-  StatusOr<RunOutcome> outcome = RunExperiment(*config, db, a.sweep, a.dry_run);
+  StatusOr<RunOutcome> outcome = RunExperiment(*config, db, a.sweep, a.dry_run, a.record_signals);
   if (!outcome.ok()) {
     std::fprintf(stderr, "vtoken-cli: error: %s\n", outcome.status().message().c_str());
     return 1;
@@ -50,6 +51,9 @@ CLI::App* SetupRun(CLI::App& app) {
   cmd->add_option("--db", a->db, "Result database (default: the config's db, results/vtoken.db)");
   // Hidden (empty group): only `sweep --jobs N` passes it, to tag its child processes' runs.
   cmd->add_option("--sweep", a->sweep, "Sweep name to tag the runs with")->group("");
+  cmd->add_option("--record-signals", a->record_signals,
+                  "Write every mode's policy signals to this trace file (replay: [sim] attention "
+                  "= \"trace:FILE\")");
   cmd->add_flag("--dry-run", a->dry_run, "Validate and print the resolved config; run nothing");
   cmd->callback([a] { SetExitCode(RunRun(*a)); });
   return cmd;

@@ -13,6 +13,8 @@
 #include "lib/engine/workload.h"
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_runner.h"
+#include "lib/sim/signal_trace.h"
+#include "lib/sim/sim_spec.h"
 
 namespace vtoken::cli {
 namespace {
@@ -34,19 +36,30 @@ std::string GitSha() {
   return sha;
 }
 
-bool IsSynthetic(const std::string& model) { return model.rfind("synthetic:", 0) == 0; }
+bool IsSynthetic(const std::string& model) {
+  return model.rfind("synthetic:", 0) == 0 || sim::IsSimSpec(model);
+}
 
-StatusOr<std::unique_ptr<model::LlamaRunner>> MakeRunner(const ExperimentConfig& c) {
+StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig& c) {
+  const int64_t slots = int64_t{c.engine.pool.num_blocks} * c.engine.pool.block_size;
+  if (sim::IsSimSpec(c.model)) {
+    StatusOr<std::unique_ptr<sim::SimRunner>> r =
+        sim::MakeSimRunner(c.model, c.sim, slots, c.engine.force_sync);
+    if (!r.ok()) return Status(r.status().code(), c.file + ": " + r.status().message());
+    return std::unique_ptr<model::ModelRunner>(std::move(*r));
+  }
   VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed));
-  return model::LlamaRunner::Create(
-      std::move(m), {.num_slots = int64_t{c.engine.pool.num_blocks} * c.engine.pool.block_size,
-                     .async_copies = c.async_copies});
+  VTOKEN_ASSIGN_OR_RETURN(
+      std::unique_ptr<model::LlamaRunner> r,
+      model::LlamaRunner::Create(std::move(m), {.num_slots = slots, .async_copies = c.async_copies}));
+  return std::unique_ptr<model::ModelRunner>(std::move(r));
 }
 
 }  // namespace
 
 StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string& db_path,
-                                   const std::string& sweep, bool dry_run) {
+                                   const std::string& sweep, bool dry_run,
+                                   const std::string& record_signals) {
   // Everything that can fail on bad input fails here, before the database is touched.
   std::optional<model::Tokenizer> tokenizer;
   if (!IsSynthetic(c.model)) {
@@ -62,7 +75,11 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
   }
   // One runner serves every mode: each run writes every KV slot before reading it, and a
   // finished run leaves no sampler state or pending copy behind.
-  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<model::LlamaRunner> runner, MakeRunner(c));
+  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, MakeRunner(c));
+  auto* sim_runner = dynamic_cast<sim::SimRunner*>(runner.get());
+  if (sim_runner != nullptr && !record_signals.empty()) {
+    return InvalidArgumentError("--record-signals needs a real model, not " + c.model);
+  }
   engine::WorkloadOptions wo = c.workload;
   VTOKEN_ASSIGN_OR_RETURN(
       std::vector<engine::Request> requests,
@@ -85,6 +102,14 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
                c.engine.pool.num_blocks, c.engine.pool.block_size);
   for (Mode m : c.modes) std::fprintf(stderr, " %s", ModeName(m));
   std::fprintf(stderr, "\n");
+  if (sim_runner != nullptr) {
+    std::fprintf(stderr,
+                 "simulated: no weights or KV tensors; %s signals; virtual clock of %s (%s); "
+                 "outputs are random token ids (quality n/a)\n",
+                 sim_runner->signals().Describe().c_str(), c.sim.hardware.name.c_str(),
+                 c.sim.dtype.c_str());
+  }
+  if (!c.pool_sizing.empty()) std::fprintf(stderr, "pool sizing: %s\n", c.pool_sizing.c_str());
   if (dry_run) {
     for (size_t i = 0; i < c.modes.size(); ++i) {
       std::printf("# run %zu: %s (config hash %s)\n%s\n", i + 1, ModeName(c.modes[i]),
@@ -93,6 +118,10 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     return RunOutcome{};
   }
 
+  std::unique_ptr<sim::SignalTraceWriter> trace;
+  if (!record_signals.empty()) {
+    VTOKEN_ASSIGN_OR_RETURN(trace, sim::SignalTraceWriter::Create(record_signals, c.model));
+  }
   VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::Open(db_path));
   const std::string sha = GitSha();
   RunOutcome outcome;
@@ -142,8 +171,12 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
       return s;
     };
     const std::string label = std::string(ModeName(mode));
+    if (sim_runner != nullptr) sim_runner->BeginRun(label);
+    std::optional<sim::RecordingRunner> recorder;
+    if (trace) recorder.emplace(*runner, *trace, label);
+    model::ModelRunner& run_with = recorder ? static_cast<model::ModelRunner&>(*recorder) : *runner;
     StatusOr<engine::EngineResult> result = engine::RunEngine(
-        o, *runner, requests,
+        o, run_with, requests,
         [&](const engine::StepRecord& s, int64_t finished, int64_t total) {
           if (s.step % 10 != 0 && finished != total) return;
           std::fprintf(stderr,
@@ -172,20 +205,21 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
       outputs.push_back({.request_id = q.id, .text = text, .token_ids = q.output_tokens});
     }
     std::vector<double> rouge_native, rouge_ref;
-    if (mode == Mode::kNative) native_text = texts;
-    if (mode == Mode::kNaive) naive_text = texts;
+    // Simulated outputs are random ids: their ROUGE-L would measure nothing (reported n/a).
+    if (mode == Mode::kNative && sim_runner == nullptr) native_text = texts;
+    if (mode == Mode::kNaive && sim_runner == nullptr) naive_text = texts;
     std::vector<double> rouge_naive;
     if (mode == Mode::kVtoken && !naive_text.empty()) {
       for (size_t i = 0; i < texts.size(); ++i) {
         rouge_naive.push_back(engine::RougeLF1(texts[i], naive_text[i]));
       }
     }
-    if (!native_text.empty()) {
+    if (!native_text.empty() && sim_runner == nullptr) {
       for (size_t i = 0; i < texts.size(); ++i) {
         rouge_native.push_back(engine::RougeLF1(texts[i], native_text[i]));
       }
     }
-    for (size_t i = 0; i < requests.size(); ++i) {
+    for (size_t i = 0; i < requests.size() && sim_runner == nullptr; ++i) {
       if (requests[i].reference) rouge_ref.push_back(engine::RougeLF1(texts[i], *requests[i].reference));
     }
     Status s = store.AppendSteps(run_id, result->steps);
@@ -203,6 +237,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     }
     if (!s.ok()) return fail(s);
   }
+  if (trace) VTOKEN_RETURN_IF_ERROR(trace->Close());
   return outcome;
 }
 

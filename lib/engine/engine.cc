@@ -18,6 +18,20 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The run clock of real runners: wall time since Start; idle waits sleep.
+class WallClock final : public model::RunClock {
+ public:
+  void Start() override { start_ = Clock::now(); }
+  double Now() override { return Since(start_); }
+  void WaitUntil(double t) override {
+    std::this_thread::sleep_for(std::chrono::duration<double>(t - Now()));
+  }
+  void HostWork(double) override {}  // Already on the wall clock.
+
+ private:
+  Clock::time_point start_;
+};
+
 bool EvictionOn(const EngineOptions& o) { return o.mode != Mode::kNative && !o.indirection_only; }
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -81,7 +95,8 @@ class Engine {
         evictor_(std::move(ev)),
         cache_(CacheOptions{.mode = o.mode, .pool = o.pool}),
         reclaimer_(cache_, runner.copy_engine(), o.reclaim, runner.kv_bytes_per_token()),
-        observer_(runner, result_) {
+        observer_(runner, result_),
+        clock_(runner.clock() != nullptr ? *runner.clock() : wall_clock_) {
     reclaimer_.set_force_sync(o.force_sync);
     if (o.verify) reclaimer_.set_observer(&observer_);
     seqs_.resize(requests.size());
@@ -107,19 +122,18 @@ class Engine {
   }
 
   StatusOr<EngineResult> Run(const StepCallback& on_step) {
-    start_ = Clock::now();
+    clock_.Start();
     while (finished_ < static_cast<int64_t>(seqs_.size())) {
       Arrivals();
       if (running_.empty() && waiting_.empty()) {
-        const double next = seqs_[arrival_order_[next_arrival_]].request->arrival_s;
-        std::this_thread::sleep_for(std::chrono::duration<double>(next - Since(start_)));
+        clock_.WaitUntil(seqs_[arrival_order_[next_arrival_]].request->arrival_s);
         continue;
       }
       VTOKEN_RETURN_IF_ERROR(Step());
       if (on_step) on_step(result_.steps.back(), finished_, static_cast<int64_t>(seqs_.size()));
     }
     VTOKEN_RETURN_IF_ERROR(reclaimer_.Drain());
-    result_.wall_s = Since(start_);
+    result_.wall_s = clock_.Now();
     const ReclaimStats& rs = reclaimer_.stats();
     result_.plans = rs.plans;
     result_.moves = rs.moves;
@@ -134,7 +148,7 @@ class Engine {
 
  private:
   void Arrivals() {
-    const double now = Since(start_);
+    const double now = clock_.Now();
     while (next_arrival_ < arrival_order_.size() &&
            seqs_[arrival_order_[next_arrival_]].request->arrival_s <= now) {
       waiting_.push_back(arrival_order_[next_arrival_++]);
@@ -239,7 +253,7 @@ class Engine {
   void Finish(size_t index) {
     SeqState& s = seqs_[index];
     RequestResult& r = s.result;
-    r.finish_s = Since(start_);
+    r.finish_s = clock_.Now();
     r.e2e_s = r.finish_s - r.arrival_s;
     r.ttft_s = r.first_token_s - r.arrival_s;
     const int64_t n = static_cast<int64_t>(r.output_tokens.size());
@@ -338,15 +352,20 @@ class Engine {
       for (int64_t i = 0; i < p.n; ++i) in.positions.push_back(s.num_computed + i);
       in.write_slots = p.slots;
       in.context_slots = std::move(p.context);
+      // The live tokens now include this step's new ones (registered by Reserve), last.
+      in.context_positions = cache_.table(s.seq).LiveTokens();
+      in.context_positions.resize(in.context_slots.size());
       in.sample = s.num_computed + p.n == static_cast<int64_t>(s.tokens.size());
       in.sampling = o_.sampling;
       in.sampling.seed = o_.sampling.seed ^ (static_cast<uint64_t>(s.request->id) * 0x9e3779b9);
       in.obs_window = o_.obs_window;
+      // The policy observes a sequence once its prompt is in the cache (then every step).
+      in.want_signals = evictor_ != nullptr && in.sample;
       inputs.push_back(std::move(in));
     }
-    const auto forward_start = Clock::now();
+    const double forward_start = clock_.Now();
     VTOKEN_ASSIGN_OR_RETURN(std::vector<model::RunnerOutput> outputs, runner_.Forward(inputs));
-    result_.forward_s += Since(forward_start);
+    result_.forward_s += clock_.Now() - forward_start;
 
     const auto policy_start = Clock::now();
     std::vector<size_t> done;
@@ -372,7 +391,7 @@ class Engine {
       if (inputs[i].sample) {
         const int32_t token = outputs[i].next_token;
         RequestResult& r = s.result;
-        if (r.output_tokens.empty()) r.first_token_s = Since(start_);
+        if (r.output_tokens.empty()) r.first_token_s = clock_.Now();
         r.output_tokens.push_back(token);
         s.tokens.push_back(token);
         const auto& eos = runner_.eos_token_ids();
@@ -386,7 +405,9 @@ class Engine {
     result_.policy_s += Since(policy_start);
     for (size_t index : done) Finish(index);
     if (o_.mode == Mode::kVtoken && !o_.indirection_only) {
+      const double planner_before = reclaimer_.stats().planner_seconds;
       VTOKEN_RETURN_IF_ERROR(reclaimer_.Step().status());
+      clock_.HostWork(reclaimer_.stats().planner_seconds - planner_before);
     }
     VTOKEN_RETURN_IF_ERROR(reclaimer_.Poll());
     if (o_.verify) {
@@ -403,7 +424,7 @@ class Engine {
       ++s.blocks_samples;
     }
     const FragStats fs = cache_.Stats();
-    step.time_s = Since(start_);
+    step.time_s = clock_.Now();
     step.num_running = static_cast<int32_t>(running_.size());
     step.num_waiting = static_cast<int32_t>(waiting_.size());
     step.free_blocks = cache_.pool().num_free_blocks();
@@ -434,7 +455,8 @@ class Engine {
   std::map<int32_t, size_t> leaders_;  // Prefix group -> the member computing its prefix.
   int64_t next_admission_ = 0;
   int64_t finished_ = 0;
-  Clock::time_point start_;
+  WallClock wall_clock_;
+  model::RunClock& clock_;
 };
 
 }  // namespace

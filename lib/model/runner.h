@@ -29,9 +29,13 @@ struct RunnerInput {
   std::vector<int64_t> positions;        // Their RoPE positions (logical token ids).
   std::vector<SlotIndex> write_slots;    // Where their KV goes.
   std::vector<SlotIndex> context_slots;  // Earlier live tokens' slots, logical order.
+  std::vector<int64_t> context_positions;  // Their logical ids (= RoPE positions).
   bool sample = true;                    // Sample a next token from the last position.
   SamplingParams sampling;
   int32_t obs_window = 32;  // Signals from the last min(obs_window, n) queries.
+  // The caller reads this step's signals (a policy observes the sequence now). When false a
+  // runner may leave RunnerOutput::attn / key_norm empty.
+  bool want_signals = true;
 };
 
 struct RunnerOutput {
@@ -40,6 +44,22 @@ struct RunnerOutput {
   // layers, heads, signal queries) and key norm.
   std::vector<float> attn;
   std::vector<float> key_norm;
+};
+
+// The time line a run's latencies are measured on (arrivals, TTFT, TPOT, E2E, step times).
+// Real runners have none: the engine uses the wall clock. SimRunner keeps a virtual clock that
+// its cost model advances, so every time figure of a simulated run is deterministic.
+class RunClock {
+ public:
+  virtual ~RunClock() = default;
+  // Sets t = 0 (the start of a run).
+  virtual void Start() = 0;
+  // Seconds since Start, as the host sees them at this point of the step.
+  virtual double Now() = 0;
+  // There is nothing to run before `t` (waiting for the next arrival).
+  virtual void WaitUntil(double t) = 0;
+  // The host spent `measured_s` seconds of real CPU time planning relocations.
+  virtual void HostWork(double measured_s) = 0;
 };
 
 class ModelRunner {
@@ -62,6 +82,8 @@ class ModelRunner {
   virtual uint64_t TokenKvHash(SlotIndex slot) = 0;
   // Drops per-request state (sampler streams).
   virtual void ForgetRequest(int64_t request) = 0;
+  // The run's clock; nullptr: the wall clock.
+  virtual RunClock* clock() { return nullptr; }
 };
 
 }  // namespace vtoken::model

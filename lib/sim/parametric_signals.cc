@@ -1,0 +1,103 @@
+#include "lib/sim/parametric_signals.h"
+
+#include <cmath>
+
+namespace vtoken::sim {
+namespace {
+
+uint64_t Mix(uint64_t x) {  // splitmix64's finaliser.
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t Key(uint64_t seed, int64_t request, int64_t position, int64_t query, uint64_t stream) {
+  uint64_t h = Mix(seed ^ (stream * 0xd6e8feb86659fd93ULL));
+  h = Mix(h ^ static_cast<uint64_t>(request));
+  h = Mix(h ^ static_cast<uint64_t>(position));
+  return Mix(h ^ static_cast<uint64_t>(query));
+}
+
+// A standard normal from one 64-bit hash (Box-Muller on its two 32-bit halves).
+double Normal(uint64_t h) {
+  const double u1 = (static_cast<double>(h >> 32) + 0.5) / 4294967296.0;
+  const double u2 = (static_cast<double>(h & 0xffffffffULL) + 0.5) / 4294967296.0;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+constexpr uint64_t kImportance = 1, kNoise = 2, kKeyNorm = 3;
+
+}  // namespace
+
+Status ParametricParams::Validate() const {
+  const std::pair<const char*, double> non_negative[] = {
+      {"sink_weight", sink_weight},         {"recency_weight", recency_weight},
+      {"recency_exponent", recency_exponent}, {"importance_sigma", importance_sigma},
+      {"noise_sigma", noise_sigma},         {"key_norm_rho", key_norm_rho},
+      {"key_norm_sigma", key_norm_sigma}};
+  for (const auto& [name, v] : non_negative) {
+    if (!(v >= 0) || !std::isfinite(v)) {
+      return InvalidArgumentError(std::string("sim.parametric.") + name + " must be >= 0");
+    }
+  }
+  if (!(key_norm_median > 0) || !std::isfinite(key_norm_median)) {
+    return InvalidArgumentError("sim.parametric.key_norm_median must be > 0");
+  }
+  if (num_sinks < 0) return InvalidArgumentError("sim.parametric.num_sinks must be >= 0");
+  return Status::Ok();
+}
+
+double ParametricSignals::Importance(int64_t request, int64_t position) const {
+  const double s = p_.importance_sigma;
+  return std::exp(s * Normal(Key(p_.seed, request, position, 0, kImportance)) - 0.5 * s * s);
+}
+
+StatusOr<int32_t> ParametricSignals::Fill(const SignalQuery& q, std::span<float> attn,
+                                          std::span<float> key_norm) {
+  const size_t n = q.positions.size();
+  if (n == 0) return -1;
+  const int64_t query = q.positions[n - 1];
+  const double ns = p_.noise_sigma;
+  double total = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t pos = q.positions[i];
+    const double w = Importance(q.request, pos);
+    double s = w + p_.recency_weight *
+                       std::pow(1.0 + static_cast<double>(query - pos), -p_.recency_exponent);
+    if (pos < p_.num_sinks) s += p_.sink_weight;
+    s *= std::exp(ns * Normal(Key(p_.seed, q.request, pos, query, kNoise)) - 0.5 * ns * ns);
+    attn[i] = static_cast<float>(s);
+    total += s;
+    key_norm[i] = static_cast<float>(
+        p_.key_norm_median * std::pow(w, -p_.key_norm_rho) *
+        std::exp(p_.key_norm_sigma * Normal(Key(p_.seed, q.request, pos, 0, kKeyNorm))));
+  }
+  for (size_t i = 0; i < n; ++i) attn[i] = static_cast<float>(attn[i] / total);
+  return -1;
+}
+
+std::string ParametricSignals::Describe() const {
+  return "parametric" + (p_.fitted_on.empty() ? std::string() : " (" + p_.fitted_on + ")");
+}
+
+}  // namespace vtoken::sim
+
+namespace vtoken::sim {
+
+ParametricParams VtTinyFit() {
+  ParametricParams p;
+  p.num_sinks = 1;
+  p.sink_weight = 50;
+  p.recency_weight = 5;
+  p.recency_exponent = 1;
+  p.importance_sigma = 1;
+  p.noise_sigma = 0.3;
+  p.key_norm_median = 10;
+  p.key_norm_rho = 0.1;
+  p.key_norm_sigma = 0.1;
+  p.fitted_on = "PROVISIONAL";
+  return p;
+}
+
+}  // namespace vtoken::sim

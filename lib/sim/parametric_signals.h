@@ -1,0 +1,64 @@
+// ParametricSignals: a generative model of the attention a decoder pays to its KV tokens, for
+// simulated runs without a trace. For a query at position q and a live token at position p
+// (distance d = q - p), the token's score is
+//   s = sink_weight * [p < num_sinks]                       attention sinks
+//     + recency_weight * (1 + d)^(-recency_exponent)        recency profile
+//     + w_p                                                  persistent importance
+// where w_p = exp(importance_sigma * z_p - importance_sigma^2 / 2) (lognormal, mean 1; heavy
+// hitters are its tail) is drawn once per (request, position) when the token is written. Each
+// step multiplies the score by lognormal noise exp(noise_sigma * z - noise_sigma^2 / 2), drawn per
+// (request, position, query position), and the masses are the scores normalised to sum 1. A
+// prefill step is modelled from its last query. The key norm is anti-correlated with importance:
+//   key_norm = key_norm_median * w_p^(-key_norm_rho) * exp(key_norm_sigma * z'_p).
+// Every random draw is a counter-based hash of (seed, request, position[, query]): O(1) per token,
+// no state, no heap allocation, and the same signals whatever the batch or the mode.
+//
+// FitParametric (fit.h) estimates these parameters from a trace; kVtTinyFit holds the ones
+// fitted on vt-tiny traces that the experiments use by default.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "lib/sim/signal_source.h"
+
+namespace vtoken::sim {
+
+struct ParametricParams {
+  int64_t num_sinks = 1;
+  double sink_weight = 0;
+  double recency_weight = 0;
+  double recency_exponent = 1;
+  double importance_sigma = 1;
+  double noise_sigma = 0.3;
+  double key_norm_median = 1;
+  double key_norm_rho = 0;
+  double key_norm_sigma = 0.1;
+  uint64_t seed = 1;
+  std::string fitted_on;  // Where the values come from, for labels ("vt-tiny trace ...").
+
+  // InvalidArgument naming the first parameter out of range (negative weights or sigmas,
+  // num_sinks < 0).
+  Status Validate() const;
+};
+
+// The parameters fitted on vt-tiny traces (docs/SIMULATION.md gives the command).
+ParametricParams VtTinyFit();
+
+class ParametricSignals final : public SignalSource {
+ public:
+  explicit ParametricSignals(const ParametricParams& params) : p_(params) {}
+
+  StatusOr<int32_t> Fill(const SignalQuery& query, std::span<float> attn,
+                         std::span<float> key_norm) override;
+  void BeginRun(const std::string&) override {}
+  std::string Describe() const override;
+
+  // The persistent importance w of a token (exposed for tests and the fit report).
+  double Importance(int64_t request, int64_t position) const;
+
+ private:
+  ParametricParams p_;
+};
+
+}  // namespace vtoken::sim

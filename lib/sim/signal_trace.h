@@ -1,0 +1,110 @@
+// Signal traces: the policy signals of a real model run, recorded so a simulated run can replay
+// them exactly (`vtoken-cli run --record-signals FILE`, then `[sim] attention = "trace:FILE"`).
+//
+// File format (little-endian, written by SignalTraceWriter):
+//   header   "VTSIGTR1", u32 version (1), u32 length + model spec bytes
+//   records  u8 1, u32 length + mode bytes, i64 request, i32 num_new, i32 next_token,
+//            u32 n, then n x i32 positions, n x f32 attn, n x f32 key_norm
+// One record per (run mode, request, step whose signals a policy read), in the order they were
+// produced. Positions are the logical token ids of the step's live tokens (context, then new).
+//
+// Replay (TraceSignals) keeps, per mode and request, the records in order; a query is answered by
+// that request's next record, looked up by position: the query may hold fewer tokens than the
+// record (it evicted more) but not a position the record lacks. A trace of run X replayed with
+// X's configuration therefore gives X's signals at every step, and X's eviction decisions and
+// block figures exactly. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "lib/model/runner.h"
+#include "lib/sim/signal_source.h"
+
+namespace vtoken::sim {
+
+struct SignalRecord {
+  std::string mode;
+  int64_t request = 0;
+  int32_t num_new = 0;
+  int32_t next_token = -1;
+  std::vector<int32_t> positions;
+  std::vector<float> attn;
+  std::vector<float> key_norm;
+};
+
+class SignalTraceWriter {
+ public:
+  // Creates (truncates) `path`. InvalidArgument naming the path when it cannot be written.
+  static StatusOr<std::unique_ptr<SignalTraceWriter>> Create(const std::string& path,
+                                                             const std::string& model);
+  ~SignalTraceWriter();
+  Status Append(const SignalRecord& record);
+  // Flushes and closes; errors (disk full) name the path.
+  Status Close();
+
+ private:
+  SignalTraceWriter(std::FILE* f, std::string path) : f_(f), path_(std::move(path)) {}
+  std::FILE* f_;
+  std::string path_;
+};
+
+struct SignalTrace {
+  std::string model;
+  std::vector<SignalRecord> records;
+};
+// Reads a whole trace. NotFound for a missing file; DataLoss naming the path and record for a
+// truncated or malformed one (bad magic, lengths past the end, non-finite signals).
+StatusOr<SignalTrace> ReadSignalTrace(const std::string& path);
+
+class TraceSignals final : public SignalSource {
+ public:
+  TraceSignals(SignalTrace trace, std::string path);
+
+  StatusOr<int32_t> Fill(const SignalQuery& query, std::span<float> attn,
+                         std::span<float> key_norm) override;
+  // Replays the records of `mode`; a mode the trace lacks replays naive's or vtoken's (they
+  // evict the same tokens), and native needs none.
+  void BeginRun(const std::string& mode) override;
+  std::string Describe() const override { return "trace " + path_; }
+
+ private:
+  SignalTrace trace_;
+  std::string path_;
+  // Mode -> request -> indices into trace_.records, in order.
+  std::map<std::string, std::map<int64_t, std::vector<size_t>>> index_;
+  const std::map<int64_t, std::vector<size_t>>* replay_ = nullptr;
+  std::map<int64_t, size_t> next_;  // Request -> records consumed this run.
+};
+
+// A ModelRunner decorator that records the signals of every step whose signals are wanted
+// (RunnerInput::want_signals) to a trace, and passes everything else through.
+class RecordingRunner final : public model::ModelRunner {
+ public:
+  RecordingRunner(model::ModelRunner& inner, SignalTraceWriter& writer, std::string mode)
+      : inner_(inner), writer_(writer), mode_(std::move(mode)) {}
+
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  int64_t max_context() const override { return inner_.max_context(); }
+  std::optional<int32_t> bos_token_id() const override { return inner_.bos_token_id(); }
+  const std::vector<int64_t>& eos_token_ids() const override { return inner_.eos_token_ids(); }
+  int64_t kv_bytes_per_token() const override { return inner_.kv_bytes_per_token(); }
+  int64_t num_slots() const override { return inner_.num_slots(); }
+  StatusOr<std::vector<model::RunnerOutput>> Forward(
+      const std::vector<model::RunnerInput>& inputs) override;
+  CopyEngine& copy_engine() override { return inner_.copy_engine(); }
+  uint64_t TokenKvHash(SlotIndex slot) override { return inner_.TokenKvHash(slot); }
+  void ForgetRequest(int64_t request) override { inner_.ForgetRequest(request); }
+  model::RunClock* clock() override { return inner_.clock(); }
+
+ private:
+  model::ModelRunner& inner_;
+  SignalTraceWriter& writer_;
+  std::string mode_;
+};
+
+}  // namespace vtoken::sim
