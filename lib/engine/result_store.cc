@@ -239,6 +239,10 @@ bool ProcessAlive(int64_t pid) {
   return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
 }
 
+std::string InterruptedMessage(int64_t pid) {
+  return "process " + std::to_string(pid) + " exited without finishing the run";
+}
+
 RunRecord ReadRun(const Stmt& s) {
   RunRecord r;
   r.id = s.Int(0);
@@ -292,7 +296,7 @@ StatusOr<ResultStore> ResultStore::Open(const std::string& path, int busy_timeou
     sqlite3_close(db);
     return s;
   }
-  ResultStore store(path, db);
+  ResultStore store(path, db, /*read_only=*/false);
   sqlite3_busy_timeout(db, busy_timeout_ms);
   VTOKEN_RETURN_IF_ERROR(Exec(db, store.path_, "PRAGMA foreign_keys = ON"));
   VTOKEN_RETURN_IF_ERROR(Exec(db, store.path_, "PRAGMA journal_mode = WAL"));
@@ -304,16 +308,50 @@ StatusOr<ResultStore> ResultStore::Open(const std::string& path, int busy_timeou
   return store;
 }
 
+StatusOr<ResultStore> ResultStore::OpenReadOnly(const std::string& path, int busy_timeout_ms) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return NotFoundError("result db " + path + " not found");
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  if (rc != SQLITE_OK) {
+    Status s = SqlError(db, rc, path, "open read-only");
+    sqlite3_close(db);
+    return s;
+  }
+  ResultStore store(path, db, /*read_only=*/true);
+  sqlite3_busy_timeout(db, busy_timeout_ms);
+  VTOKEN_RETURN_IF_ERROR(Exec(db, store.path_, "PRAGMA query_only = ON"));
+  VTOKEN_ASSIGN_OR_RETURN(int64_t version, QueryInt(db, store.path_, "PRAGMA user_version"));
+  if (version != kResultSchemaVersion) {
+    return FailedPreconditionError(
+        "result db " + path + ": schema version " + std::to_string(version) + ", expected " +
+        std::to_string(kResultSchemaVersion) +
+        (version == 0 ? " (not a vtoken result database)" : ""));
+  }
+  return store;
+}
+
 ResultStore::ResultStore(ResultStore&& other) noexcept
-    : path_(std::move(other.path_)), db_(std::exchange(other.db_, nullptr)) {}
+    : path_(std::move(other.path_)),
+      db_(std::exchange(other.db_, nullptr)),
+      read_only_(other.read_only_) {}
 
 ResultStore& ResultStore::operator=(ResultStore&& other) noexcept {
   if (this != &other) {
     sqlite3_close(db_);
     path_ = std::move(other.path_);
     db_ = std::exchange(other.db_, nullptr);
+    read_only_ = other.read_only_;
   }
   return *this;
+}
+
+RunRecord ResultStore::Presented(RunRecord run) const {
+  if (read_only_ && run.status == "running" && !ProcessAlive(run.pid)) {
+    run.status = "interrupted";
+    run.error = InterruptedMessage(run.pid);
+  }
+  return run;
 }
 
 ResultStore::~ResultStore() { sqlite3_close(db_); }
@@ -358,7 +396,7 @@ Status ResultStore::MarkInterruptedRuns() {
   VTOKEN_ASSIGN_OR_RETURN(Stmt update, Stmt::Prepare(db_, path_, sql));
   for (const auto& [id, pid] : dead) {
     update.Bind(1, id);
-    update.Bind(2, "process " + std::to_string(pid) + " exited without finishing the run");
+    update.Bind(2, InterruptedMessage(pid));
     VTOKEN_RETURN_IF_ERROR(update.Run());
   }
   return txn.Commit();
@@ -527,6 +565,10 @@ Status ResultStore::FailRun(int64_t run_id, const std::string& message) {
 }
 
 StatusOr<std::vector<RunRecord>> ResultStore::ListRuns(const RunFilter& filter) const {
+  // A read-only store presents dead 'running' runs as 'interrupted' (see Presented), so it
+  // filters by status, and hence applies `last`, after reading the rows.
+  const bool status_in_sql = !filter.status.empty() && !read_only_;
+  const bool limit_in_sql = filter.last > 0 && (filter.status.empty() || status_in_sql);
   std::string sql(kRunSelect);
   std::vector<std::string> where;
   int next = 1;
@@ -535,22 +577,23 @@ StatusOr<std::vector<RunRecord>> ResultStore::ListRuns(const RunFilter& filter) 
     next += static_cast<int>(filter.ids.size());
   }
   if (!filter.sweep.empty()) where.push_back("sweep = ?" + std::to_string(next++));
-  if (!filter.status.empty()) where.push_back("status = ?" + std::to_string(next++));
+  if (status_in_sql) where.push_back("status = ?" + std::to_string(next++));
   for (size_t i = 0; i < where.size(); ++i) sql += (i == 0 ? " WHERE " : " AND ") + where[i];
   sql += " ORDER BY id DESC";
-  if (filter.last > 0) sql += " LIMIT ?" + std::to_string(next);
+  if (limit_in_sql) sql += " LIMIT ?" + std::to_string(next);
 
   VTOKEN_ASSIGN_OR_RETURN(Stmt s, Stmt::Prepare(db_, path_, sql));
   int i = 1;
   for (int64_t id : filter.ids) s.Bind(i++, id);
   if (!filter.sweep.empty()) s.Bind(i++, filter.sweep);
-  if (!filter.status.empty()) s.Bind(i++, filter.status);
-  if (filter.last > 0) s.Bind(i, filter.last);
+  if (status_in_sql) s.Bind(i++, filter.status);
+  if (limit_in_sql) s.Bind(i, filter.last);
   std::vector<RunRecord> runs;
-  while (true) {
+  while (filter.last <= 0 || static_cast<int64_t>(runs.size()) < filter.last) {
     VTOKEN_ASSIGN_OR_RETURN(bool row, s.Step());
     if (!row) break;
-    runs.push_back(ReadRun(s));
+    RunRecord run = Presented(ReadRun(s));
+    if (filter.status.empty() || run.status == filter.status) runs.push_back(std::move(run));
   }
   std::reverse(runs.begin(), runs.end());
   return runs;
@@ -562,7 +605,7 @@ StatusOr<RunRecord> ResultStore::GetRun(int64_t run_id) const {
   s.Bind(1, run_id);
   VTOKEN_ASSIGN_OR_RETURN(bool row, s.Step());
   if (!row) return NotFoundError("result db " + path_ + ": no run " + std::to_string(run_id));
-  return ReadRun(s);
+  return Presented(ReadRun(s));
 }
 
 StatusOr<RunSummary> ResultStore::GetSummary(int64_t run_id) const {

@@ -127,6 +127,13 @@ class ResultStore {
   // kFailedPrecondition when the database has a newer schema version than this build,
   // kDataLoss when the file is not a SQLite database.
   static StatusOr<ResultStore> Open(const std::string& path, int busy_timeout_ms = 10000);
+  // Opens an existing database for reading only (the read-only commands: runs, compare, report,
+  // export): never creates the file or the schema and writes nothing. A 'running' run whose pid
+  // is no live process reads back as 'interrupted' (with Open's error text) but stays 'running'
+  // in the file until a writer opens it. Every write returns kFailedPrecondition.
+  // Errors: kNotFound when the file does not exist, kFailedPrecondition when its schema version
+  // is not this build's (0: not a result database), kDataLoss when it is not a SQLite database.
+  static StatusOr<ResultStore> OpenReadOnly(const std::string& path, int busy_timeout_ms = 10000);
 
   ResultStore(ResultStore&& other) noexcept;
   ResultStore& operator=(ResultStore&& other) noexcept;
@@ -135,6 +142,7 @@ class ResultStore {
   ~ResultStore();
 
   const std::string& path() const { return path_; }
+  bool read_only() const { return read_only_; }
 
   // Inserts a run with status 'running', created = now, pid = getpid(). Returns its id.
   StatusOr<int64_t> BeginRun(const RunRecord& run);
@@ -175,7 +183,8 @@ class ResultStore {
   Status MergeInto(const std::vector<std::string>& sources, MergeStats* stats = nullptr);
 
  private:
-  ResultStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  ResultStore(std::string path, sqlite3* db, bool read_only)
+      : path_(std::move(path)), db_(db), read_only_(read_only) {}
 
   Status InitSchema();
   Status MarkInterruptedRuns();
@@ -183,9 +192,12 @@ class ResultStore {
   Status CheckRunning(int64_t run_id) const;
   Status CheckExists(int64_t run_id) const;
   Status MergeOne(const std::string& source, MergeStats& stats);
+  // A read-only store's view of a run row: see OpenReadOnly.
+  RunRecord Presented(RunRecord run) const;
 
   std::string path_;
   sqlite3* db_ = nullptr;
+  bool read_only_ = false;
 };
 
 }  // namespace vtoken::engine

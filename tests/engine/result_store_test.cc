@@ -327,6 +327,87 @@ TEST_F(ResultStoreTest, ProcessKilledMidRunIsMarkedInterrupted) {
   EXPECT_EQ(store->FinishRun(id, {{"x", 1}}).code(), StatusCode::kFailedPrecondition);
 }
 
+TEST_F(ResultStoreTest, ReadOnlyOpenReadsAndNeverWrites) {
+  const std::string missing = Path("sub/missing.db");
+  auto none = ResultStore::OpenReadOnly(missing);
+  EXPECT_EQ(none.status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(none.status().message(), "result db " + missing + " not found");
+  EXPECT_FALSE(fs::exists(Path("sub")));  // neither the file nor its directory is created
+
+  const std::string path = Path("r.db");
+  int64_t id = 0;
+  {
+    auto store = ResultStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    EXPECT_FALSE(store->read_only());
+    id = store->BeginRun(MakeRun("h")).value();
+    ASSERT_TRUE(store->AppendSteps(id, MakeSteps(0, 3)).ok());
+    ASSERT_TRUE(store->FinishRun(id, {{"throughput_tok_s", 12.5}}).ok());
+  }
+  auto store = ResultStore::OpenReadOnly(path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_TRUE(store->read_only());
+  EXPECT_EQ(store->GetRun(id)->status, "completed");
+  EXPECT_EQ(store->GetSummary(id)->values.at("throughput_tok_s"), 12.5);
+  EXPECT_EQ(store->GetSteps(id)->size(), 3u);
+  EXPECT_EQ(store->BeginRun(MakeRun("h2")).status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->FailRun(id, "x").code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store->MergeInto({path}).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(RawQuery(path, "SELECT count(*) FROM runs"), "1");
+}
+
+TEST_F(ResultStoreTest, ReadOnlyOpenShowsADeadRunAsInterruptedWithoutMarkingIt) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // reaped: its pid names no process
+  const std::string path = Path("r.db");
+  int64_t dead = 0, done = 0;
+  {
+    auto store = ResultStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    dead = store->BeginRun(MakeRun("dead")).value();
+    done = store->BeginRun(MakeRun("done")).value();
+    ASSERT_TRUE(store->FinishRun(done, {}).ok());
+  }
+  RawQuery(path, "UPDATE runs SET pid = " + std::to_string(child) + " WHERE id = " +
+                     std::to_string(dead));
+  {
+    auto store = ResultStore::OpenReadOnly(path);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto run = store->GetRun(dead);
+    ASSERT_TRUE(run.ok());
+    EXPECT_EQ(run->status, "interrupted");
+    EXPECT_EQ(run->error,
+              "process " + std::to_string(child) + " exited without finishing the run");
+    auto interrupted = store->ListRuns({.ids = {}, .sweep = "", .status = "interrupted"});
+    ASSERT_TRUE(interrupted.ok());
+    ASSERT_EQ(interrupted->size(), 1u);
+    EXPECT_EQ((*interrupted)[0].id, dead);
+    EXPECT_TRUE(store->ListRuns({.ids = {}, .sweep = "", .status = "running"})->empty());
+    auto last = store->ListRuns({.ids = {}, .sweep = "", .status = "interrupted", .last = 1});
+    ASSERT_EQ(last->size(), 1u);  // `last` counts matches, not rows: the newest row is `done`
+    EXPECT_EQ((*last)[0].id, dead);
+  }
+  EXPECT_EQ(RawQuery(path, "SELECT status FROM runs WHERE id = " + std::to_string(dead)),
+            "running");
+  ASSERT_TRUE(ResultStore::Open(path).ok());  // a writer marks it
+  EXPECT_EQ(RawQuery(path, "SELECT status FROM runs WHERE id = " + std::to_string(dead)),
+            "interrupted");
+}
+
+TEST_F(ResultStoreTest, ReadOnlyOpenRefusesFilesThatAreNotResultDatabases) {
+  const std::string empty = Path("empty.db");
+  RawQuery(empty, "CREATE TABLE t (x)");
+  auto store = ResultStore::OpenReadOnly(empty);
+  EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store.status().message(),
+            "result db " + empty + ": schema version 0, expected 1 (not a vtoken result database)");
+  const std::string text = Path("text.db");
+  { std::ofstream(text) << "this is a text file, not a database, and it is long enough\n"; }
+  EXPECT_EQ(ResultStore::OpenReadOnly(text).status().code(), StatusCode::kDataLoss);
+}
+
 TEST_F(ResultStoreTest, ListRunsFilters) {
   auto store = ResultStore::Open(Path("r.db"));
   ASSERT_TRUE(store.ok());
