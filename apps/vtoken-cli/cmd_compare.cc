@@ -1,13 +1,15 @@
 // `vtoken-cli compare`: side-by-side summary of runs from the result store, with ratios against
-// the first run. Also the table `run` prints when it finishes.
+// the first run, and a row for every config key whose value differs between them (runs of one
+// `run` differ only in the mode, which has its own row). Also the table `run` prints when it
+// finishes.
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "apps/vtoken-cli/command.h"
+#include "apps/vtoken-cli/run_config.h"
 #include "apps/vtoken-cli/run_experiment.h"
 #include "lib/engine/result_store.h"
 
@@ -16,10 +18,10 @@ namespace {
 
 // How a row's value follows from the summary.
 enum class Derive {
-  kValue,         // summary[key]
-  kOneMinus,      // 1 - summary[key]
-  kBelowHalf,     // util_hist_0 + util_hist_1: blocks under 50% utilization
-  kMillionths,    // summary[key] / 1e6
+  kValue,       // summary[key]
+  kOneMinus,    // 1 - summary[key]
+  kBelowHalf,   // util_hist_0 + util_hist_1: blocks under 50% utilization
+  kMillionths,  // summary[key] / 1e6
 };
 
 struct Row {
@@ -30,7 +32,7 @@ struct Row {
   Derive derive = Derive::kValue;
 };
 
-// The figures DESIGN.md §8 names, in reading order.
+// The figures of docs/METRICS.md, in reading order.
 constexpr Row kRows[] = {
     {"requests", "requests", "%.0f", false},
     {"blocks held / request (mean)", "blocks_mean", "%.1f", true},
@@ -65,12 +67,26 @@ double Value(const engine::RunSummary& s, const Row& row) {
     return it == s.values.end() ? NAN : it->second;
   };
   switch (row.derive) {
-    case Derive::kValue: return get(row.key);
-    case Derive::kOneMinus: return 1.0 - get(row.key);
-    case Derive::kBelowHalf: return get("util_hist_0") + get("util_hist_1");
-    case Derive::kMillionths: return get(row.key) / 1e6;
+    case Derive::kValue:
+      return get(row.key);
+    case Derive::kOneMinus:
+      return 1.0 - get(row.key);
+    case Derive::kBelowHalf:
+      return get("util_hist_0") + get("util_hist_1");
+    case Derive::kMillionths:
+      return get(row.key) / 1e6;
   }
   return NAN;
+}
+
+// Column widths: every column is right-aligned and at least kColumnGap wider than its widest
+// cell, so neighbouring cells never run together; a cell longer than kMaxColumnWidth allows keeps
+// its tail (a model path's directory name, a policy name) behind "...".
+constexpr size_t kMinLabelWidth = 32, kMinColumnWidth = 22, kMaxColumnWidth = 42, kColumnGap = 2;
+
+std::string Fit(const std::string& text, size_t width) {
+  if (text.size() <= width) return text;
+  return "..." + text.substr(text.size() - (width - 3));
 }
 
 std::string Cell(double v, const char* format, double base, bool ratio) {
@@ -91,7 +107,7 @@ int RunCompare(const std::string& db, std::vector<int64_t> ids, int64_t last) {
     return 2;
   }
   if (last > 0) {
-    StatusOr<engine::ResultStore> store = engine::ResultStore::Open(db);
+    StatusOr<engine::ResultStore> store = engine::ResultStore::OpenReadOnly(db);
     if (!store.ok()) {
       std::fprintf(stderr, "vtoken-cli: error: %s\n", store.status().message().c_str());
       return 1;
@@ -120,7 +136,8 @@ CLI::App* SetupCompare(CLI::App& app) {
     int64_t last = 0;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand("compare", "Side-by-side summary of runs, ratios vs the first");
+  CLI::App* cmd =
+      app.add_subcommand("compare", "Side-by-side summary of runs, ratios vs the first");
   cmd->add_option("--db", a->db, "Result database")->capture_default_str();
   cmd->add_option("ids", a->ids, "Run ids");
   cmd->add_option("--last", a->last, "The last N completed runs")->check(CLI::PositiveNumber);
@@ -131,10 +148,10 @@ CLI::App* SetupCompare(CLI::App& app) {
 }  // namespace
 
 Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& run_ids) {
-  if (!std::filesystem::exists(db_path)) return NotFoundError("database " + db_path + " not found");
-  VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::Open(db_path));
+  VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::OpenReadOnly(db_path));
   std::vector<engine::RunRecord> runs;
   std::vector<engine::RunSummary> summaries;
+  std::vector<FlatConfig> configs;
   for (int64_t id : run_ids) {
     VTOKEN_ASSIGN_OR_RETURN(engine::RunRecord r, store.GetRun(id));
     if (r.status != "completed") {
@@ -142,34 +159,53 @@ Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& r
                                      (r.error.empty() ? "" : ": " + r.error));
     }
     VTOKEN_ASSIGN_OR_RETURN(engine::RunSummary s, store.GetSummary(id));
-    runs.push_back(r);
-    summaries.push_back(s);
+    VTOKEN_ASSIGN_OR_RETURN(
+        FlatConfig c,
+        FlattenConfig(r.config_toml, "result db " + db_path + ": run " + std::to_string(id)));
+    runs.push_back(std::move(r));
+    summaries.push_back(std::move(s));
+    configs.push_back(std::move(c));
   }
   if (runs.empty()) return NotFoundError("no runs to compare");
-  const int label_width = 32, col = 22;
-  std::printf("%-*s", label_width, "run");
-  for (const auto& r : runs) std::printf("%*lld", col, static_cast<long long>(r.id));
-  std::printf("\n%-*s", label_width, "mode / policy");
-  for (const auto& r : runs) {
-    std::string m = r.mode + (r.policy.empty() ? "" : " / " + r.policy);
-    std::printf("%*s", col, m.c_str());
+
+  // The table as text first, so the columns can be sized to their widest cell.
+  std::vector<std::vector<std::string>> table;  // label, then one cell per run
+  auto add_row = [&](std::string label, auto cell) {
+    std::vector<std::string> row = {std::move(label)};
+    for (size_t i = 0; i < runs.size(); ++i) row.push_back(cell(i));
+    table.push_back(std::move(row));
+  };
+  add_row("run", [&](size_t i) { return std::to_string(runs[i].id); });
+  add_row("mode / policy", [&](size_t i) {
+    return runs[i].mode + (runs[i].policy.empty() ? "" : " / " + runs[i].policy);
+  });
+  add_row("model", [&](size_t i) { return runs[i].model; });
+  add_row("blocks x block size", [&](size_t i) {
+    return std::to_string(runs[i].num_blocks) + " x " + std::to_string(runs[i].block_size);
+  });
+  // The mode has its row above; every other config key that differs gets one.
+  std::vector<const FlatConfig*> config_ptrs;
+  for (const FlatConfig& c : configs) config_ptrs.push_back(&c);
+  for (const std::string& key : VaryingKeys(config_ptrs, {"modes"})) {
+    add_row(key, [&](size_t i) { return ConfigValue(configs[i], key); });
   }
-  std::printf("\n%-*s", label_width, "model");
-  for (const auto& r : runs) {
-    std::string m = r.model.size() > col - 2 ? "..." + r.model.substr(r.model.size() - col + 5)
-                                             : r.model;
-    std::printf("%*s", col, m.c_str());
-  }
-  std::printf("\n%-*s", label_width, "blocks x block size");
-  for (const auto& r : runs) {
-    std::printf("%*s", col, (std::to_string(r.num_blocks) + " x " + std::to_string(r.block_size)).c_str());
-  }
-  std::printf("\n");
   for (const Row& row : kRows) {
-    std::printf("%-*s", label_width, row.label);
     const double base = Value(summaries[0], row);
-    for (size_t i = 0; i < runs.size(); ++i) {
-      std::printf("%*s", col, Cell(Value(summaries[i], row), row.format, base, row.ratio && i > 0).c_str());
+    add_row(row.label, [&](size_t i) {
+      return Cell(Value(summaries[i], row), row.format, base, row.ratio && i > 0);
+    });
+  }
+
+  size_t label_width = kMinLabelWidth, width = kMinColumnWidth;
+  for (const auto& row : table) {
+    label_width = std::max(label_width, row[0].size() + kColumnGap);
+    for (size_t i = 1; i < row.size(); ++i) width = std::max(width, row[i].size() + kColumnGap);
+  }
+  width = std::min(width, kMaxColumnWidth);
+  for (const auto& row : table) {
+    std::printf("%-*s", static_cast<int>(label_width), row[0].c_str());
+    for (size_t i = 1; i < row.size(); ++i) {
+      std::printf("%*s", static_cast<int>(width), Fit(row[i], width - kColumnGap).c_str());
     }
     std::printf("\n");
   }

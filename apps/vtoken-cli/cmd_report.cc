@@ -2,10 +2,9 @@
 // per run: mode, policy, the grid keys that vary across the sweep, the key summary figures),
 // the SLA and capacity frontiers when the sweep varies engine.max_num_seqs, and the figures of
 // experiments/plot.py written into --out. The grid keys are recovered by comparing the runs'
-// resolved configs (runs.config_toml), so a report needs nothing but the database.
+// resolved configs (runs.config_toml, run_config.h), so a report needs nothing but the database.
 #include <spawn.h>
 #include <sys/wait.h>
-#include <toml++/toml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,11 +14,11 @@
 #include <filesystem>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/vtoken-cli/command.h"
+#include "apps/vtoken-cli/run_config.h"
 #include "lib/engine/result_store.h"
 
 extern char** environ;
@@ -67,7 +66,7 @@ const std::set<std::string> kNotAxes = {"modes", "name", "policy.name"};
 struct ReportRun {
   engine::RunRecord record;
   engine::RunSummary summary;
-  std::map<std::string, std::string> config;  // flattened dotted key -> value text
+  FlatConfig config;
 };
 
 double Get(const ReportRun& r, const std::string& key) {
@@ -87,55 +86,14 @@ std::string Format(double v, const char* format) {
   return buf;
 }
 
-// The text of a leaf value: strings bare, everything else as TOML writes it.
-std::string ValueText(const toml::node& node) {
-  if (auto s = node.value_exact<std::string>()) return *s;
-  if (auto d = node.value_exact<double>()) {  // Shortest form: 0.1, not 0.10000000000000001.
-    char buf[32];
-    std::snprintf(buf, sizeof(buf), "%g", *d);
-    return buf;
-  }
-  toml::table holder;
-  holder.insert("v", node);
-  std::ostringstream out;
-  out << holder;
-  return out.str().substr(4);  // Drop "v = ".
-}
-
-void Flatten(const toml::table& t, const std::string& prefix,
-             std::map<std::string, std::string>& out) {
-  for (const auto& [key, node] : t) {
-    const std::string k = prefix + std::string(key.str());
-    if (const toml::table* sub = node.as_table()) {
-      Flatten(*sub, k + ".", out);
-    } else {
-      out[k] = ValueText(node);
-    }
-  }
-}
-
-// The keys whose value differs between runs (a key missing from a run counts as a value).
-std::vector<std::string> VaryingKeys(const std::vector<ReportRun>& runs) {
-  std::set<std::string> keys;
-  for (const ReportRun& r : runs) {
-    for (const auto& [k, v] : r.config) keys.insert(k);
-  }
-  std::vector<std::string> out;
-  for (const std::string& k : keys) {
-    if (kNotAxes.count(k)) continue;
-    std::set<std::string> values;
-    for (const ReportRun& r : runs) {
-      auto it = r.config.find(k);
-      values.insert(it == r.config.end() ? "(unset)" : "=" + it->second);
-    }
-    if (values.size() > 1) out.push_back(k);
-  }
-  return out;
+std::vector<std::string> GridKeys(const std::vector<ReportRun>& runs) {
+  std::vector<const FlatConfig*> configs;
+  for (const ReportRun& r : runs) configs.push_back(&r.config);
+  return VaryingKeys(configs, kNotAxes);
 }
 
 std::string ConfigValue(const ReportRun& r, const std::string& key) {
-  auto it = r.config.find(key);
-  return it == r.config.end() ? "-" : it->second;
+  return cli::ConfigValue(r.config, key);
 }
 
 template <size_t N>
@@ -267,8 +225,7 @@ Status RunPlot(const std::string& db, const std::string& sweep, const std::strin
 }
 
 Status Report(const std::string& db, const std::string& sweep, std::string out, bool figures) {
-  if (!std::filesystem::exists(db)) return NotFoundError("database " + db + " not found");
-  VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::Open(db));
+  VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::OpenReadOnly(db));
   VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> records,
                           store.ListRuns({.ids = {}, .sweep = sweep, .status = "", .last = 0}));
   std::vector<ReportRun> runs;
@@ -280,12 +237,8 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
     }
     ReportRun r;
     VTOKEN_ASSIGN_OR_RETURN(r.summary, store.GetSummary(rec.id));
-    try {
-      Flatten(toml::parse(rec.config_toml), "", r.config);
-    } catch (const toml::parse_error& e) {
-      return DataLossError(db + ": run " + std::to_string(rec.id) +
-                           ": config_toml does not parse: " + std::string(e.description()));
-    }
+    VTOKEN_ASSIGN_OR_RETURN(r.config,
+                            FlattenConfig(rec.config_toml, db + ": run " + std::to_string(rec.id)));
     r.record = std::move(rec);
     runs.push_back(std::move(r));
   }
@@ -300,7 +253,7 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
     return NotFoundError("no completed runs of sweep '" + sweep + "' in " + db +
                          (known.empty() ? " (it has no sweeps)" : " (sweeps: " + known + ")"));
   }
-  const std::vector<std::string> axes = VaryingKeys(runs);
+  const std::vector<std::string> axes = GridKeys(runs);
   std::set<std::string> models, workloads;
   for (const ReportRun& r : runs) {
     models.insert(r.record.model);

@@ -1,7 +1,6 @@
 // `vtoken-cli runs`: lists the runs in a result database (newest last), with their status, so
 // failed and interrupted runs are visible.
 #include <cstdio>
-#include <filesystem>
 #include <string>
 
 #include "apps/vtoken-cli/command.h"
@@ -11,11 +10,7 @@ namespace vtoken::cli {
 namespace {
 
 int RunRuns(const std::string& db, int64_t last, const std::string& sweep) {
-  if (!std::filesystem::exists(db)) {
-    std::fprintf(stderr, "vtoken-cli: error: database %s not found\n", db.c_str());
-    return 1;
-  }
-  StatusOr<engine::ResultStore> store = engine::ResultStore::Open(db);
+  StatusOr<engine::ResultStore> store = engine::ResultStore::OpenReadOnly(db);
   if (!store.ok()) {
     std::fprintf(stderr, "vtoken-cli: error: %s\n", store.status().message().c_str());
     return 1;

@@ -1,0 +1,32 @@
+// The resolved experiment config a run recorded (runs.config_toml) as flat dotted keys, and the
+// keys that tell a set of runs apart: what `compare` shows as config rows, `report` as grid axes
+// and `export` as config columns. Needs nothing but the database.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "lib/core/status.h"
+
+namespace vtoken::cli {
+
+// Leaf key ("engine.max_num_seqs") -> value text.
+using FlatConfig = std::map<std::string, std::string>;
+
+// Returns the leaves of `config_toml` by dotted key: strings bare, floats in their shortest
+// round-trip form (0.1, not 0.10000000000000001), everything else as TOML writes it ("8", "true",
+// "[ 'naive' ]"). kDataLoss, naming `what` (e.g. "result db X: run 3"), when it does not parse.
+StatusOr<FlatConfig> FlattenConfig(const std::string& config_toml, const std::string& what);
+
+// Returns, sorted, the keys whose value is not the same in every config of `configs` (a key
+// missing from a config counts as a value of its own), leaving out those in `ignore`.
+std::vector<std::string> VaryingKeys(const std::vector<const FlatConfig*>& configs,
+                                     const std::set<std::string>& ignore);
+
+// Returns the value of `key` in `config`, or `missing` when it has none.
+std::string ConfigValue(const FlatConfig& config, const std::string& key,
+                        const std::string& missing = "-");
+
+}  // namespace vtoken::cli

@@ -1,0 +1,166 @@
+// `vtoken-cli compare` and `vtoken-cli runs` on databases written through the ResultStore API:
+// compare's rows for the config keys that differ between runs and its column separation; both
+// commands open the database read-only.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/cli/cli_test_util.h"
+
+namespace vtoken::cli {
+namespace {
+
+std::string Config(const std::string& mode, const std::string& keep_ratio) {
+  return "name = \"t\"\nmodes = [\"" + mode + "\"]\nseed = 0\n[engine]\nmax_num_seqs = 4\n" +
+         "[policy]\nname = \"ema_attention\"\nkeep_ratio = " + keep_ratio + "\n";
+}
+
+// The cells of a table line: text separated by two or more spaces.
+std::vector<std::string> Cells(const std::string& line) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    if (i == line.size()) break;
+    size_t end = line.find("  ", i);
+    if (end == std::string::npos) end = line.size();
+    out.push_back(line.substr(i, end - i));
+    i = end;
+  }
+  return out;
+}
+
+// The line of `text` whose first cell is `label`, as cells; empty when there is none.
+std::vector<std::string> Row(const std::string& text, const std::string& label) {
+  for (const std::string& line : Lines(text)) {
+    std::vector<std::string> cells = Cells(line);
+    if (!cells.empty() && cells[0] == label) return cells;
+  }
+  return {};
+}
+
+class ReadCommandsTest : public CliTest {
+ protected:
+  // Completes a run with a few summary figures.
+  static void Finish(engine::ResultStore& store, int64_t id, double throughput) {
+    ASSERT_TRUE(store.FinishRun(id, {{"requests", 48}, {"throughput_tok_s", throughput}}).ok());
+  }
+};
+
+TEST_F(ReadCommandsTest, CompareShowsTheConfigKeysThatDifferAndKeepsColumnsApart) {
+  const std::string db = Path("r.db");
+  {
+    StatusOr<engine::ResultStore> store = engine::ResultStore::Open(db);
+    ASSERT_TRUE(store.ok());
+    Finish(*store, BeginRun(*store, Config("naive", "0.25"), "naive", "ema_attention", ""), 600);
+    Finish(*store, BeginRun(*store, Config("vtoken", "0.5"), "vtoken", "ema_attention", ""), 660);
+  }
+  CliResult r = Cli({"compare", "--db", db, "1", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Row(r.out, "policy.keep_ratio"),
+            (std::vector<std::string>{"policy.keep_ratio", "0.25", "0.5"}))
+      << r.out;
+  // 21 and 22 characters: wider than the default column, still apart.
+  EXPECT_EQ(Row(r.out, "mode / policy"),
+            (std::vector<std::string>{"mode / policy", "naive / ema_attention",
+                                      "vtoken / ema_attention"}))
+      << r.out;
+  EXPECT_EQ(Row(r.out, "throughput (tok/s)"),
+            (std::vector<std::string>{"throughput (tok/s)", "600.0", "660.0 (1.10x)"}));
+  EXPECT_TRUE(Row(r.out, "modes").empty()) << "the mode has its own row";
+  EXPECT_TRUE(Row(r.out, "engine.max_num_seqs").empty()) << "the same in both runs";
+  for (const std::string& line : Lines(r.out)) EXPECT_EQ(Cells(line).size(), 3u) << line;
+}
+
+TEST_F(ReadCommandsTest, CompareOfTheModesOfOneRunHasNoConfigRows) {
+  const std::string db = Path("r.db");
+  {
+    StatusOr<engine::ResultStore> store = engine::ResultStore::Open(db);
+    ASSERT_TRUE(store.ok());
+    Finish(*store, BeginRun(*store, Config("native", "0.25"), "native", "", ""), 400);
+    Finish(*store, BeginRun(*store, Config("naive", "0.25"), "naive", "h2o", ""), 600);
+    Finish(*store, BeginRun(*store, Config("vtoken", "0.25"), "vtoken", "h2o", ""), 650);
+  }
+  CliResult r = Cli({"compare", "--db", db, "--last", "3"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string& line : Lines(r.out)) {
+    const std::vector<std::string> cells = Cells(line);
+    ASSERT_EQ(cells.size(), 4u) << line;
+    EXPECT_EQ(cells[0].find('.'), std::string::npos) << "a config row: " << line;
+  }
+  EXPECT_EQ(Row(r.out, "run"), (std::vector<std::string>{"run", "1", "2", "3"}));
+}
+
+TEST_F(ReadCommandsTest, CompareCutsLongCellsKeepingTheirTail) {
+  const std::string db = Path("r.db");
+  const std::string model = "/data/checkpoints/2025-01-31/llama-family/vt-tiny-finetuned-kjv";
+  {
+    StatusOr<engine::ResultStore> store = engine::ResultStore::Open(db);
+    ASSERT_TRUE(store.ok());
+    for (const char* mode : {"naive", "vtoken"}) {
+      engine::RunRecord rec;
+      rec.config_toml = Config(mode, "0.25");
+      rec.model = model;
+      rec.mode = mode;
+      rec.policy = "h2o";
+      StatusOr<int64_t> id = store->BeginRun(rec);
+      ASSERT_TRUE(id.ok());
+      Finish(*store, *id, 1);
+    }
+  }
+  CliResult r = Cli({"compare", "--db", db, "1", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> row = Row(r.out, "model");
+  ASSERT_EQ(row.size(), 3u) << r.out;
+  EXPECT_EQ(row[1], row[2]);
+  EXPECT_EQ(row[1].substr(0, 3), "...");
+  EXPECT_LT(row[1].size(), model.size());
+  EXPECT_EQ(model.substr(model.size() - (row[1].size() - 3)), row[1].substr(3));
+}
+
+TEST_F(ReadCommandsTest, RunsShowsADeadRunAsInterruptedAndWritesNothing) {
+  const std::string db = Path("r.db");
+  ASSERT_TRUE(engine::ResultStore::Open(db).ok());
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // Begins a run and dies without finishing it. Never returns into gtest.
+    StatusOr<engine::ResultStore> store = engine::ResultStore::Open(db);
+    if (!store.ok() || !store->BeginRun(engine::RunRecord{.mode = "vtoken"}).ok()) ::_exit(1);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string db_bytes = ReadFile(db), wal_bytes = ReadFile(db + "-wal");
+
+  CliResult r = Cli({"runs", "--db", db});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_NE(lines[1].find("interrupted"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("process " + std::to_string(child) + " exited without finishing"),
+            std::string::npos)
+      << lines[1];
+  EXPECT_EQ(ReadFile(db), db_bytes);
+  EXPECT_EQ(ReadFile(db + "-wal"), wal_bytes);
+}
+
+TEST_F(ReadCommandsTest, MissingDatabaseIsOneErrorLineAndIsNotCreated) {
+  const std::string db = Path("none/r.db");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"compare", "--db", db, "1"},
+        std::vector<std::string>{"compare", "--db", db, "--last", "2"},
+        std::vector<std::string>{"runs", "--db", db},
+        std::vector<std::string>{"report", "--db", db, "--sweep", "s", "--no-figures"}}) {
+    CliResult r = Cli(args);
+    EXPECT_EQ(r.exit_code, 1) << args[0];
+    EXPECT_EQ(r.err, "vtoken-cli: error: result db " + db + " not found\n") << args[0];
+  }
+  EXPECT_FALSE(std::filesystem::exists(Path("none")));
+}
+
+}  // namespace
+}  // namespace vtoken::cli
