@@ -1,0 +1,426 @@
+// `vtoken-cli export`: one table of a result database as CSV or JSON lines, for pandas and other
+// tools (docs/EXPORT.md). Tables:
+//   runs      one row per run: its record, every config key that varies among the selected runs
+//             (dotted names, from runs.config_toml) and every summary figure;
+//   requests  one row per request per run: timings, blocks held, and ROUGE-L computed from the
+//             stored outputs against the run's native / naive counterpart (see Counterpart);
+//   steps     one row per engine step per run: the pool and fragmentation figures.
+// The database is opened read-only; nothing is written but the output.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "apps/vtoken-cli/command.h"
+#include "apps/vtoken-cli/run_config.h"
+#include "lib/engine/result_store.h"
+#include "lib/engine/rouge.h"
+
+namespace vtoken::cli {
+namespace {
+
+// One value of the output; monostate is "no value" (a NaN figure, a key a run lacks): an empty
+// CSV field, a JSON null.
+using Cell = std::variant<std::monostate, bool, int64_t, double, std::string>;
+
+Cell Number(double v) { return std::isfinite(v) ? Cell(v) : Cell(); }
+
+std::string NumberText(double v) {
+  char buf[32];
+  return std::string(buf, std::to_chars(buf, buf + sizeof(buf), v).ptr);
+}
+
+// A config value as its type: TOML integers, floats and booleans become numbers and booleans in
+// JSON; everything else (strings, arrays) stays text.
+Cell ConfigCell(const std::string& text) {
+  const char* end = text.data() + text.size();
+  int64_t i = 0;
+  if (auto r = std::from_chars(text.data(), end, i); r.ec == std::errc() && r.ptr == end) {
+    return i;
+  }
+  double d = 0;
+  if (auto r = std::from_chars(text.data(), end, d); r.ec == std::errc() && r.ptr == end) {
+    return Number(d);
+  }
+  if (text == "true" || text == "false") return text == "true";
+  return text;
+}
+
+// Writes rows of cells as CSV (RFC 4180: a header line; fields holding a comma, quote or line
+// break are quoted, quotes doubled) or as JSON lines (one object per row, keys in column order).
+class TableWriter {
+ public:
+  TableWriter(std::FILE* out, bool csv, std::vector<std::string> columns)
+      : out_(out), csv_(csv), columns_(std::move(columns)) {
+    if (!csv_) return;
+    for (size_t i = 0; i < columns_.size(); ++i) {
+      std::fputs(i ? "," : "", out_);
+      std::fputs(CsvField(columns_[i]).c_str(), out_);
+    }
+    std::fputc('\n', out_);
+  }
+
+  void Write(const std::vector<Cell>& row) {
+    if (csv_) {
+      for (size_t i = 0; i < row.size(); ++i) {
+        std::fputs(i ? "," : "", out_);
+        std::fputs(CsvText(row[i]).c_str(), out_);
+      }
+    } else {
+      nlohmann::ordered_json object = nlohmann::ordered_json::object();
+      for (size_t i = 0; i < row.size(); ++i) object[columns_[i]] = Json(row[i]);
+      // Generated text may hold invalid UTF-8 (a token split mid-character): replace, not throw.
+      std::fputs(object.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
+                 out_);
+    }
+    std::fputc('\n', out_);
+  }
+
+ private:
+  static std::string CsvField(const std::string& s) {
+    if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+    std::string out = "\"";
+    for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return out + "\"";
+  }
+  static std::string CsvText(const Cell& cell) {
+    if (const auto* b = std::get_if<bool>(&cell)) return *b ? "true" : "false";
+    if (const auto* i = std::get_if<int64_t>(&cell)) return std::to_string(*i);
+    if (const auto* d = std::get_if<double>(&cell)) return NumberText(*d);
+    if (const auto* s = std::get_if<std::string>(&cell)) return CsvField(*s);
+    return "";
+  }
+  static nlohmann::ordered_json Json(const Cell& cell) {
+    if (const auto* b = std::get_if<bool>(&cell)) return *b;
+    if (const auto* i = std::get_if<int64_t>(&cell)) return *i;
+    if (const auto* d = std::get_if<double>(&cell)) return *d;
+    if (const auto* s = std::get_if<std::string>(&cell)) return *s;
+    return nullptr;
+  }
+
+  std::FILE* out_;
+  bool csv_;
+  std::vector<std::string> columns_;
+};
+
+// The columns of the requests and steps tables, each declared once with how it is read.
+template <typename Record>
+struct Column {
+  const char* name;
+  Cell (*get)(const Record&);
+};
+
+const Column<engine::RequestRecord> kRequestColumns[] = {
+    {"request_id", [](const engine::RequestRecord& r) -> Cell { return r.request_id; }},
+    {"prompt_tokens", [](const engine::RequestRecord& r) -> Cell { return r.prompt_tokens; }},
+    {"output_tokens", [](const engine::RequestRecord& r) -> Cell { return r.output_tokens; }},
+    {"arrival_s", [](const engine::RequestRecord& r) { return Number(r.arrival_s); }},
+    {"first_token_s", [](const engine::RequestRecord& r) { return Number(r.first_token_s); }},
+    {"finish_s", [](const engine::RequestRecord& r) { return Number(r.finish_s); }},
+    {"ttft_s", [](const engine::RequestRecord& r) { return Number(r.ttft_s); }},
+    {"tpot_s", [](const engine::RequestRecord& r) { return Number(r.tpot_s); }},
+    {"e2e_s", [](const engine::RequestRecord& r) { return Number(r.e2e_s); }},
+    {"preemptions", [](const engine::RequestRecord& r) -> Cell { return int64_t{r.preemptions}; }},
+    {"blocks_mean", [](const engine::RequestRecord& r) { return Number(r.blocks_mean); }},
+    {"blocks_final",
+     [](const engine::RequestRecord& r) -> Cell { return int64_t{r.blocks_final}; }},
+    {"ideal_blocks_final",
+     [](const engine::RequestRecord& r) -> Cell { return int64_t{r.ideal_blocks_final}; }},
+};
+
+const Column<engine::StepRecord> kStepColumns[] = {
+    {"step", [](const engine::StepRecord& s) -> Cell { return s.step; }},
+    {"time_s", [](const engine::StepRecord& s) { return Number(s.time_s); }},
+    {"num_running", [](const engine::StepRecord& s) -> Cell { return int64_t{s.num_running}; }},
+    {"num_waiting", [](const engine::StepRecord& s) -> Cell { return int64_t{s.num_waiting}; }},
+    {"free_blocks", [](const engine::StepRecord& s) -> Cell { return int64_t{s.free_blocks}; }},
+    {"allocated_blocks",
+     [](const engine::StepRecord& s) -> Cell { return int64_t{s.allocated_blocks}; }},
+    {"live_slots", [](const engine::StepRecord& s) -> Cell { return s.live_slots; }},
+    {"waste_ratio", [](const engine::StepRecord& s) { return Number(s.waste_ratio); }},
+    {"held_blocks", [](const engine::StepRecord& s) -> Cell { return int64_t{s.held_blocks}; }},
+    {"ideal_blocks", [](const engine::StepRecord& s) -> Cell { return int64_t{s.ideal_blocks}; }},
+    {"hist0", [](const engine::StepRecord& s) -> Cell { return int64_t{s.hist[0]}; }},
+    {"hist1", [](const engine::StepRecord& s) -> Cell { return int64_t{s.hist[1]}; }},
+    {"hist2", [](const engine::StepRecord& s) -> Cell { return int64_t{s.hist[2]}; }},
+    {"hist3", [](const engine::StepRecord& s) -> Cell { return int64_t{s.hist[3]}; }},
+    {"moves", [](const engine::StepRecord& s) -> Cell { return s.moves; }},
+    {"fence_waits", [](const engine::StepRecord& s) -> Cell { return s.fence_waits; }},
+};
+
+// The record columns of the runs table, before the config keys and the summary figures.
+const Column<engine::RunRecord> kRunColumns[] = {
+    {"run_id", [](const engine::RunRecord& r) -> Cell { return r.id; }},
+    {"status", [](const engine::RunRecord& r) -> Cell { return r.status; }},
+    {"mode", [](const engine::RunRecord& r) -> Cell { return r.mode; }},
+    {"policy", [](const engine::RunRecord& r) -> Cell { return r.policy; }},
+    {"model", [](const engine::RunRecord& r) -> Cell { return r.model; }},
+    {"workload", [](const engine::RunRecord& r) -> Cell { return r.workload; }},
+    {"sweep", [](const engine::RunRecord& r) -> Cell { return r.sweep; }},
+    {"created", [](const engine::RunRecord& r) -> Cell { return r.created; }},
+    {"finished", [](const engine::RunRecord& r) -> Cell { return r.finished; }},
+    {"git_sha", [](const engine::RunRecord& r) -> Cell { return r.git_sha; }},
+    {"error", [](const engine::RunRecord& r) -> Cell { return r.error; }},
+};
+
+template <typename Record, size_t N>
+std::vector<std::string> Names(const Column<Record> (&columns)[N]) {
+  std::vector<std::string> out;
+  for (const auto& c : columns) out.push_back(c.name);
+  return out;
+}
+
+struct ExportArgs {
+  std::string db = "results/vtoken.db";
+  std::string sweep;
+  std::vector<int64_t> runs;
+  std::string table;
+  std::string format = "csv";
+  std::string out;
+};
+
+// The selected runs, in id order: --runs (every id must exist), --sweep (must have runs), or all.
+StatusOr<std::vector<engine::RunRecord>> SelectRuns(const engine::ResultStore& store,
+                                                    const ExportArgs& a) {
+  if (!a.runs.empty()) {
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> runs,
+                            store.ListRuns({.ids = a.runs, .sweep = "", .status = ""}));
+    std::set<int64_t> found;
+    for (const engine::RunRecord& r : runs) found.insert(r.id);
+    std::string missing;
+    for (int64_t id : std::set<int64_t>(a.runs.begin(), a.runs.end())) {
+      if (!found.count(id)) missing += (missing.empty() ? "" : ", ") + std::to_string(id);
+    }
+    if (!missing.empty()) {
+      return NotFoundError("result db " + store.path() + ": no run " + missing);
+    }
+    return runs;
+  }
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> runs,
+                          store.ListRuns({.ids = {}, .sweep = a.sweep, .status = ""}));
+  if (a.sweep.empty() || !runs.empty()) return runs;
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> all, store.ListRuns({}));
+  std::set<std::string> sweeps;
+  for (const engine::RunRecord& r : all) {
+    if (!r.sweep.empty()) sweeps.insert(r.sweep);
+  }
+  std::string known;
+  for (const std::string& s : sweeps) known += (known.empty() ? "" : ", ") + s;
+  return NotFoundError("result db " + store.path() + " has no runs of sweep '" + a.sweep + "'" +
+                       (known.empty() ? " (it has no sweeps)" : " (sweeps: " + known + ")"));
+}
+
+Status ExportRuns(const engine::ResultStore& store, const std::vector<engine::RunRecord>& runs,
+                  std::FILE* out, bool csv) {
+  std::vector<FlatConfig> configs;
+  std::vector<engine::RunSummary> summaries;
+  std::set<std::string> figures;
+  for (const engine::RunRecord& r : runs) {
+    VTOKEN_ASSIGN_OR_RETURN(
+        FlatConfig c, FlattenConfig(r.config_toml,
+                                    "result db " + store.path() + ": run " + std::to_string(r.id)));
+    configs.push_back(std::move(c));
+    VTOKEN_ASSIGN_OR_RETURN(engine::RunSummary s, store.GetSummary(r.id));
+    for (const auto& [name, value] : s.values) figures.insert(name);
+    summaries.push_back(std::move(s));
+  }
+  std::vector<const FlatConfig*> config_ptrs;
+  for (const FlatConfig& c : configs) config_ptrs.push_back(&c);
+  // The mode has its own column.
+  const std::vector<std::string> keys = VaryingKeys(config_ptrs, {"modes"});
+  std::vector<std::string> columns = Names(kRunColumns);
+  columns.insert(columns.end(), keys.begin(), keys.end());
+  columns.insert(columns.end(), figures.begin(), figures.end());
+  TableWriter writer(out, csv, columns);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    std::vector<Cell> row;
+    for (const auto& c : kRunColumns) row.push_back(c.get(runs[i]));
+    for (const std::string& k : keys) {
+      auto it = configs[i].find(k);
+      row.push_back(it == configs[i].end() ? Cell() : ConfigCell(it->second));
+    }
+    for (const std::string& f : figures) {
+      auto it = summaries[i].values.find(f);
+      row.push_back(it == summaries[i].values.end() ? Cell() : Number(it->second));
+    }
+    writer.Write(row);
+  }
+  return Status::Ok();
+}
+
+// Finds the runs whose outputs the requests table scores against: for a run, the completed run
+// of `mode` in the same sweep whose resolved config equals the run's but for the mode (the run
+// of the same `run` or sweep point, as `run` itself scores them), the nearest before it by id
+// if there is one, else the nearest after it.
+class Counterparts {
+ public:
+  static StatusOr<Counterparts> Load(const engine::ResultStore& store) {
+    Counterparts c;
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> all,
+                            store.ListRuns({.ids = {}, .sweep = "", .status = "completed"}));
+    for (engine::RunRecord& r : all) {
+      VTOKEN_ASSIGN_OR_RETURN(FlatConfig config,
+                              FlattenConfig(r.config_toml, "result db " + store.path() + ": run " +
+                                                               std::to_string(r.id)));
+      config.erase("modes");
+      c.runs_.push_back({r.id, r.mode, r.sweep, std::move(config)});
+    }
+    return c;
+  }
+
+  // The id of `run`'s counterpart of `mode` (`run` itself when it is of that mode), or nullopt.
+  std::optional<int64_t> Find(const engine::RunRecord& run, const std::string& mode) const {
+    const Entry* self = nullptr;
+    for (const Entry& e : runs_) {
+      if (e.id == run.id) self = &e;
+    }
+    if (self == nullptr) return std::nullopt;  // not completed
+    if (run.mode == mode) return run.id;
+    std::optional<int64_t> before, after;
+    for (const Entry& e : runs_) {  // ascending ids
+      if (e.mode != mode || e.sweep != self->sweep || e.config != self->config) continue;
+      if (e.id < run.id) before = e.id;
+      if (e.id > run.id && !after) after = e.id;
+    }
+    return before ? before : after;
+  }
+
+ private:
+  struct Entry {
+    int64_t id;
+    std::string mode;
+    std::string sweep;
+    FlatConfig config;  // without "modes"
+  };
+  std::vector<Entry> runs_;
+};
+
+using Texts = std::map<int64_t, std::string>;  // request id -> generated text
+
+StatusOr<Texts> OutputTexts(const engine::ResultStore& store, int64_t run_id) {
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::OutputRecord> outputs, store.GetOutputs(run_id));
+  Texts texts;
+  for (engine::OutputRecord& o : outputs) texts[o.request_id] = std::move(o.text);
+  return texts;
+}
+
+Cell Rouge(const Texts& run, const std::optional<Texts>& reference, int64_t request_id) {
+  if (!reference) return Cell();
+  auto candidate = run.find(request_id);
+  auto ref = reference->find(request_id);
+  if (candidate == run.end() || ref == reference->end()) return Cell();
+  return engine::RougeLF1(candidate->second, ref->second);
+}
+
+Status ExportRequests(const engine::ResultStore& store, const std::vector<engine::RunRecord>& runs,
+                      std::FILE* out, bool csv) {
+  VTOKEN_ASSIGN_OR_RETURN(Counterparts counterparts, Counterparts::Load(store));
+  std::vector<std::string> columns = {"run_id"};
+  for (const std::string& c : Names(kRequestColumns)) columns.push_back(c);
+  columns.push_back("rouge_l_vs_native");
+  columns.push_back("rouge_l_vs_naive");
+  TableWriter writer(out, csv, columns);
+  for (const engine::RunRecord& run : runs) {
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RequestRecord> requests, store.GetRequests(run.id));
+    if (requests.empty()) continue;
+    VTOKEN_ASSIGN_OR_RETURN(Texts texts, OutputTexts(store, run.id));
+    // As in the run's summary: every mode against native, vtoken also against naive.
+    std::optional<Texts> native, naive;
+    if (std::optional<int64_t> id = counterparts.Find(run, "native")) {
+      VTOKEN_ASSIGN_OR_RETURN(native, OutputTexts(store, *id));
+    }
+    if (run.mode == "vtoken") {
+      if (std::optional<int64_t> id = counterparts.Find(run, "naive")) {
+        VTOKEN_ASSIGN_OR_RETURN(naive, OutputTexts(store, *id));
+      }
+    }
+    for (const engine::RequestRecord& q : requests) {
+      std::vector<Cell> row = {run.id};
+      for (const auto& c : kRequestColumns) row.push_back(c.get(q));
+      row.push_back(Rouge(texts, native, q.request_id));
+      row.push_back(Rouge(texts, naive, q.request_id));
+      writer.Write(row);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ExportSteps(const engine::ResultStore& store, const std::vector<engine::RunRecord>& runs,
+                   std::FILE* out, bool csv) {
+  std::vector<std::string> columns = {"run_id"};
+  for (const std::string& c : Names(kStepColumns)) columns.push_back(c);
+  TableWriter writer(out, csv, columns);
+  for (const engine::RunRecord& run : runs) {
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::StepRecord> steps, store.GetSteps(run.id));
+    for (const engine::StepRecord& s : steps) {
+      std::vector<Cell> row = {run.id};
+      for (const auto& c : kStepColumns) row.push_back(c.get(s));
+      writer.Write(row);
+    }
+  }
+  return Status::Ok();
+}
+
+Status Export(const ExportArgs& a) {
+  VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::OpenReadOnly(a.db));
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> runs, SelectRuns(store, a));
+  std::FILE* out = stdout;
+  if (!a.out.empty()) {
+    out = std::fopen(a.out.c_str(), "w");
+    if (out == nullptr) {
+      return NotFoundError("cannot write " + a.out + ": " + std::strerror(errno));
+    }
+  }
+  const bool csv = a.format == "csv";
+  Status s = a.table == "runs"       ? ExportRuns(store, runs, out, csv)
+             : a.table == "requests" ? ExportRequests(store, runs, out, csv)
+                                     : ExportSteps(store, runs, out, csv);
+  if (std::fflush(out) != 0 && s.ok()) {
+    s = InternalError("cannot write " + (a.out.empty() ? "stdout" : a.out) + ": " +
+                      std::strerror(errno));
+  }
+  if (out != stdout) {
+    std::fclose(out);
+    if (!s.ok()) std::remove(a.out.c_str());  // no half-written file
+  }
+  return s;
+}
+
+CLI::App* SetupExport(CLI::App& app) {
+  auto a = std::make_shared<ExportArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "export", "Write one table of a result database as CSV or JSON lines (docs/EXPORT.md)");
+  cmd->add_option("--db", a->db, "Result database (opened read-only)")->capture_default_str();
+  CLI::Option* sweep = cmd->add_option("--sweep", a->sweep, "Only the runs of this sweep");
+  cmd->add_option("--runs", a->runs, "Only these run ids (comma-separated)")
+      ->delimiter(',')
+      ->excludes(sweep);
+  cmd->add_option("--table", a->table, "runs | requests | steps")
+      ->required()
+      ->check(CLI::IsMember({"runs", "requests", "steps"}));
+  cmd->add_option("--format", a->format, "csv | jsonl")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"csv", "jsonl"}));
+  cmd->add_option("--out", a->out, "Output file (default: stdout)");
+  cmd->callback([a] {
+    Status s = Export(*a);
+    if (!s.ok()) std::fprintf(stderr, "vtoken-cli: error: %s\n", s.message().c_str());
+    SetExitCode(s.ok() ? 0 : 1);
+  });
+  return cmd;
+}
+
+}  // namespace
+
+VTOKEN_REGISTER_COMMAND("export", SetupExport);
+
+}  // namespace vtoken::cli
