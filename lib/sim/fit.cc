@@ -96,6 +96,7 @@ StatusOr<FitResult> FitParametric(const SignalTrace& trace, const std::string& m
     return FailedPreconditionError("the trace has no tokens far from their query to fit");
   }
   const double score_mean = 1.0 / far_rho.mean();
+  for (const Moments& m : sink) fit.leading.push_back(m.mean());
   ParametricParams& p = fit.params;
   // Sinks: the leading run of positions with rho above 3x the far level.
   p.num_sinks = 0;
@@ -211,6 +212,11 @@ std::string FitResult::Report() const {
   out += "recency profile (distance: mean attention relative to a uniform share)\n ";
   for (const auto& [d, g] : profile) {
     std::snprintf(buf, sizeof(buf), " %.0f:%.3g", d, g);
+    out += buf;
+  }
+  out += "\nleading positions (position: mean attention relative to a uniform share)\n ";
+  for (size_t i = 0; i < leading.size(); ++i) {
+    std::snprintf(buf, sizeof(buf), " %zu:%.3g", i, leading[i]);
     out += buf;
   }
   out += "\nH2O prefill keep set, trace vs fitted model (overlap |A n B| / |A|)\n";

@@ -38,6 +38,7 @@ struct FitResult {
   int64_t decode_records = 0;
   int64_t observations = 0;
   std::vector<std::pair<double, double>> profile;  // (distance, g) bins.
+  std::vector<double> leading;                     // Mean rho of positions 0, 1, 2, ...
   std::vector<FitOverlap> overlaps;
   std::string Report() const;  // Multi-line text: parameters, profile, overlaps.
 };
