@@ -140,9 +140,15 @@ TEST(PolicyRegistryTest, UnknownPolicyIsNotFoundAndListsTheRegisteredOnes) {
   StatusOr<std::unique_ptr<Policy>> policy = CreatePolicy("no_such_policy", {});
   ASSERT_FALSE(policy.ok());
   EXPECT_EQ(policy.status().code(), StatusCode::kNotFound);
+  // The list comes from the registry, so adding a policy file does not break this test.
+  std::string registered;
+  for (const PolicyInfo* info : RegisteredPolicies()) {
+    registered += (registered.empty() ? "" : ", ") + info->name;
+  }
   EXPECT_EQ(policy.status().message(),
-            "unknown policy 'no_such_policy' (registered: decayed_attention, h2o, knorm, random, "
-            "scissorhands, snapkv, streaming_llm, test_typed, tova)");
+            "unknown policy 'no_such_policy' (registered: " + registered + ")");
+  EXPECT_NE(registered.find("h2o, "), std::string::npos) << registered;
+  EXPECT_NE(registered.find("test_typed"), std::string::npos) << registered;
 }
 
 TEST(PolicyRegistryTest, BadParameterOfARealPolicyNamesPolicyAndKey) {
