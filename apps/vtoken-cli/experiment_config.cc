@@ -369,6 +369,7 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
     return eng.Error("admission", "must be \"reserve\" or \"greedy\"");
   }
   VTOKEN_RETURN_IF_ERROR(eng.Int("max_prefill_chunk", e.max_prefill_chunk));
+  VTOKEN_RETURN_IF_ERROR(eng.Int("max_batched_tokens", e.max_batched_tokens));
   VTOKEN_RETURN_IF_ERROR(eng.Bool("indirection_only", e.indirection_only));
   VTOKEN_RETURN_IF_ERROR(eng.Bool("force_sync", e.force_sync));
   VTOKEN_RETURN_IF_ERROR(eng.Bool("stop_at_eos", e.stop_at_eos));
@@ -527,6 +528,9 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
   // Keys that only sim: models have, so the resolved configs (and hashes) of other runs stay.
   if (c.gpu_memory_utilization != 0) {
     resolved["engine"].as_table()->insert("gpu_memory_utilization", c.gpu_memory_utilization);
+  }
+  if (e.max_batched_tokens != 0) {
+    resolved["engine"].as_table()->insert("max_batched_tokens", e.max_batched_tokens);
   }
   if (sim::IsSimSpec(c.model)) {
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <deque>
 #include <map>
 #include <thread>
@@ -286,12 +287,19 @@ class Engine {
     std::vector<size_t> order = running_;
     std::sort(order.begin(), order.end(),
               [&](size_t a, size_t b) { return seqs_[a].admitted < seqs_[b].admitted; });
+    int64_t budget = o_.max_batched_tokens > 0 ? o_.max_batched_tokens : INT64_MAX;
+    if (o_.max_batched_tokens > 0) {  // Decodes first, then prefills, each in admission order.
+      std::stable_partition(order.begin(), order.end(), [&](size_t index) {
+        return static_cast<int64_t>(seqs_[index].tokens.size()) - seqs_[index].num_computed == 1;
+      });
+    }
     for (size_t index : order) {
       if (std::find(running_.begin(), running_.end(), index) == running_.end()) continue;
       SeqState& s = seqs_[index];
       if (s.awaiting_fork) continue;
-      int64_t n = std::min(static_cast<int64_t>(s.tokens.size()) - s.num_computed,
-                           o_.max_prefill_chunk);
+      int64_t n = std::min({static_cast<int64_t>(s.tokens.size()) - s.num_computed,
+                            o_.max_prefill_chunk, budget});
+      if (n == 0) continue;  // No budget left this step.
       if (s.shared_tokens > 0 && s.num_computed < s.shared_tokens) {
         n = std::min(n, s.shared_tokens - s.num_computed);  // End a chunk at the shared prefix.
       }
@@ -300,6 +308,7 @@ class Engine {
         StatusOr<std::vector<SlotIndex>> slots = cache_.SyncNewTokens(s.seq, n);
         if (slots.ok()) {
           planned.push_back({index, n, std::move(context), std::move(*slots)});
+          budget -= n;
           break;
         }
         if (slots.status().code() != StatusCode::kResourceExhausted) return slots.status();
@@ -323,6 +332,9 @@ class Engine {
               "needs more than the pool's " + std::to_string(o_.pool.num_blocks) + " blocks");
         }
         Preempt(victim);
+        for (const Planned& p : planned) {
+          if (p.index == victim) budget += p.n;  // Its tokens are not computed this step.
+        }
         planned.erase(std::remove_if(planned.begin(), planned.end(),
                                      [&](const Planned& p) { return p.index == victim; }),
                       planned.end());
@@ -467,6 +479,10 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
   VTOKEN_RETURN_IF_ERROR(ValidateReclaimOptions(o.reclaim));
   if (o.max_num_seqs < 1) return InvalidArgumentError("max_num_seqs must be >= 1");
   if (o.max_prefill_chunk < 1) return InvalidArgumentError("max_prefill_chunk must be >= 1");
+  if (o.max_batched_tokens != 0 && o.max_batched_tokens < o.max_num_seqs) {
+    return InvalidArgumentError("max_batched_tokens must be 0 or >= max_num_seqs (" +
+                                std::to_string(o.max_num_seqs) + ")");
+  }
   if (o.obs_window < 1) return InvalidArgumentError("obs_window must be >= 1");
   if (o.indirection_only && o.mode != Mode::kVtoken) {
     return InvalidArgumentError("indirection_only needs mode vtoken");

@@ -63,6 +63,11 @@ struct EngineOptions {
   Admission admission = Admission::kReserve;
   // Prompt tokens one sequence prefills per step (chunked prefill). Must be >= 1.
   int64_t max_prefill_chunk = 512;
+  // New tokens of one step over all sequences (vLLM's max_num_batched_tokens). 0: no limit,
+  // every running sequence takes its chunk. > 0: decoding sequences first (one token each),
+  // then prefill chunks in admission order while the budget lasts; a sequence left without
+  // budget waits for a later step. Must be 0 or >= max_num_seqs (every decode fits).
+  int64_t max_batched_tokens = 0;
   // Policy (ignored in native mode and with indirection_only). Must name a registered policy.
   std::string policy = "h2o";
   RawParams policy_params;

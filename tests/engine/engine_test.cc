@@ -126,6 +126,67 @@ double MeanBlocks(const EngineResult& r) {
   return sum / static_cast<double>(r.requests.size());
 }
 
+// Counts the new tokens of every forward and whether decodes ran in it.
+class BatchSpy final : public model::ModelRunner {
+ public:
+  explicit BatchSpy(model::ModelRunner& inner) : inner_(inner) {}
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  int64_t max_context() const override { return inner_.max_context(); }
+  std::optional<int32_t> bos_token_id() const override { return inner_.bos_token_id(); }
+  const std::vector<int64_t>& eos_token_ids() const override { return inner_.eos_token_ids(); }
+  int64_t kv_bytes_per_token() const override { return inner_.kv_bytes_per_token(); }
+  int64_t num_slots() const override { return inner_.num_slots(); }
+  CopyEngine& copy_engine() override { return inner_.copy_engine(); }
+  uint64_t TokenKvHash(SlotIndex slot) override { return inner_.TokenKvHash(slot); }
+  void ForgetRequest(int64_t r) override { inner_.ForgetRequest(r); }
+  StatusOr<std::vector<model::RunnerOutput>> Forward(
+      const std::vector<model::RunnerInput>& inputs) override {
+    int64_t tokens = 0, prefill_before_decode = 0;
+    bool saw_prefill = false;
+    for (const model::RunnerInput& in : inputs) {
+      tokens += static_cast<int64_t>(in.tokens.size());
+      const bool decode = in.tokens.size() == 1 && !in.context_slots.empty();
+      if (!decode) saw_prefill = true;
+      if (decode && saw_prefill) ++prefill_before_decode;
+    }
+    step_tokens.push_back(tokens);
+    misordered += prefill_before_decode;
+    return inner_.Forward(inputs);
+  }
+  std::vector<int64_t> step_tokens;
+  int64_t misordered = 0;
+
+ private:
+  model::ModelRunner& inner_;
+};
+
+TEST(EngineTest, MaxBatchedTokensBoundsEveryStepAndKeepsOutputs) {
+  const std::vector<Request> reqs = Requests(6, 200, 40, 5);
+  EngineOptions o = Opts(Mode::kVtoken, 400);
+  o.max_prefill_chunk = 100;
+  StatusOr<EngineResult> free_run = RunWith(o, reqs);
+  ASSERT_TRUE(free_run.ok());
+  o.max_batched_tokens = 128;
+  FakeRunner fake(int64_t{o.pool.num_blocks} * o.pool.block_size, false);
+  BatchSpy spy(fake);
+  StatusOr<EngineResult> bounded = RunEngine(o, spy, reqs);
+  ASSERT_TRUE(bounded.ok()) << bounded.status().ToString();
+  int64_t full_steps = 0;
+  for (int64_t t : spy.step_tokens) {
+    EXPECT_LE(t, 128);
+    full_steps += t == 128;
+  }
+  EXPECT_GT(full_steps, 0);  // Prefills were cut to the budget.
+  EXPECT_EQ(spy.misordered, 0);
+  EXPECT_GT(bounded->steps.size(), free_run->steps.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(bounded->requests[i].output_tokens, free_run->requests[i].output_tokens) << i;
+  }
+  o.max_batched_tokens = 3;  // Below max_num_seqs (16): a decode could be starved.
+  FakeRunner again(int64_t{o.pool.num_blocks} * o.pool.block_size, false);
+  EXPECT_EQ(RunEngine(o, again, reqs).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(EngineTest, NaiveAndVtokenGiveIdenticalOutputsAndVtokenHoldsFewerBlocks) {
   const std::vector<Request> reqs = Requests(6, 200, 80, 11);
   StatusOr<EngineResult> naive = RunWith(Opts(Mode::kNaive, 400), reqs);
