@@ -1,6 +1,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -54,6 +55,54 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
       model::LlamaRunner::Create(std::move(m), {.num_slots = slots, .async_copies = c.async_copies}));
   return std::unique_ptr<model::ModelRunner>(std::move(r));
 }
+
+// The progress of one run on stderr. On a terminal: one line redrawn at most 5 times a second,
+// with the requests done as a bar and the estimated wall time left. Elsewhere (files, CI logs):
+// a plain line at most every 10 s and a last one when the run ends.
+class Progress {
+ public:
+  Progress(std::string label, std::string time_unit)
+      : label_(std::move(label)), unit_(std::move(time_unit)), tty_(isatty(2) != 0),
+        start_(std::chrono::steady_clock::now()) {}
+
+  void Update(const engine::StepRecord& s, int64_t finished, int64_t total) {
+    const double wall = Wall();
+    const bool last = finished == total;
+    if (!last && wall - printed_ < (tty_ ? 0.2 : 10.0)) return;
+    printed_ = wall;
+    char bar[21];
+    const int filled = total > 0 ? static_cast<int>(20 * finished / total) : 20;
+    for (int i = 0; i < 20; ++i) bar[i] = i < filled ? '#' : '.';
+    bar[20] = 0;
+    char eta[32] = "";
+    if (finished > 0 && !last) {
+      std::snprintf(eta, sizeof(eta), " eta %.0fs",
+                    wall * static_cast<double>(total - finished) / static_cast<double>(finished));
+    }
+    std::fprintf(stderr,
+                 "%s[%s] [%s] %lld/%lld done%s | step %lld, %.1f %s, running %d, waiting %d, "
+                 "blocks %lld, F %.2f%s",
+                 tty_ ? "\r" : "", label_.c_str(), bar, static_cast<long long>(finished),
+                 static_cast<long long>(total), eta, static_cast<long long>(s.step), s.time_s,
+                 unit_.c_str(), s.num_running, s.num_waiting,
+                 static_cast<long long>(s.allocated_blocks), s.waste_ratio, tty_ ? "   " : "\n");
+    std::fflush(stderr);
+    shown_ = true;
+  }
+  void Finish() {
+    if (tty_ && shown_) std::fprintf(stderr, "\n");
+  }
+
+ private:
+  double Wall() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  std::string label_, unit_;
+  bool tty_;
+  std::chrono::steady_clock::time_point start_;
+  double printed_ = -1e9;
+  bool shown_ = false;
+};
 
 }  // namespace
 
@@ -167,10 +216,11 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     outcome.run_ids.push_back(run_id);
     auto fail = [&](const Status& s) {
       store.FailRun(run_id, s.message()).IgnoreError();
-      std::fprintf(stderr, "\n");
       return s;
     };
     const std::string label = std::string(ModeName(mode));
+    Progress progress(label + " " + std::to_string(mi + 1) + "/" + std::to_string(c.modes.size()),
+                      sim_runner != nullptr ? "virtual s" : "s");
     if (sim_runner != nullptr) sim_runner->BeginRun(label);
     std::optional<sim::RecordingRunner> recorder;
     if (trace) recorder.emplace(*runner, *trace, label);
@@ -178,18 +228,10 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     StatusOr<engine::EngineResult> result = engine::RunEngine(
         o, run_with, requests,
         [&](const engine::StepRecord& s, int64_t finished, int64_t total) {
-          if (s.step % 10 != 0 && finished != total) return;
-          std::fprintf(stderr,
-                       "\r[%s %zu/%zu] %6.1fs step %5lld  done %3lld/%lld  running %3d  "
-                       "waiting %3d  blocks %5lld  F %.2f   ",
-                       label.c_str(), mi + 1, c.modes.size(), s.time_s,
-                       static_cast<long long>(s.step), static_cast<long long>(finished),
-                       static_cast<long long>(total), s.num_running, s.num_waiting,
-                       static_cast<long long>(s.allocated_blocks), s.waste_ratio);
-          std::fflush(stderr);
+          progress.Update(s, finished, total);
         });
+    progress.Finish();
     if (!result.ok()) return fail(result.status());
-    std::fprintf(stderr, "\n");
     if (result->violations > 0) {
       return fail(InternalError("verification found " + std::to_string(result->violations) +
                                 " violations; first: " + result->first_violations[0]));

@@ -48,9 +48,61 @@ Status ParametricParams::Validate() const {
   return Status::Ok();
 }
 
+namespace {
+
+// The standard normal quantile (Acklam's rational approximation, relative error < 1.2e-9).
+double NormalQuantile(double u) {
+  static constexpr double a[] = {-3.969683028665376e+01, 2.209460984245205e+02,
+                                 -2.759285104469687e+02, 1.383577518672690e+02,
+                                 -3.066479806614716e+01, 2.506628277459239e+00};
+  static constexpr double b[] = {-5.447609879822406e+01, 1.615858368580409e+02,
+                                 -1.556989798598866e+02, 6.680131188771972e+01,
+                                 -1.328068155288572e+01};
+  static constexpr double c[] = {-7.784894002430293e-03, -3.223964580411365e-01,
+                                 -2.400758277161838e+00, -2.549732539343734e+00,
+                                 4.374664141464968e+00,  2.938163982698783e+00};
+  static constexpr double d[] = {7.784695709041462e-03, 3.224671290700398e-01,
+                                 2.445134137142996e+00, 3.754408661907416e+00};
+  if (u < 0.02425) {
+    const double q = std::sqrt(-2 * std::log(u));
+    return (((((c[0] * q + c[1]) * q + c[2]) * q + c[3]) * q + c[4]) * q + c[5]) /
+           ((((d[0] * q + d[1]) * q + d[2]) * q + d[3]) * q + 1);
+  }
+  if (u > 1 - 0.02425) return -NormalQuantile(1 - u);
+  const double q = u - 0.5, r = q * q;
+  return (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * q /
+         (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1);
+}
+
+constexpr int kNoiseLevels = 4096;
+
+}  // namespace
+
+ParametricSignals::ParametricSignals(const ParametricParams& params) : p_(params) {
+  const double ns = p_.noise_sigma;
+  noise_.resize(kNoiseLevels);
+  for (int i = 0; i < kNoiseLevels; ++i) {
+    const double z = NormalQuantile((i + 0.5) / kNoiseLevels);
+    noise_[i] = static_cast<float>(std::exp(ns * z - 0.5 * ns * ns));
+  }
+}
+
 double ParametricSignals::Importance(int64_t request, int64_t position) const {
   const double s = p_.importance_sigma;
   return std::exp(s * Normal(Key(p_.seed, request, position, 0, kImportance)) - 0.5 * s * s);
+}
+
+const ParametricSignals::TokenTables& ParametricSignals::TablesFor(int64_t request,
+                                                                   int64_t max_position) {
+  TokenTables& t = tokens_[request];
+  for (int64_t pos = static_cast<int64_t>(t.importance.size()); pos <= max_position; ++pos) {
+    const double w = Importance(request, pos);
+    t.importance.push_back(static_cast<float>(w));
+    t.key_norm.push_back(static_cast<float>(
+        p_.key_norm_median * std::pow(w, -p_.key_norm_rho) *
+        std::exp(p_.key_norm_sigma * Normal(Key(p_.seed, request, pos, 0, kKeyNorm)))));
+  }
+  return t;
 }
 
 StatusOr<int32_t> ParametricSignals::Fill(const SignalQuery& q, std::span<float> attn,
@@ -58,22 +110,23 @@ StatusOr<int32_t> ParametricSignals::Fill(const SignalQuery& q, std::span<float>
   const size_t n = q.positions.size();
   if (n == 0) return -1;
   const int64_t query = q.positions[n - 1];
-  const double ns = p_.noise_sigma;
+  const TokenTables& t = TablesFor(q.request, query);
+  for (int64_t d = static_cast<int64_t>(recency_.size()); d <= query; ++d) {
+    recency_.push_back(static_cast<float>(
+        p_.recency_weight * std::pow(1.0 + static_cast<double>(d), -p_.recency_exponent)));
+  }
   double total = 0;
   for (size_t i = 0; i < n; ++i) {
     const int64_t pos = q.positions[i];
-    const double w = Importance(q.request, pos);
-    double s = w + p_.recency_weight *
-                       std::pow(1.0 + static_cast<double>(query - pos), -p_.recency_exponent);
-    if (pos < p_.num_sinks) s += p_.sink_weight;
-    s *= std::exp(ns * Normal(Key(p_.seed, q.request, pos, query, kNoise)) - 0.5 * ns * ns);
-    attn[i] = static_cast<float>(s);
+    float s = t.importance[pos] + recency_[query - pos];
+    if (pos < p_.num_sinks) s += static_cast<float>(p_.sink_weight);
+    s *= noise_[Key(p_.seed, q.request, pos, query, kNoise) >> 52];
+    attn[i] = s;
     total += s;
-    key_norm[i] = static_cast<float>(
-        p_.key_norm_median * std::pow(w, -p_.key_norm_rho) *
-        std::exp(p_.key_norm_sigma * Normal(Key(p_.seed, q.request, pos, 0, kKeyNorm))));
+    key_norm[i] = t.key_norm[pos];
   }
-  for (size_t i = 0; i < n; ++i) attn[i] = static_cast<float>(attn[i] / total);
+  const float inv = static_cast<float>(1.0 / total);
+  for (size_t i = 0; i < n; ++i) attn[i] *= inv;
   return -1;
 }
 
