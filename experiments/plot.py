@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Figures of one sweep from a vtoken result database (DESIGN.md sections 8 and 10).
+"""Figures of one sweep from a vtoken result database (figures defined in docs/METRICS.md).
 
     python3 experiments/plot.py --db results/eval.db --sweep NAME --out results/figures/NAME
 

@@ -33,7 +33,7 @@ struct Figure {
   const char* format;
 };
 
-// Memory: what eviction and reclamation do to the pool (DESIGN.md §8).
+// Memory: what eviction and reclamation do to the pool (docs/METRICS.md).
 constexpr Figure kMemory[] = {
     {"blocks/req (mean)", "blocks_mean", "%.1f"},
     {"blocks/req (final)", "blocks_final_mean", "%.1f"},
@@ -135,7 +135,7 @@ std::map<std::string, std::vector<std::pair<double, const ReportRun*>>> Curves(
   return curves;
 }
 
-// DESIGN.md §8: SLA = 1.05 x naive's p95 E2E at C_ref = 8 (the nearest swept C when 8 is not
+// docs/METRICS.md: SLA = 1.05 x naive's p95 E2E at C_ref = 8 (the nearest swept C when 8 is not
 // swept); C_sel = the C with the highest throughput whose p95 meets it. Capacity = the largest
 // concurrency reached (peak running requests) by a run without preemption.
 void PrintFrontiers(const std::vector<ReportRun>& runs, const std::vector<std::string>& axes) {

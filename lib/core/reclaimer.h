@@ -18,7 +18,7 @@
 
 namespace vtoken {
 
-// Reclamation cost counters (DESIGN.md §8).
+// Reclamation cost counters (docs/METRICS.md).
 struct ReclaimStats {
   int64_t plans = 0;          // Non-empty plans executed.
   int64_t moves = 0;          // Tokens relocated.

@@ -40,7 +40,7 @@ struct CacheOptions {
 
 Status ValidateCacheOptions(const CacheOptions& options);
 
-// Fragmentation statistics (DESIGN.md §8).
+// Fragmentation statistics (docs/METRICS.md).
 struct FragStats {
   int32_t block_size = 0;
   int64_t allocated_blocks = 0;  // Blocks not free (held or pinned by a copy).

@@ -59,7 +59,7 @@ struct RunRecord {
   std::string finished;  // UTC ISO-8601 when it ended; "" while running
 };
 
-// One row of `steps`: pool and fragmentation figures after one engine step (DESIGN.md §8).
+// One row of `steps`: pool and fragmentation figures after one engine step (docs/METRICS.md).
 struct StepRecord {
   int64_t step = 0;
   double time_s = 0.0;  // seconds since the run started

@@ -1,5 +1,5 @@
 // Turns an EngineResult into what the result store keeps: per-request records and
-// the run's summary figures under stable names (DESIGN.md §8). Every figure is derived from the
+// the run's summary figures under stable names (docs/METRICS.md). Every figure is derived from the
 // raw records, so a summary can always be recomputed from the database.
 //
 // Summary names (all double; seconds for times):

@@ -1,4 +1,4 @@
-// Summary statistics of per-request latencies (TTFT, TPOT, E2E) as DESIGN.md §8 defines them.
+// Summary statistics of per-request latencies (TTFT, TPOT, E2E) as docs/METRICS.md defines them.
 //
 // Percentiles interpolate linearly between closest ranks, as numpy.percentile's default
 // ("linear") method: for sorted values a[0..n-1], rank = p / 100 * (n - 1) and the result is
