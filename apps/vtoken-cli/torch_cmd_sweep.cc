@@ -97,7 +97,13 @@ Status CheckPoint(const ExperimentConfig& c) {
   if (evicts && !c.engine.indirection_only) {
     VTOKEN_RETURN_IF_ERROR(CreatePolicy(c.engine.policy, c.engine.policy_params).status());
   }
-  if (c.model.rfind("synthetic:", 0) != 0 && !std::filesystem::is_directory(c.model)) {
+  if (sim::IsSimSpec(c.model)) {
+    VTOKEN_RETURN_IF_ERROR(sim::SimModelConfig(c.model).status());
+    if (c.sim.attention.rfind("trace:", 0) == 0 &&
+        !std::filesystem::exists(c.sim.attention.substr(6))) {
+      return NotFoundError("signal trace " + c.sim.attention.substr(6) + " not found");
+    }
+  } else if (c.model.rfind("synthetic:", 0) != 0 && !std::filesystem::is_directory(c.model)) {
     return NotFoundError("model directory " + c.model + " not found");
   }
   if (!c.workload.corpus_path.empty() && !std::filesystem::exists(c.workload.corpus_path)) {

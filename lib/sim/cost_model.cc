@@ -53,11 +53,12 @@ Status ValidateHardware(const HardwareSpec& hw) {
       {"compute_efficiency", hw.compute_efficiency}};
   for (const auto& [name, v] : positive) {
     if (!(v > 0) || !std::isfinite(v)) {
-      return InvalidArgumentError(std::string("hardware ") + name + " must be > 0");
+      return InvalidArgumentError(std::string(name) + " must be > 0");
     }
   }
-  if (hw.memory_efficiency > 1 || hw.compute_efficiency > 1) {
-    return InvalidArgumentError("hardware efficiencies must be in (0, 1]");
+  if (hw.memory_efficiency > 1) return InvalidArgumentError("memory_efficiency must be in (0, 1]");
+  if (hw.compute_efficiency > 1) {
+    return InvalidArgumentError("compute_efficiency must be in (0, 1]");
   }
   const std::pair<const char*, double> non_negative[] = {
       {"forward_overhead_s", hw.forward_overhead_s},
@@ -65,7 +66,7 @@ Status ValidateHardware(const HardwareSpec& hw) {
       {"non_torch_bytes", hw.non_torch_bytes}};
   for (const auto& [name, v] : non_negative) {
     if (!(v >= 0) || !std::isfinite(v)) {
-      return InvalidArgumentError(std::string("hardware ") + name + " must be >= 0");
+      return InvalidArgumentError(std::string(name) + " must be >= 0");
     }
   }
   return Status::Ok();
