@@ -88,7 +88,7 @@ struct EngineOptions {
 Status ValidateEngineOptions(const EngineOptions& options, const model::ModelRunner& runner,
                              const std::vector<Request>& requests);
 
-// Per-request results (DESIGN.md §8).
+// Per-request results (definitions in docs/METRICS.md).
 struct RequestResult {
   int64_t id = 0;
   int64_t prompt_tokens = 0;
