@@ -5,7 +5,7 @@ BUILD_DIR ?= build/release
 JOBS ?= $(shell nproc)
 CLI := $(BUILD_DIR)/apps/vtoken-cli/vtoken-cli
 
-.PHONY: setup configure build corpus demo test bench clean
+.PHONY: setup configure build corpus demo test bench python clean
 
 setup:
 	@bash scripts/setup.sh
@@ -24,6 +24,11 @@ demo: build corpus
 
 test: build
 	@cd $(BUILD_DIR) && OMP_WAIT_POLICY=PASSIVE ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# The Python package (docs/PYTHON.md) into $(BUILD_DIR)/python; `make build` builds it too.
+python: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target vtoken_python
+	@echo "python: PYTHONPATH=$(BUILD_DIR)/python /usr/bin/python3 -c 'import vtoken'"
 
 bench: build
 	@$(BUILD_DIR)/bench/core_bench

@@ -11,6 +11,7 @@ PACKAGES=(
   libtorch-dev libopenblas0-pthread
   bible-kjv bible-kjv-text
   python3 python3-matplotlib
+  python3-dev pybind11-dev python3-numpy python3-pandas python3-pytest
 )
 
 missing=()
