@@ -171,6 +171,54 @@ BENCHMARK(BM_DecodeScatteredVsContiguous)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
+// The fused CPU attention kernel against the per-sequence torch ops it replaced: the same decode
+// step (scattered slots) through two copies of vt-tiny that differ only in
+// LlamaOptions::fused_cpu_attention, both in every iteration, alternating which goes first. The
+// reported time is the fused step; counters give both and speedup = reference / fused. Signals
+// are computed by both (a policy reads them every step).
+void BM_DecodeFusedVsReference(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  static const StatusOr<LlamaModel> reference =
+      LlamaModel::FromDirectory(ModelDir(), {.fused_cpu_attention = false});
+  if (!VtTiny().ok() || !reference.ok()) return state.SkipWithError("vt-tiny did not load");
+  const LlamaModel& fused = *VtTiny();
+  std::optional<KvTensors> kv = FilledKv(fused, batch * (context + 1), state);
+  if (!kv) return;
+  const auto inputs = DecodeInputs(batch, context, fused.config().vocab_size, true, 4);
+  double fused_s = 0, reference_s = 0;
+  bool fused_first = true;
+  for (auto _ : state) {
+    auto timed = [&](const LlamaModel& m) {
+      const double begin = CpuSeconds();
+      auto out = m.ForwardPaged(inputs, *kv);
+      benchmark::DoNotOptimize(out);
+      return CpuSeconds() - begin;
+    };
+    double f, r;
+    if (fused_first) {
+      f = timed(fused);
+      r = timed(*reference);
+    } else {
+      r = timed(*reference);
+      f = timed(fused);
+    }
+    fused_first = !fused_first;
+    fused_s += f;
+    reference_s += r;
+    state.SetIterationTime(f);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["fused_ms"] = 1e3 * fused_s / n;
+  state.counters["reference_ms"] = 1e3 * reference_s / n;
+  state.counters["speedup"] = reference_s / fused_s;
+  state.counters["fused_tok_s"] = static_cast<double>(batch) * n / fused_s;
+}
+BENCHMARK(BM_DecodeFusedVsReference)
+    ->ArgNames({"batch", "context"})
+    ->ArgsProduct({{1, 8, 32}, {512, 2048}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+
 // One layer's attention for one decode query of vt-tiny (3 query heads sharing 1 KV head of 64
 // channels), as ForwardPaged computes it per sequence: gather K/V rows, scores, softmax, values.
 torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

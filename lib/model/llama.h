@@ -30,6 +30,9 @@ struct LlamaOptions {
   // dtype are converted at load time. RMSNorm and softmax always run in fp32.
   torch::Dtype compute_dtype = torch::kFloat32;
   torch::Device device = torch::kCPU;
+  // ForwardPaged's attention on the CPU in fp32: the fused batched kernel
+  // (cpu_paged_attention.h) when true, the per-sequence torch ops (the reference) when false.
+  bool fused_cpu_attention = true;
 };
 
 // One sequence's part of a paged step.
@@ -38,7 +41,10 @@ struct PagedSeqInput {
   std::vector<int64_t> positions;      // RoPE positions of the new tokens.
   std::vector<int64_t> write_slots;    // Slots where the new tokens' K/V are written.
   std::vector<int64_t> context_slots;  // Live slots of the earlier tokens, in logical order.
+  // RoPE positions of the context tokens (needed with a sliding window; else may be empty).
+  std::vector<int64_t> context_positions;
   int obs_window = 32;                 // Signals come from the last min(obs_window, n) queries.
+  bool want_signals = true;            // false: attn and key_norm are left empty.
 };
 
 struct PagedSeqOutput {
@@ -86,9 +92,11 @@ class LlamaModel {
                              const torch::Tensor& visible = torch::Tensor()) const;
 
   // One batched step. For every input, writes the new tokens' K/V at write_slots, then attends
-  // over context_slots followed by the new tokens (causal among the new ones). Results do not
-  // depend on where tokens physically sit. Returns InvalidArgument on inconsistent lengths, a
-  // slot out of range, an empty token list or a token id outside the vocabulary.
+  // over context_slots followed by the new tokens (causal among the new ones; with the config's
+  // sliding_window W > 0 a query at position p sees only keys at positions > p - W). Results do
+  // not depend on where tokens physically sit. Returns InvalidArgument on inconsistent lengths,
+  // a slot out of range, an empty token list, a token id outside the vocabulary, or missing
+  // context_positions when the model has a sliding window.
   StatusOr<std::vector<PagedSeqOutput>> ForwardPaged(const std::vector<PagedSeqInput>& inputs,
                                                      KvTensors& kv) const;
 

@@ -64,7 +64,9 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
                                   .positions = in.positions,
                                   .write_slots = in.write_slots,
                                   .context_slots = in.context_slots,
-                                  .obs_window = in.obs_window});
+                                  .context_positions = in.context_positions,
+                                  .obs_window = in.obs_window,
+                                  .want_signals = in.want_signals});
   }
   VTOKEN_ASSIGN_OR_RETURN(std::vector<PagedSeqOutput> outs, model_.ForwardPaged(paged, kv_));
   std::vector<RunnerOutput> results(inputs.size());

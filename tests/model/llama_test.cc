@@ -323,6 +323,7 @@ TEST(LlamaModelTest, SignalsDoNotDependOnPlacement) {
                           {0, 1, 2, 3, 4, 5},
                           {slots[0], slots[1], slots[2], slots[3], slots[4], slots[5]},
                           {},
+                          {},
                           4};
     EXPECT_TRUE(model.ForwardPaged({prefill}, *kv).ok());
     PagedSeqInput decode{{8}, {6}, {slots[6]}, prefill.write_slots};

@@ -1,0 +1,142 @@
+#include "lib/model/cpu_paged_attention.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <vector>
+
+namespace vtoken::model {
+namespace {
+
+// Reductions are vectorized through `omp simd` (the file is compiled with -fopenmp-simd; no
+// OpenMP runtime is involved), everything else by plain loops, for each target clone.
+#define VTOKEN_INLINE inline __attribute__((always_inline))
+
+VTOKEN_INLINE float Dot(const float* a, const float* b, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+VTOKEN_INLINE float Sum(const float* a, int64_t n) {
+  float s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t i = 0; i < n; ++i) s += a[i];
+  return s;
+}
+
+VTOKEN_INLINE float Max(const float* a, int64_t n) {
+  float m = a[0];
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, a[i]);
+  return m;
+}
+
+VTOKEN_INLINE void Axpy(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+// exp(x) for x <= 0 (x - max of a softmax row), Cephes' expf polynomial after reducing by ln 2;
+// within 2 ulp of std::exp over [-87, 0], written branch-free so that it vectorizes.
+VTOKEN_INLINE void ExpNonPositive(float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = std::max(x[i], -87.0f);
+    const float t = v * 1.44269504088896341f;
+    const float k = (t + 12582912.0f) - 12582912.0f;  // Round to nearest (|t| < 2^22).
+    const float r = (v - k * 0.693359375f) - k * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+    x[i] = p * std::bit_cast<float>(bits);
+  }
+}
+
+struct Scratch {
+  std::vector<float> scores;  // [group, keys]
+  std::vector<float> acc;     // [group, head_dim]
+};
+
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void AttendSeqs(
+    const CpuAttentionBatch& b, int64_t seq_begin, int64_t seq_end) {
+  thread_local Scratch scratch;
+  const int64_t hd = b.head_dim, kvh = b.num_kv_heads, group = b.num_heads / b.num_kv_heads;
+  const int64_t kv_row = kvh * hd, q_row = b.num_heads * hd;
+  for (int64_t s = seq_begin; s < seq_end; ++s) {
+    const int64_t q0 = b.q_offsets[s], n = b.q_offsets[s + 1] - q0;
+    const int64_t k0 = b.key_offsets[s], keys = b.key_offsets[s + 1] - k0;
+    const int64_t ctx = keys - n;
+    const int64_t* slots = b.slots + k0;
+    const int64_t* kpos = b.key_positions + k0;
+    const bool signals = b.want_signals != nullptr && b.want_signals[s] != 0;
+    float* attn_sum = signals && b.attn_sum != nullptr ? b.attn_sum + k0 : nullptr;
+    const int64_t first_signal = n - std::clamp<int64_t>(b.num_signal[s], 1, n);
+    scratch.scores.resize(static_cast<size_t>(group * keys));
+    scratch.acc.resize(static_cast<size_t>(group * hd));
+    for (int64_t g = 0; g < kvh; ++g) {
+      const float* kg = b.k_cache + g * hd;
+      const float* vg = b.v_cache + g * hd;
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t hi = ctx + i + 1;
+        int64_t lo = 0;
+        if (b.sliding_window > 0) {
+          // Keys increase in position: the first one inside the window.
+          lo = std::upper_bound(kpos, kpos + hi, kpos[ctx + i] - b.sliding_window) - kpos;
+        }
+        const int64_t len = hi - lo;
+        const float* qi = b.q + (q0 + i) * q_row + g * group * hd;
+        float* sc = scratch.scores.data();
+        for (int64_t j = lo; j < hi; ++j) {
+          const float* kj = kg + slots[j] * kv_row;
+          for (int64_t h = 0; h < group; ++h) {
+            sc[h * keys + (j - lo)] = b.scale * Dot(qi + h * hd, kj, hd);
+          }
+        }
+        std::fill(scratch.acc.begin(), scratch.acc.end(), 0.0f);
+        for (int64_t h = 0; h < group; ++h) {
+          float* row = sc + h * keys;
+          const float max = Max(row, len);
+          for (int64_t j = 0; j < len; ++j) row[j] -= max;
+          ExpNonPositive(row, len);
+          const float inv = 1.0f / Sum(row, len);
+          for (int64_t j = 0; j < len; ++j) row[j] *= inv;
+        }
+        for (int64_t j = lo; j < hi; ++j) {
+          const float* vj = vg + slots[j] * kv_row;
+          for (int64_t h = 0; h < group; ++h) {
+            Axpy(sc[h * keys + (j - lo)], vj, scratch.acc.data() + h * hd, hd);
+          }
+        }
+        float* oi = b.out + (q0 + i) * q_row + g * group * hd;
+        std::copy(scratch.acc.begin(), scratch.acc.end(), oi);
+        if (attn_sum != nullptr && i >= first_signal) {
+          for (int64_t h = 0; h < group; ++h) {
+            const float* row = sc + h * keys;
+            for (int64_t j = 0; j < len; ++j) attn_sum[lo + j] += row[j];
+          }
+        }
+      }
+      if (signals && b.norm_sum != nullptr) {
+        float* norm_sum = b.norm_sum + k0;
+        const float inv_kvh = 1.0f / static_cast<float>(kvh);
+        for (int64_t j = 0; j < keys; ++j) {
+          const float* kj = kg + slots[j] * kv_row;
+          norm_sum[j] += std::sqrt(Dot(kj, kj, hd)) * inv_kvh;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void CpuPagedAttention(const CpuAttentionBatch& batch, int64_t seq_begin, int64_t seq_end) {
+  AttendSeqs(batch, seq_begin, seq_end);
+}
+
+}  // namespace vtoken::model

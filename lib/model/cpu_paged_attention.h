@@ -1,0 +1,51 @@
+// CpuPagedAttention: one layer's attention for a whole batch in one call, reading K and V where
+// they lie in the paged store through per-sequence slot lists (no gather copy, no BLAS), fp32,
+// with the eviction signals accumulated in the same pass. It is what LlamaModel::ForwardPaged
+// runs on the CPU in fp32; the torch ops it replaces stay as the reference in tests.
+//
+// The batch is CSR-shaped: sequence s owns query rows [q_offsets[s], q_offsets[s+1]) (its new
+// tokens) and keys [key_offsets[s], key_offsets[s+1]) of `slots` / `key_positions` (its live
+// context in logical order, then its new tokens). New token i of a sequence sees its context and
+// new tokens 0..i (causal); with a sliding window W > 0, only keys whose position p satisfies
+// query_position - p < W (Mistral's rule, by RoPE position, so it holds after evictions too).
+// Query head h reads KV head h / (num_heads / num_kv_heads); each K and V row is loaded once per
+// query row for all the query heads of its group.
+//
+// Signals (when attn_sum / norm_sum are non-null and want_signals[s]): attn_sum[key] += the
+// attention probability the key received, summed over query heads and the last num_signal[s]
+// query rows; norm_sum[key] += the L2 norm of its K row averaged over KV heads. The caller
+// divides by layers (and heads x signal rows) after the last layer.
+//
+// Vectorized for x86-64-v4 (AVX-512) / v3 (AVX2 + FMA) / baseline x86-64 by function
+// multiversioning (the CPU picks at load time). Each call computes sequences [seq_begin, seq_end); calls on disjoint ranges write
+// disjoint outputs and may run in parallel (ForwardPaged splits the batch over torch's threads).
+#pragma once
+
+#include <cstdint>
+
+namespace vtoken::model {
+
+struct CpuAttentionBatch {
+  int64_t num_seqs = 0;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  float scale = 1;
+  int64_t sliding_window = 0;            // 0: full causal attention.
+  const float* q = nullptr;              // [num query rows, num_heads, head_dim]
+  const float* k_cache = nullptr;        // [num_slots, num_kv_heads, head_dim]
+  const float* v_cache = nullptr;        // [num_slots, num_kv_heads, head_dim]
+  float* out = nullptr;                  // [num query rows, num_heads, head_dim]
+  const int64_t* q_offsets = nullptr;    // [num_seqs + 1]
+  const int64_t* key_offsets = nullptr;  // [num_seqs + 1]
+  const int64_t* slots = nullptr;        // [key_offsets[num_seqs]]: context, then new tokens
+  const int64_t* key_positions = nullptr;  // Same shape: RoPE positions of the keys.
+  const int64_t* num_signal = nullptr;   // [num_seqs]: signal query rows (the last ones).
+  const uint8_t* want_signals = nullptr;  // [num_seqs]
+  float* attn_sum = nullptr;             // [key_offsets[num_seqs]] or null
+  float* norm_sum = nullptr;             // [key_offsets[num_seqs]] or null
+};
+
+// REQUIRES: every slot < the cache's num_slots; key_offsets[s+1] - key_offsets[s] >=
+// q_offsets[s+1] - q_offsets[s] >= 1; num_heads a multiple of num_kv_heads.
+void CpuPagedAttention(const CpuAttentionBatch& batch, int64_t seq_begin, int64_t seq_end);
+
+}  // namespace vtoken::model

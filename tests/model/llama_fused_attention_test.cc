@@ -1,0 +1,211 @@
+// The fused CPU paged-attention kernel against the per-sequence torch reference (logits and
+// signals), over GQA ratios, block layouts of odd sizes, empty and long contexts, prefill chunks
+// and decode in one batch; signals only when wanted; and Mistral's sliding window against the
+// dense forward with a per-query window mask, after evictions.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "lib/model/llama.h"
+
+namespace vtoken::model {
+namespace {
+
+ModelConfig Config(int64_t heads, int64_t kv_heads, int64_t head_dim) {
+  ModelConfig c;
+  c.vocab_size = 53;
+  c.hidden_size = heads * head_dim;
+  c.intermediate_size = 40;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = heads;
+  c.num_key_value_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.max_position_embeddings = 2048;
+  return c;
+}
+
+LlamaModel Model(const ModelConfig& c, uint64_t seed, bool fused) {
+  auto m = LlamaModel::RandomInit(c, seed, {.fused_cpu_attention = fused});
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(seed);
+  for (auto& [name, t] : m->NamedParameters()) {
+    if (t.dim() == 2) t.mul_(5.0);  // Sharp attention, so errors in the kernel show.
+  }
+  return std::move(*m);
+}
+
+// Slots for `count` tokens taken from blocks of `block_size` in a shuffled block order: the
+// layout a paged cache leaves behind.
+std::vector<int64_t> BlockSlots(int64_t count, int64_t block_size, int64_t first_block,
+                                std::mt19937_64& rng) {
+  const int64_t blocks = (count + block_size - 1) / block_size;
+  std::vector<int64_t> order(blocks);
+  std::iota(order.begin(), order.end(), first_block);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<int64_t> slots;
+  for (int64_t b : order) {
+    for (int64_t o = 0; o < block_size && static_cast<int64_t>(slots.size()) < count; ++o) {
+      slots.push_back(b * block_size + o);
+    }
+  }
+  return slots;
+}
+
+struct Case {
+  int64_t heads, kv_heads, head_dim, block_size;
+};
+
+class FusedAttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FusedAttentionTest, MatchesTheTorchReference) {
+  const Case p = GetParam();
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const ModelConfig c = Config(p.heads, p.kv_heads, p.head_dim);
+  const LlamaModel fused = Model(c, seed, true), reference = Model(c, seed, false);
+  // One batch: a prefill with no context, a decode over a long context, a prefill chunk over a
+  // context, a one-token context, a decode without context.
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{0, 5}, {700, 1}, {33, 17}, {1, 1},
+                                                           {0, 1}};
+  int64_t next_block = 0;
+  std::vector<PagedSeqInput> inputs;
+  for (const auto& [ctx, n] : shapes) {
+    PagedSeqInput in;
+    std::vector<int64_t> slots = BlockSlots(ctx + n, p.block_size, next_block, rng);
+    next_block += (ctx + n + p.block_size - 1) / p.block_size;
+    in.context_slots.assign(slots.begin(), slots.begin() + ctx);
+    in.write_slots.assign(slots.begin() + ctx, slots.end());
+    for (int64_t i = 0; i < n; ++i) {
+      in.tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
+      in.positions.push_back(ctx + i);
+    }
+    in.obs_window = 4;
+    inputs.push_back(in);
+  }
+  const int64_t num_slots = next_block * p.block_size;
+  auto kv_fused = KvTensors::Create(fused.KvOptions(num_slots));
+  auto kv_ref = KvTensors::Create(reference.KvOptions(num_slots));
+  ASSERT_TRUE(kv_fused.ok() && kv_ref.ok());
+  {
+    torch::NoGradGuard no_grad;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      kv_fused->k(l).normal_();
+      kv_fused->v(l).normal_();
+      kv_ref->k(l).copy_(kv_fused->k(l));
+      kv_ref->v(l).copy_(kv_fused->v(l));
+    }
+  }
+  auto a = fused.ForwardPaged(inputs, *kv_fused);
+  auto b = reference.ForwardPaged(inputs, *kv_ref);
+  ASSERT_TRUE(a.ok() && b.ok());
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    SCOPED_TRACE("sequence " + std::to_string(s));
+    const double err = ((*a)[s].last_logits - (*b)[s].last_logits).abs().max().item<double>() /
+                       (*b)[s].last_logits.abs().max().item<double>();
+    EXPECT_LT(err, 1e-5);
+    ASSERT_EQ((*a)[s].attn.size(), (*b)[s].attn.size());
+    ASSERT_EQ((*a)[s].attn.size(), inputs[s].context_slots.size() + inputs[s].tokens.size());
+    for (size_t j = 0; j < (*a)[s].attn.size(); ++j) {
+      EXPECT_NEAR((*a)[s].attn[j], (*b)[s].attn[j], 1e-6 + 1e-4 * (*b)[s].attn[j]) << j;
+      EXPECT_NEAR((*a)[s].key_norm[j], (*b)[s].key_norm[j], 1e-4 * (*b)[s].key_norm[j]) << j;
+    }
+    EXPECT_NEAR(std::accumulate((*a)[s].attn.begin(), (*a)[s].attn.end(), 0.0), 1.0, 1e-5);
+  }
+  // Both wrote the same K/V.
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    EXPECT_LT((kv_fused->k(l) - kv_ref->k(l)).abs().max().item<double>(), 1e-4);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(GqaAndBlocks, FusedAttentionTest,
+                         ::testing::Values(Case{4, 4, 8, 1}, Case{4, 2, 16, 3},
+                                           Case{6, 3, 10, 7}, Case{8, 1, 64, 17},
+                                           Case{3, 1, 64, 16}));
+
+TEST(FusedAttentionTest, SignalsOnlyWhenWanted) {
+  const ModelConfig c = Config(4, 2, 8);
+  const LlamaModel m = Model(c, 3, true);
+  auto kv = KvTensors::Create(m.KvOptions(64));
+  ASSERT_TRUE(kv.ok());
+  PagedSeqInput in{.tokens = {1, 2, 3}, .positions = {0, 1, 2}, .write_slots = {5, 9, 2}};
+  PagedSeqInput quiet = in;
+  quiet.write_slots = {20, 21, 22};
+  quiet.want_signals = false;
+  auto out = m.ForwardPaged({in, quiet}, *kv);
+  ASSERT_TRUE(out.ok());
+  EXPECT_EQ((*out)[0].attn.size(), 3u);
+  EXPECT_EQ((*out)[0].key_norm.size(), 3u);
+  EXPECT_TRUE((*out)[1].attn.empty());
+  EXPECT_TRUE((*out)[1].key_norm.empty());
+  // The logits do not depend on whether signals were computed.
+  EXPECT_LT(((*out)[0].last_logits - (*out)[1].last_logits).abs().max().item<double>(), 1e-6);
+}
+
+class SlidingWindowTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SlidingWindowTest, MatchesDenseWithAWindowMaskAfterEvictions) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  ModelConfig c = Config(4, 2, 8);
+  c.model_type = "mistral";
+  c.sliding_window = 6;
+  const LlamaModel m = Model(c, seed, /*fused=*/GetParam());
+  const int64_t length = 30, prefill = 9;
+  auto kv = KvTensors::Create(m.KvOptions(64));
+  ASSERT_TRUE(kv.ok());
+  std::vector<int32_t> tokens(length);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng() % c.vocab_size);
+  std::vector<int64_t> slots(64);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  std::vector<std::pair<int64_t, int64_t>> live;  // (position, slot)
+  auto visible = torch::zeros({length, length}, torch::kBool);
+  std::vector<torch::Tensor> logits(length);
+  for (int64_t pos = 0; pos < length;) {
+    const int64_t n = pos == 0 ? prefill : 1;
+    PagedSeqInput in;
+    for (const auto& [p, s] : live) {
+      in.context_slots.push_back(s);
+      in.context_positions.push_back(p);
+    }
+    for (int64_t i = pos; i < pos + n; ++i) {
+      in.tokens.push_back(tokens[i]);
+      in.positions.push_back(i);
+      in.write_slots.push_back(slots[i]);
+      for (const auto& [p, s] : live) visible[i][p] = i - p < c.sliding_window;
+      for (int64_t j = pos; j <= i; ++j) visible[i][j] = i - j < c.sliding_window;
+    }
+    auto out = m.ForwardPaged({in}, *kv);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    logits[pos + n - 1] = (*out)[0].last_logits;
+    for (int64_t i = pos; i < pos + n; ++i) live.push_back({i, slots[i]});
+    pos += n;
+    if (live.size() > 3 && rng() % 2 == 0) live.erase(live.begin() + rng() % (live.size() - 1));
+  }
+  torch::NoGradGuard no_grad;
+  // Every row of the dense mask keeps at least the query itself.
+  auto dense = m.ForwardDense(
+      torch::tensor(std::vector<int64_t>(tokens.begin(), tokens.end())).unsqueeze(0), visible)[0];
+  for (int64_t i = prefill - 1; i < length; ++i) {
+    const double err = (logits[i] - dense[i]).abs().max().item<double>() /
+                       dense[i].abs().max().item<double>();
+    EXPECT_LT(err, 1e-5) << "position " << i;
+  }
+  // Without context positions a windowed model refuses the step.
+  PagedSeqInput bad{.tokens = {1}, .positions = {40}, .write_slots = {63}, .context_slots = {0}};
+  EXPECT_EQ(m.ForwardPaged({bad}, *kv).status().code(), StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(FusedAndReference, SlidingWindowTest, ::testing::Bool());
+
+}  // namespace
+}  // namespace vtoken::model
