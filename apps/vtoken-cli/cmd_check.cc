@@ -6,9 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "apps/vtoken-cli/cli_checks.h"
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/model_check.h"
 #include "lib/core/check_harness.h"
+#include "lib/core/memory_budget.h"
 #include "lib/core/policy_evictor.h"
 #include "lib/core/policy_registry.h"
 
@@ -86,6 +88,22 @@ int RunCheckCommand(CheckArgs& args) {
     std::fprintf(stderr, "vtoken-cli: error: --policy-param needs --policy\n");
     return 2;
   }
+  // The host store is [layers][slots][bytes_per_token]: refuse before allocating it.
+  const CheckOptions& opt = args.options;
+  const int64_t store_bytes = SaturatingAdd(
+      SaturatingMul(SaturatingMul(opt.num_layers, SaturatingMul(opt.pool.num_blocks,
+                                                                opt.pool.block_size)),
+                    opt.bytes_per_token),
+      PoolMetadataBytes(opt.pool.num_blocks, opt.pool.block_size));
+  Status fits = CheckMemory(
+      store_bytes, "the host KV store (--num-blocks " + std::to_string(opt.pool.num_blocks) +
+                       " x --block-size " + std::to_string(opt.pool.block_size) + " x --layers " +
+                       std::to_string(opt.num_layers) + " x --bytes-per-token " +
+                       std::to_string(opt.bytes_per_token) + ")");
+  if (!fits.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: %s\n", fits.message().c_str());
+    return 2;
+  }
   StatusOr<CheckReport> report = RunCheck(args.options, driver.get());
   if (!report.ok()) {
     std::fprintf(stderr, "vtoken-cli: error: %s\n", report.status().message().c_str());
@@ -142,41 +160,41 @@ CLI::App* SetupCheck(CLI::App& app) {
   cmd->add_option("--seed", o.seed, "Random seed")->capture_default_str();
   cmd->add_option("--steps", o.steps, "Operations to run")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntIn(0));
   cmd->add_option("--block-size", o.pool.block_size, "Token slots per block")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
+      ->check(IntIn(1, 4096));
   cmd->add_option("--num-blocks", o.pool.num_blocks, "Blocks in the pool")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(IntIn(1));
   cmd->add_option("--headroom", o.pool.headroom_blocks, "Blocks reserved for the reclaimer")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntIn(0));
   cmd->add_option("--mode", args->mode, "native, naive or vtoken")->capture_default_str();
   cmd->add_flag("--async", o.async_copies, "Copy on a worker thread");
   cmd->add_option("--copy-delay-us", o.copy_delay_us,
                   "With --async: stall each copy this long (exercises the read fence)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntIn(0));
   cmd->add_option("--layers", o.num_layers, "KV layers")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(IntIn(1));
   cmd->add_option("--bytes-per-token", o.bytes_per_token, "KV bytes per token per layer")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(IntIn(1));
   cmd->add_option("--max-seqs", o.max_seqs, "Concurrent sequences at most")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(IntIn(1));
   cmd->add_option("--max-prompt", o.max_prompt_tokens, "Longest initial prompt in tokens")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(IntIn(1));
   cmd->add_option("--trigger", args->trigger, "Reclaim trigger: always or pressure")
       ->capture_default_str();
   cmd->add_option("--frag-threshold", o.reclaim.frag_threshold, "Waste ratio trigger")
       ->capture_default_str();
   cmd->add_option("--max-moves", o.reclaim.max_moves_per_step, "Moves per reclaim step")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(IntIn(1));
   cmd->add_option("--policy", args->policy,
                   "Eviction policy choosing the victims (see `vtoken-cli policies`); default: "
                   "uniformly random victims");
@@ -185,7 +203,7 @@ CLI::App* SetupCheck(CLI::App& app) {
       cmd->add_option("--budget-tokens", args->evictor.budget_tokens,
                       "With --policy: live tokens a sequence keeps after an eviction")
           ->capture_default_str()
-          ->check(CLI::PositiveNumber);
+          ->check(IntIn(1));
   cmd->add_option("--keep-ratio", args->evictor.keep_ratio,
                   "With --policy: budget as a fraction of the prompt, in (0, 1] (instead of "
                   "--budget-tokens)")
@@ -204,8 +222,14 @@ CLI::App* SetupCheck(CLI::App& app) {
                   "synthetic:NAME) through the engine, naive vs vtoken, instead of the host store");
   cmd->add_option("--requests", args->num_requests, "With --model: requests to serve")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->callback([args] {
+      ->check(IntIn(1));
+  cmd->callback([args, cmd] {
+    if (args->model.empty() && cmd->count("--requests") > 0) {
+      std::fprintf(stderr, "vtoken-cli: error: --requests needs --model (the host check has no "
+                           "requests)\n");
+      SetExitCode(2);
+      return;
+    }
     SetExitCode(args->model.empty() ? RunCheckCommand(*args) : RunModelCheckCommand(*args));
   });
   return cmd;

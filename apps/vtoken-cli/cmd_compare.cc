@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/vtoken-cli/cli_checks.h"
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/run_config.h"
 #include "apps/vtoken-cli/run_experiment.h"
@@ -140,7 +141,7 @@ CLI::App* SetupCompare(CLI::App& app) {
       app.add_subcommand("compare", "Side-by-side summary of runs, ratios vs the first");
   cmd->add_option("--db", a->db, "Result database")->capture_default_str();
   cmd->add_option("ids", a->ids, "Run ids");
-  cmd->add_option("--last", a->last, "The last N completed runs")->check(CLI::PositiveNumber);
+  cmd->add_option("--last", a->last, "The last N completed runs")->check(IntIn(1));
   cmd->callback([a] { SetExitCode(RunCompare(a->db, a->ids, a->last)); });
   return cmd;
 }

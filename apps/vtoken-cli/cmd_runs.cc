@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "apps/vtoken-cli/cli_checks.h"
 #include "apps/vtoken-cli/command.h"
 #include "lib/engine/result_store.h"
 
@@ -43,7 +44,7 @@ CLI::App* SetupRuns(CLI::App& app) {
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("runs", "List the runs in a result database");
   cmd->add_option("--db", a->db, "Result database")->capture_default_str();
-  cmd->add_option("--last", a->last, "Only the last N runs")->check(CLI::PositiveNumber);
+  cmd->add_option("--last", a->last, "Only the last N runs")->check(IntIn(1));
   cmd->add_option("--sweep", a->sweep, "Only the runs of this sweep");
   cmd->callback([a] { SetExitCode(RunRuns(a->db, a->last, a->sweep)); });
   return cmd;

@@ -2,9 +2,11 @@
 
 #include <xxhash.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
+#include <tuple>
 #include <sstream>
 #include <variant>
 #include <toml++/toml.h>
@@ -197,7 +199,12 @@ Status ParseGrid(const toml::table& t, const std::string& prefix, const std::str
       if (v.is_table() || v.is_array_of_tables()) {
         return InvalidArgumentError(where + " values must not be tables");
       }
-      axis.values.push_back(TomlValueText(v));
+      const std::string text = TomlValueText(v);
+      // Two equal points would run twice and share one config hash.
+      if (std::find(axis.values.begin(), axis.values.end(), text) != axis.values.end()) {
+        return InvalidArgumentError(where + " lists " + text + " twice");
+      }
+      axis.values.push_back(text);
     }
     for (const SweepAxis& other : axes) {
       if (other.key == k) return InvalidArgumentError(where + " is given twice");
@@ -421,13 +428,35 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(samp.Double("top_p", e.sampling.top_p));
   VTOKEN_RETURN_IF_ERROR(samp.Uint("seed", e.sampling.seed));
   VTOKEN_RETURN_IF_ERROR(samp.Finish());
+  if (!(std::isfinite(e.sampling.temperature) && e.sampling.temperature >= 0)) {
+    return samp.Error("temperature", "must be a finite number >= 0 (0 = greedy)");
+  }
+  if (!(e.sampling.top_p > 0 && e.sampling.top_p <= 1)) {
+    return samp.Error("top_p", "must be in (0, 1]");
+  }
 
   VTOKEN_ASSIGN_OR_RETURN(const toml::table* sim_t, top.Table("sim"));
   VTOKEN_RETURN_IF_ERROR(ParseSim(sim_t, f, c));
 
   VTOKEN_ASSIGN_OR_RETURN(const toml::table* sweep_t, top.Table("sweep"));
+  c.has_sweep_table = sweep_t != nullptr;
   VTOKEN_RETURN_IF_ERROR(ParseSweep(sweep_t, f, c));
   VTOKEN_RETURN_IF_ERROR(top.Finish());
+
+  // Counts bounded before any arithmetic on them (engine.* and policy.* are int64 tokens).
+  const std::tuple<Section*, const char*, int64_t> counts[] = {
+      {&eng, "max_prefill_chunk", e.max_prefill_chunk},
+      {&eng, "max_batched_tokens", e.max_batched_tokens},
+      {&pol, "budget_tokens", e.evictor.budget_tokens},
+      {&pol, "num_sink", e.evictor.num_sink},
+      {&pol, "num_recent", e.evictor.num_recent},
+      {&pol, "evict_interval", e.evictor.evict_interval},
+      {&rec, "max_moves_per_step", e.reclaim.max_moves_per_step}};
+  for (const auto& [section, key, value] : counts) {
+    if (value > engine::kMaxRequestTokens) {
+      return section->Error(key, "must be <= " + std::to_string(engine::kMaxRequestTokens));
+    }
+  }
 
   // Modes: native first, so the others can be scored against its outputs.
   c.modes.clear();
@@ -449,7 +478,9 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(SizePoolFromUtilization(c));
   VTOKEN_RETURN_IF_ERROR(ValidateBlockPoolOptions(e.pool));
   VTOKEN_RETURN_IF_ERROR(ValidateReclaimOptions(e.reclaim));
-  VTOKEN_RETURN_IF_ERROR(engine::ValidateWorkloadOptions(w));
+  if (Status valid = engine::ValidateWorkloadOptions(w); !valid.ok()) {
+    return InvalidArgumentError(f + ": " + valid.message());
+  }
   if (std::find(c.modes.begin(), c.modes.end(), Mode::kNative) == c.modes.end() ||
       c.modes.size() > 1) {
     VTOKEN_RETURN_IF_ERROR(ValidateEvictorOptions(e.evictor));
@@ -576,6 +607,9 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
 StatusOr<ExperimentConfig> LoadExperimentConfig(const std::string& path,
                                                 const std::vector<std::string>& overrides) {
   if (!std::filesystem::exists(path)) return NotFoundError("config file " + path + " not found");
+  if (!std::filesystem::is_regular_file(path)) {
+    return InvalidArgumentError("config file " + path + " is not a regular file (a directory?)");
+  }
   toml::table root;
   try {
     root = toml::parse_file(path);

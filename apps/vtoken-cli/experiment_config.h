@@ -39,6 +39,7 @@ struct ExperimentConfig {
   // editing the grid leaves the config hashes of existing points unchanged.
   std::string sweep_name;
   std::vector<SweepAxis> sweep_grid;
+  bool has_sweep_table = false;  // The file (or a --set) has a [sweep] table.
   // The resolved configuration as TOML (overrides applied), one text per mode: what a run
   // records, and what its config hash is computed from.
   std::vector<std::string> resolved_toml;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "apps/vtoken-cli/command.h"
 
@@ -23,6 +24,28 @@ int main(int argc, char** argv) {
   CLI::App app{"vtoken-cli: token-level KV-cache virtualization workbench"};
   app.require_subcommand(1);
   for (const auto& entry : vtoken::cli::Commands()) entry.setup(app);
+  // CLI11 would take an empty --db as "not given" (the default database) or SQLite as a
+  // temporary one; an unknown first word as "A subcommand is required".
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if ((arg == "--db" && i + 1 < argc && argv[i + 1][0] == 0) || arg == "--db=") {
+      std::fprintf(stderr, "vtoken-cli: error: --db must name a database file, got ''\n");
+      return 2;
+    }
+  }
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const auto& entry : vtoken::cli::Commands()) {
+      known = known || entry.name == argv[1];
+      names += (names.empty() ? "" : ", ") + entry.name;
+    }
+    if (!known) {
+      std::fprintf(stderr, "vtoken-cli: error: unknown command '%s' (commands: %s)\n", argv[1],
+                   names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

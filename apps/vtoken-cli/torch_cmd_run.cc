@@ -5,6 +5,7 @@
 
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/experiment_config.h"
+#include "apps/vtoken-cli/interrupt.h"
 #include "apps/vtoken-cli/run_experiment.h"
 
 namespace vtoken::cli {
@@ -29,7 +30,8 @@ int RunRun(const RunArgs& a) {
   StatusOr<RunOutcome> outcome = RunExperiment(*config, db, a.sweep, a.dry_run, a.record_signals);
   if (!outcome.ok()) {
     std::fprintf(stderr, "vtoken-cli: error: %s\n", outcome.status().message().c_str());
-    return 1;
+    // 130 / 143 after SIGINT / SIGTERM, as a shell reports a process the signal ended.
+    return InterruptSignal() != 0 ? InterruptExitCode() : 1;
   }
   if (a.dry_run) return 0;
   std::printf("\n%s: runs", config->name.c_str());

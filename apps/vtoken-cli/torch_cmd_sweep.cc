@@ -22,6 +22,7 @@
 
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/experiment_config.h"
+#include "apps/vtoken-cli/interrupt.h"
 #include "apps/vtoken-cli/run_experiment.h"
 #include "apps/vtoken-cli/sweep_grid.h"
 #include "lib/core/policy_registry.h"
@@ -31,6 +32,9 @@ extern char** environ;
 
 namespace vtoken::cli {
 namespace {
+
+// Child processes at most (--jobs): each loads its own model.
+constexpr int64_t kMaxJobs = 256;
 
 struct SweepArgs {
   std::string config;
@@ -230,9 +234,16 @@ int RunSweep(const SweepArgs& a) {
   };
   StatusOr<ExperimentConfig> base = LoadExperimentConfig(a.config, a.sets);
   if (!base.ok()) return fail(base.status().message(), 2);
+  if (!base->has_sweep_table) {
+    return fail(a.config + " has no [sweep] table: nothing to sweep (`vtoken-cli run` runs one "
+                           "config)", 2);
+  }
   StatusOr<Shard> shard = ParseShard(a.shard);
   if (!shard.ok()) return fail(shard.status().message(), 2);
-  if (a.jobs < 1) return fail("--jobs must be >= 1", 2);
+  if (a.jobs < 1 || a.jobs > kMaxJobs) {
+    return fail("--jobs must be in [1, " + std::to_string(kMaxJobs) + "], got " +
+                    std::to_string(a.jobs), 2);
+  }
   for (const std::string& s : a.sets) {
     const std::string key = s.substr(0, s.find('='));
     for (const SweepAxis& axis : base->sweep_grid) {
@@ -244,6 +255,11 @@ int RunSweep(const SweepArgs& a) {
 
   // Load every point of the whole grid (all shards) before anything runs.
   const std::vector<SweepPoint> grid = ExpandGrid(base->sweep_grid);
+  if (shard->index >= static_cast<int64_t>(grid.size())) {
+    return fail("--shard " + a.shard + ": the grid has " + std::to_string(grid.size()) +
+                    " point(s), so shard " + std::to_string(shard->index) + " would run none",
+                2);
+  }
   std::vector<PointPlan> plans;
   for (const SweepPoint& point : grid) {
     std::vector<std::string> overrides = a.sets;
@@ -304,6 +320,7 @@ int RunSweep(const SweepArgs& a) {
   }
   std::fflush(stdout);
 
+  InstallInterruptHandlers();
   ProgressLine line(a.jobs);
   auto finish = [&](PointPlan& p, const Status& s) {
     p.status = s.ok() ? "done" : "failed";
@@ -315,6 +332,7 @@ int RunSweep(const SweepArgs& a) {
   if (a.jobs == 1) {
     for (PointPlan& p : plans) {
       if (p.status == "skipped") continue;
+      if (InterruptSignal() != 0) break;
       line.Draw(progress, /*keep=*/true);
       line.Message("point " + std::to_string(p.point.index) + ": " +
                    JoinOverrides(p.point.overrides));
@@ -325,8 +343,10 @@ int RunSweep(const SweepArgs& a) {
   } else {
     std::map<pid_t, Child> children;
     size_t next = 0;
+    bool forwarded = false;  // The first signal only: a second one ends the children at once.
     while (true) {
-      while (static_cast<int64_t>(children.size()) < a.jobs && next < plans.size()) {
+      while (static_cast<int64_t>(children.size()) < a.jobs && next < plans.size() &&
+             InterruptSignal() == 0) {
         PointPlan& p = plans[next];
         const size_t index = next++;
         if (p.status == "skipped") continue;
@@ -341,7 +361,16 @@ int RunSweep(const SweepArgs& a) {
       if (children.empty()) break;
       line.Draw(progress, /*keep=*/false);
       int wait_status = 0;
-      const pid_t pid = waitpid(-1, &wait_status, 0);
+      pid_t pid = 0;
+      // Polls, so a signal to this process alone reaches the children (each then finishes its
+      // step and marks its run interrupted).
+      while ((pid = waitpid(-1, &wait_status, WNOHANG)) == 0) {
+        if (InterruptSignal() != 0 && !forwarded) {
+          for (const auto& [child_pid, child] : children) kill(child_pid, InterruptSignal());
+          forwarded = true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
       if (pid < 0) return fail("waitpid failed while sweep children run", 1);
       auto it = children.find(pid);
       if (it == children.end()) continue;
@@ -354,6 +383,11 @@ int RunSweep(const SweepArgs& a) {
     }
   }
   line.Draw(progress, /*keep=*/true);
+  if (InterruptSignal() != 0) {
+    std::fprintf(stderr, "vtoken-cli: sweep %s interrupted by %s; `sweep --resume` continues it\n",
+                 sweep.c_str(), InterruptSignalName());
+    return InterruptExitCode();
+  }
 
   // The runs each point has now, from the database (children wrote them).
   std::printf("\n%5s  %-7s  %-14s  %s\n", "point", "status", "runs", "overrides");

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <memory>
 
+#include "apps/vtoken-cli/interrupt.h"
+#include "apps/vtoken-cli/run_checks.h"
 #include "apps/vtoken-cli/run_experiment.h"
 #include "lib/engine/result_store.h"
 #include "lib/engine/rouge.h"
@@ -122,6 +124,14 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     return NotFoundError("corpus file " + c.workload.corpus_path +
                          " not found (scripts/make-corpus.sh builds the KJV corpus)");
   }
+  // What the run allocates and what the policy asks of the context, before anything is loaded.
+  {
+    StatusOr<model::ModelConfig> shape = PeekModelConfig(c.model);
+    if (shape.ok()) {
+      VTOKEN_RETURN_IF_ERROR(CheckRunMemory(c, *shape));
+      VTOKEN_RETURN_IF_ERROR(CheckPolicyAgainstContext(c, shape->max_position_embeddings));
+    }
+  }
   // One runner serves every mode: each run writes every KV slot before reading it, and a
   // finished run leaves no sampler state or pending copy behind.
   VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, MakeRunner(c));
@@ -138,6 +148,8 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     o.mode = mode;
     VTOKEN_RETURN_IF_ERROR(engine::ValidateEngineOptions(o, *runner, requests));
   }
+  const std::string warning = ProtectionWarning(c, requests, runner->bos_token_id().has_value());
+  if (!warning.empty()) std::fprintf(stderr, "vtoken-cli: warning: %s\n", warning.c_str());
   int64_t prompt_tokens = 0, output_tokens = 0;
   for (const engine::Request& r : requests) {
     prompt_tokens += static_cast<int64_t>(r.prompt_tokens.size());
@@ -171,6 +183,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
   if (!record_signals.empty()) {
     VTOKEN_ASSIGN_OR_RETURN(trace, sim::SignalTraceWriter::Create(record_signals, c.model));
   }
+  InstallInterruptHandlers();
   VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::Open(db_path));
   const std::string sha = GitSha();
   RunOutcome outcome;
@@ -212,11 +225,18 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     rec.num_blocks = o.pool.num_blocks;
     rec.workload = c.workload.kind == "jsonl" ? c.workload.jsonl_path : c.workload.kind;
     rec.seed = o.seed;
+    if (InterruptSignal() != 0) {
+      return FailedPreconditionError(std::string("interrupted by ") + InterruptSignalName() +
+                                     " before mode " + ModeName(mode));
+    }
     VTOKEN_ASSIGN_OR_RETURN(int64_t run_id, store.BeginRun(rec));
     outcome.run_ids.push_back(run_id);
+    // A run that does not complete keeps none of its rows (FailRun deletes them).
     auto fail = [&](const Status& s) {
-      store.FailRun(run_id, s.message()).IgnoreError();
-      return s;
+      Status marked = store.FailRun(run_id, s.message());
+      if (marked.ok()) return s;
+      return Status(s.code(), s.message() + " (and run " + std::to_string(run_id) +
+                                  " could not be marked failed: " + marked.message() + ")");
     };
     const std::string label = std::string(ModeName(mode));
     Progress progress(label + " " + std::to_string(mi + 1) + "/" + std::to_string(c.modes.size()),
@@ -229,8 +249,17 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
         o, run_with, requests,
         [&](const engine::StepRecord& s, int64_t finished, int64_t total) {
           progress.Update(s, finished, total);
-        });
+        },
+        [] { return InterruptSignal() != 0; });
     progress.Finish();
+    if (!result.ok() && InterruptSignal() != 0) {
+      const std::string why = std::string("interrupted by ") + InterruptSignalName() + " (" +
+                              result.status().message() + ")";
+      Status marked = store.InterruptRun(run_id, why);
+      return FailedPreconditionError("run " + std::to_string(run_id) + " " + why +
+                                     (marked.ok() ? "; marked interrupted"
+                                                  : "; could not mark it: " + marked.message()));
+    }
     if (!result.ok()) return fail(result.status());
     if (result->violations > 0) {
       return fail(InternalError("verification found " + std::to_string(result->violations) +
@@ -264,19 +293,18 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     for (size_t i = 0; i < requests.size() && sim_runner == nullptr; ++i) {
       if (requests[i].reference) rouge_ref.push_back(engine::RougeLF1(texts[i], *requests[i].reference));
     }
-    Status s = store.AppendSteps(run_id, result->steps);
-    if (s.ok()) s = store.AppendRequests(run_id, engine::ToRequestRecords(*result));
-    if (s.ok()) s = store.AppendOutputs(run_id, outputs);
-    if (s.ok()) {
-      std::map<std::string, double> summary =
-          engine::SummarizeRun(*result, rouge_native, rouge_ref);
-      if (!rouge_naive.empty()) {
-        double sum = 0;
-        for (double x : rouge_naive) sum += x;
-        summary["rouge_l_vs_naive"] = sum / static_cast<double>(rouge_naive.size());
-      }
-      s = store.FinishRun(run_id, summary, {{"experiment", c.name}});
+    std::map<std::string, double> summary = engine::SummarizeRun(*result, rouge_native, rouge_ref);
+    if (!rouge_naive.empty()) {
+      double sum = 0;
+      for (double x : rouge_naive) sum += x;
+      summary["rouge_l_vs_naive"] = sum / static_cast<double>(rouge_naive.size());
     }
+    // One transaction: a full disk leaves no partial rows, and the run is marked failed.
+    Status s = store.CompleteRun(run_id,
+                                 {.steps = result->steps,
+                                  .requests = engine::ToRequestRecords(*result),
+                                  .outputs = std::move(outputs)},
+                                 summary, {{"experiment", c.name}});
     if (!s.ok()) return fail(s);
   }
   if (trace) VTOKEN_RETURN_IF_ERROR(trace->Close());

@@ -122,7 +122,7 @@ class Engine {
     });
   }
 
-  StatusOr<EngineResult> Run(const StepCallback& on_step) {
+  StatusOr<EngineResult> Run(const StepCallback& on_step, const StopRequest& stop) {
     clock_.Start();
     while (finished_ < static_cast<int64_t>(seqs_.size())) {
       Arrivals();
@@ -132,6 +132,11 @@ class Engine {
       }
       VTOKEN_RETURN_IF_ERROR(Step());
       if (on_step) on_step(result_.steps.back(), finished_, static_cast<int64_t>(seqs_.size()));
+      if (stop && stop()) {
+        VTOKEN_RETURN_IF_ERROR(reclaimer_.Drain());
+        return FailedPreconditionError("stopped after step " +
+                                       std::to_string(result_.steps.back().step));
+      }
     }
     VTOKEN_RETURN_IF_ERROR(reclaimer_.Drain());
     result_.wall_s = clock_.Now();
@@ -530,7 +535,7 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
 
 StatusOr<EngineResult> RunEngine(const EngineOptions& options, model::ModelRunner& runner,
                                  const std::vector<Request>& requests,
-                                 const StepCallback& on_step) {
+                                 const StepCallback& on_step, const StopRequest& stop) {
   VTOKEN_RETURN_IF_ERROR(ValidateEngineOptions(options, runner, requests));
   std::unique_ptr<PolicyEvictor> evictor;
   if (EvictionOn(options)) {
@@ -540,7 +545,7 @@ StatusOr<EngineResult> RunEngine(const EngineOptions& options, model::ModelRunne
                             PolicyEvictor::Create(options.policy, options.policy_params, eo));
   }
   Engine engine(options, runner, std::move(evictor), requests);
-  return engine.Run(on_step);
+  return engine.Run(on_step, stop);
 }
 
 }  // namespace vtoken::engine

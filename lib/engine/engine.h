@@ -121,9 +121,14 @@ struct EngineResult {
 // Called after every step with the step's figures (for a progress line).
 using StepCallback = std::function<void(const StepRecord&, int64_t finished, int64_t total)>;
 
-// Runs every request to completion. Errors: invalid options, a runner failure.
+// Asked after every step (after on_step); true stops the run (e.g. on SIGINT).
+using StopRequest = std::function<bool()>;
+
+// Runs every request to completion. Errors: invalid options, a runner failure; when `stop`
+// returned true, kFailedPrecondition "stopped after step N" once the pending copies finished.
 StatusOr<EngineResult> RunEngine(const EngineOptions& options, model::ModelRunner& runner,
                                  const std::vector<Request>& requests,
-                                 const StepCallback& on_step = nullptr);
+                                 const StepCallback& on_step = nullptr,
+                                 const StopRequest& stop = nullptr);
 
 }  // namespace vtoken::engine

@@ -450,6 +450,11 @@ StatusOr<int64_t> ResultStore::BeginRun(const RunRecord& run) {
 Status ResultStore::AppendSteps(int64_t run_id, const std::vector<StepRecord>& steps) {
   VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
   VTOKEN_RETURN_IF_ERROR(CheckRunning(run_id));
+  VTOKEN_RETURN_IF_ERROR(InsertSteps(run_id, steps));
+  return txn.Commit();
+}
+
+Status ResultStore::InsertSteps(int64_t run_id, const std::vector<StepRecord>& steps) {
   const std::string sql = "INSERT INTO steps (run_id, " + std::string(kStepColumns) + ") VALUES (" +
                           Placeholders(1, 17) + ")";
   VTOKEN_ASSIGN_OR_RETURN(Stmt s, Stmt::Prepare(db_, path_, sql));
@@ -470,12 +475,17 @@ Status ResultStore::AppendSteps(int64_t run_id, const std::vector<StepRecord>& s
     s.Bind(17, r.fence_waits);
     VTOKEN_RETURN_IF_ERROR(s.Run());
   }
-  return txn.Commit();
+  return Status::Ok();
 }
 
 Status ResultStore::AppendRequests(int64_t run_id, const std::vector<RequestRecord>& requests) {
   VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
   VTOKEN_RETURN_IF_ERROR(CheckRunning(run_id));
+  VTOKEN_RETURN_IF_ERROR(InsertRequests(run_id, requests));
+  return txn.Commit();
+}
+
+Status ResultStore::InsertRequests(int64_t run_id, const std::vector<RequestRecord>& requests) {
   const std::string sql = "INSERT INTO requests (run_id, " + std::string(kRequestColumns) +
                           ") VALUES (" + Placeholders(1, 14) + ")";
   VTOKEN_ASSIGN_OR_RETURN(Stmt s, Stmt::Prepare(db_, path_, sql));
@@ -496,12 +506,17 @@ Status ResultStore::AppendRequests(int64_t run_id, const std::vector<RequestReco
     s.Bind(14, int64_t{r.ideal_blocks_final});
     VTOKEN_RETURN_IF_ERROR(s.Run());
   }
-  return txn.Commit();
+  return Status::Ok();
 }
 
 Status ResultStore::AppendOutputs(int64_t run_id, const std::vector<OutputRecord>& outputs) {
   VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
   VTOKEN_RETURN_IF_ERROR(CheckRunning(run_id));
+  VTOKEN_RETURN_IF_ERROR(InsertOutputs(run_id, outputs));
+  return txn.Commit();
+}
+
+Status ResultStore::InsertOutputs(int64_t run_id, const std::vector<OutputRecord>& outputs) {
   VTOKEN_ASSIGN_OR_RETURN(Stmt s,
                           Stmt::Prepare(db_, path_,
                                         "INSERT INTO outputs (run_id, request_id, text, token_ids) "
@@ -513,13 +528,31 @@ Status ResultStore::AppendOutputs(int64_t run_id, const std::vector<OutputRecord
     s.Bind(4, nlohmann::json(r.token_ids).dump());
     VTOKEN_RETURN_IF_ERROR(s.Run());
   }
-  return txn.Commit();
+  return Status::Ok();
 }
 
 Status ResultStore::FinishRun(int64_t run_id, const std::map<std::string, double>& summary,
                               const std::map<std::string, std::string>& text) {
   VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
   VTOKEN_RETURN_IF_ERROR(CheckRunning(run_id));
+  VTOKEN_RETURN_IF_ERROR(InsertSummary(run_id, summary, text));
+  return txn.Commit();
+}
+
+Status ResultStore::CompleteRun(int64_t run_id, const RunRows& rows,
+                                const std::map<std::string, double>& summary,
+                                const std::map<std::string, std::string>& text) {
+  VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
+  VTOKEN_RETURN_IF_ERROR(CheckRunning(run_id));
+  VTOKEN_RETURN_IF_ERROR(InsertSteps(run_id, rows.steps));
+  VTOKEN_RETURN_IF_ERROR(InsertRequests(run_id, rows.requests));
+  VTOKEN_RETURN_IF_ERROR(InsertOutputs(run_id, rows.outputs));
+  VTOKEN_RETURN_IF_ERROR(InsertSummary(run_id, summary, text));
+  return txn.Commit();
+}
+
+Status ResultStore::InsertSummary(int64_t run_id, const std::map<std::string, double>& summary,
+                                  const std::map<std::string, std::string>& text) {
   {
     VTOKEN_ASSIGN_OR_RETURN(
         Stmt s,
@@ -548,18 +581,34 @@ Status ResultStore::FinishRun(int64_t run_id, const std::map<std::string, double
   VTOKEN_ASSIGN_OR_RETURN(Stmt update, Stmt::Prepare(db_, path_, sql));
   update.Bind(1, run_id);
   VTOKEN_RETURN_IF_ERROR(update.Run());
-  return txn.Commit();
+  return Status::Ok();
 }
 
 Status ResultStore::FailRun(int64_t run_id, const std::string& message) {
+  return EndRun(run_id, "failed", message);
+}
+
+Status ResultStore::InterruptRun(int64_t run_id, const std::string& message) {
+  return EndRun(run_id, "interrupted", message);
+}
+
+Status ResultStore::EndRun(int64_t run_id, std::string_view status, const std::string& message) {
   VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
   VTOKEN_RETURN_IF_ERROR(CheckRunning(run_id));
-  const std::string sql =
-      "UPDATE runs SET status = 'failed', error = ?2, finished = " + std::string(kNow) +
-      " WHERE id = ?1";
+  // A run that did not complete keeps no rows but its own: readers never see half a run.
+  for (const auto& [table, columns] : kChildTables) {
+    VTOKEN_ASSIGN_OR_RETURN(
+        Stmt del,
+        Stmt::Prepare(db_, path_, "DELETE FROM " + std::string(table) + " WHERE run_id = ?1"));
+    del.Bind(1, run_id);
+    VTOKEN_RETURN_IF_ERROR(del.Run());
+  }
+  const std::string sql = "UPDATE runs SET status = ?3, error = ?2, finished = " +
+                          std::string(kNow) + " WHERE id = ?1";
   VTOKEN_ASSIGN_OR_RETURN(Stmt update, Stmt::Prepare(db_, path_, sql));
   update.Bind(1, run_id);
   update.Bind(2, message);
+  update.Bind(3, std::string(status));
   VTOKEN_RETURN_IF_ERROR(update.Run());
   return txn.Commit();
 }
@@ -751,7 +800,8 @@ Status ResultStore::MergeOne(const std::string& source, MergeStats& stats) {
                                    " into itself");
   }
   {
-    VTOKEN_ASSIGN_OR_RETURN(Stmt attach, Stmt::Prepare(db_, path_, "ATTACH DATABASE ?1 AS src"));
+    // Errors about the source name it, not this database.
+    VTOKEN_ASSIGN_OR_RETURN(Stmt attach, Stmt::Prepare(db_, source, "ATTACH DATABASE ?1 AS src"));
     attach.Bind(1, source);
     VTOKEN_RETURN_IF_ERROR(attach.Run());
   }
@@ -761,7 +811,7 @@ Status ResultStore::MergeOne(const std::string& source, MergeStats& stats) {
     ~Detach() { Exec(self->db_, self->path_, "DETACH DATABASE src").IgnoreError(); }
   } detach{this};
 
-  VTOKEN_ASSIGN_OR_RETURN(int64_t version, QueryInt(db_, path_, "PRAGMA src.user_version"));
+  VTOKEN_ASSIGN_OR_RETURN(int64_t version, QueryInt(db_, source, "PRAGMA src.user_version"));
   if (version != kResultSchemaVersion) {
     return FailedPreconditionError("result db " + path_ + ": merge source " + source +
                                    " has schema version " + std::to_string(version) +
@@ -772,7 +822,7 @@ Status ResultStore::MergeOne(const std::string& source, MergeStats& stats) {
     VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
     std::vector<std::tuple<int64_t, std::string, std::string>> completed;
     {
-      VTOKEN_ASSIGN_OR_RETURN(Stmt s, Stmt::Prepare(db_, path_,
+      VTOKEN_ASSIGN_OR_RETURN(Stmt s, Stmt::Prepare(db_, source,
                                                     "SELECT id, config_hash, sweep FROM src.runs "
                                                     "WHERE status = 'completed' ORDER BY id"));
       while (true) {

@@ -11,7 +11,8 @@
 //
 // Run life cycle: BeginRun inserts a 'running' row; the engine appends batches of steps,
 // requests and outputs (each batch one transaction); FinishRun writes the summary and marks the
-// run 'completed' in one transaction, FailRun marks it 'failed'. A process that dies mid-run
+// run 'completed' in one transaction (CompleteRun does all of it in one), FailRun marks it
+// 'failed' and InterruptRun 'interrupted', each deleting the rows the run had appended. A process that dies mid-run
 // leaves a 'running' row whose pid is gone; the next Open marks it 'interrupted' (pids are
 // those of this host: a database shared between machines must be written by one of them). So a run with
 // summary rows is always a completed one, and a failed or interrupted run has none.
@@ -25,6 +26,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lib/core/status.h"
@@ -101,6 +103,13 @@ struct OutputRecord {
   std::vector<int32_t> token_ids;  // stored as a JSON array
 };
 
+// Everything a finished run records besides its summary (CompleteRun).
+struct RunRows {
+  std::vector<StepRecord> steps;
+  std::vector<RequestRecord> requests;
+  std::vector<OutputRecord> outputs;
+};
+
 struct RunSummary {
   std::map<std::string, double> values;     // table summary
   std::map<std::string, std::string> text;  // table summary_text
@@ -157,9 +166,16 @@ class ResultStore {
   // kFailedPrecondition when the run is not 'running'.
   Status FinishRun(int64_t run_id, const std::map<std::string, double>& summary,
                    const std::map<std::string, std::string>& text = {});
-  // Sets status 'failed', error = `message`, finished = now. kFailedPrecondition when the run is
-  // not 'running'.
+  // In one transaction: appends `rows`, writes the summary and marks the run 'completed'. On any
+  // error (disk full included) nothing of it is written and the run stays 'running'.
+  Status CompleteRun(int64_t run_id, const RunRows& rows,
+                     const std::map<std::string, double>& summary,
+                     const std::map<std::string, std::string>& text = {});
+  // In one transaction: deletes every row the run appended (steps, requests, outputs, summary),
+  // sets status 'failed' (FailRun) or 'interrupted' (InterruptRun), error = `message`,
+  // finished = now. kFailedPrecondition when the run is not 'running'.
   Status FailRun(int64_t run_id, const std::string& message);
+  Status InterruptRun(int64_t run_id, const std::string& message);
 
   StatusOr<std::vector<RunRecord>> ListRuns(const RunFilter& filter = {}) const;
   // kNotFound for an unknown id (as for every Get*).
@@ -192,6 +208,13 @@ class ResultStore {
   Status CheckRunning(int64_t run_id) const;
   Status CheckExists(int64_t run_id) const;
   Status MergeOne(const std::string& source, MergeStats& stats);
+  // The rows of one run, without a transaction or status check (the callers have both).
+  Status InsertSteps(int64_t run_id, const std::vector<StepRecord>& steps);
+  Status InsertRequests(int64_t run_id, const std::vector<RequestRecord>& requests);
+  Status InsertOutputs(int64_t run_id, const std::vector<OutputRecord>& outputs);
+  Status InsertSummary(int64_t run_id, const std::map<std::string, double>& summary,
+                       const std::map<std::string, std::string>& text);
+  Status EndRun(int64_t run_id, std::string_view status, const std::string& message);
   // A read-only store's view of a run row: see OpenReadOnly.
   RunRecord Presented(RunRecord run) const;
 

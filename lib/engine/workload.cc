@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -11,6 +13,8 @@
 #include <sstream>
 #include <string_view>
 #include <utility>
+
+#include "lib/core/memory_budget.h"
 
 namespace vtoken::engine {
 namespace {
@@ -96,6 +100,26 @@ class Rng {
 
 Status BadOption(const std::string& field, const std::string& value, const std::string& why) {
   return InvalidArgumentError("workload option " + field + " = " + value + ": " + why);
+}
+
+// A corpus must be text: UTF-8 without NUL bytes (a binary file would "encode" to byte tokens
+// and run as if it were prompts).
+Status CheckIsText(const std::string& path, const std::string& text) {
+  const auto* b = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = b[i];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = c != 0 && len != 0 && i + len <= n;
+    for (size_t k = 1; ok && k < len; ++k) ok = (b[i + k] & 0xC0) == 0x80;
+    if (!ok) {
+      char where[64];
+      std::snprintf(where, sizeof(where), "byte 0x%02x at offset %zu", c, i);
+      return DataLossError("corpus " + path + " is not UTF-8 text (" + where + ")");
+    }
+    i += len;
+  }
+  return Status::Ok();
 }
 
 std::string Str(double v) {
@@ -196,6 +220,7 @@ class CorpusText : public PromptSource {
       start = end + 1;
     }
     if (corpus->line_starts_.empty()) return DataLossError("corpus " + path + " has no text");
+    VTOKEN_RETURN_IF_ERROR(CheckIsText(path, text));
     return corpus;
   }
 
@@ -331,8 +356,15 @@ StatusOr<std::vector<Request>> ReadJsonl(const WorkloadOptions& o,
       r.prompt = obj["prompt"].get<std::string>();
       if (obj.contains("max_tokens")) {
         const Json& m = obj["max_tokens"];
-        if (!m.is_number_integer() || m.get<int64_t>() < 1) {
-          return DataLossError(where + "\"max_tokens\" must be an integer >= 1");
+        // Unsigned first: 2^63 and above would wrap to a negative int64_t.
+        const bool in_range =
+            m.is_number_unsigned()
+                ? m.get<uint64_t>() >= 1 && m.get<uint64_t>() <= uint64_t{kMaxRequestTokens}
+                : m.is_number_integer() && m.get<int64_t>() >= 1 &&
+                      m.get<int64_t>() <= kMaxRequestTokens;
+        if (!in_range) {
+          return DataLossError(where + "\"max_tokens\" must be an integer in [1, " +
+                               std::to_string(kMaxRequestTokens) + "]");
         }
         max_tokens = m.get<int64_t>();
       }
@@ -374,14 +406,34 @@ Status ValidateWorkloadOptions(const WorkloadOptions& o) {
     return BadOption("num_requests", std::to_string(o.num_requests),
                      "must be >= " + std::to_string(min_requests));
   }
+  // Bounds first, so that no sum or product below can overflow.
+  const std::pair<const char*, int64_t> counts[] = {
+      {"num_requests", o.num_requests},       {"input_min", o.input_min},
+      {"input_max", o.input_max},             {"output_min", o.output_min},
+      {"output_max", o.output_max},           {"max_total_tokens", o.max_total_tokens},
+      {"jsonl_default_max_tokens", o.jsonl_default_max_tokens}};
+  for (const auto& [field, value] : counts) {
+    if (value > kMaxRequestTokens) {
+      return BadOption(field, std::to_string(value),
+                       "must be <= " + std::to_string(kMaxRequestTokens));
+    }
+  }
+  if (!(o.input_mean <= kMaxRequestTokens)) {
+    return BadOption("input_mean", Str(o.input_mean),
+                     "must be <= " + std::to_string(kMaxRequestTokens));
+  }
+  if (!(o.output_mean <= kMaxRequestTokens)) {
+    return BadOption("output_mean", Str(o.output_mean),
+                     "must be <= " + std::to_string(kMaxRequestTokens));
+  }
   if (!(std::isfinite(o.input_mean) && o.input_mean > 0)) {
     return BadOption("input_mean", Str(o.input_mean), "must be > 0");
   }
   if (!(std::isfinite(o.output_mean) && o.output_mean > 0)) {
     return BadOption("output_mean", Str(o.output_mean), "must be > 0");
   }
-  if (!(std::isfinite(o.length_sigma) && o.length_sigma >= 0)) {
-    return BadOption("length_sigma", Str(o.length_sigma), "must be >= 0");
+  if (!(std::isfinite(o.length_sigma) && o.length_sigma >= 0 && o.length_sigma <= 10)) {
+    return BadOption("length_sigma", Str(o.length_sigma), "must be in [0, 10]");
   }
   if (o.input_min < 1) return BadOption("input_min", std::to_string(o.input_min), "must be >= 1");
   if (o.input_max < o.input_min) {
@@ -410,6 +462,13 @@ Status ValidateWorkloadOptions(const WorkloadOptions& o) {
     return BadOption("prefix_sharing_degree", std::to_string(o.prefix_sharing_degree),
                      "must be >= 1");
   }
+  const int32_t d = o.prefix_sharing_degree;
+  if (d != 1 && d != 2 && d != 4 && d != 8) {
+    return BadOption("prefix_sharing_degree", std::to_string(d), "must be 1, 2, 4 or 8");
+  }
+  if (IsSynthetic(o) && !o.jsonl_path.empty()) {
+    return BadOption("jsonl", o.jsonl_path, "is read only by kind jsonl (kind is " + o.kind + ")");
+  }
   if (!(o.shared_prefix_fraction >= 0 && o.shared_prefix_fraction < 1)) {
     return BadOption("shared_prefix_fraction", Str(o.shared_prefix_fraction), "must be in [0, 1)");
   }
@@ -425,6 +484,35 @@ Status ValidateWorkloadOptions(const WorkloadOptions& o) {
     }
   }
   return Status::Ok();
+}
+
+int64_t WorkloadBytes(const WorkloadOptions& o) {
+  // Per request: the Request and its result, prompt ids and text (about 4 bytes a token each),
+  // output ids and text, and one step record per output token (the engine's step count is at
+  // least the longest output; every token as a step bounds it).
+  constexpr int64_t kPerRequest = 512, kPerPromptToken = 8, kPerOutputToken = 8 + 120;
+  int64_t input = 0, output = 0, requests = o.num_requests;
+  if (o.kind == "jsonl") {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(o.jsonl_path, ec);
+    const int64_t bytes = ec ? 0 : static_cast<int64_t>(std::min<uintmax_t>(size, INT64_MAX / 16));
+    // A prompt has at most one token per byte; every line could be a request.
+    return SaturatingMul(bytes, 16);
+  }
+  if (o.kind == "longbench_like") {
+    input = o.input_max;
+    output = o.output_max;
+  } else {
+    input = static_cast<int64_t>(o.input_mean) + 1;
+    output = static_cast<int64_t>(o.output_mean) + 1;
+  }
+  if (o.max_total_tokens > 0) {
+    input = std::min(input, o.max_total_tokens);
+    output = std::min(output, o.max_total_tokens);
+  }
+  const int64_t per = SaturatingAdd(kPerRequest, SaturatingAdd(SaturatingMul(input, kPerPromptToken),
+                                                               SaturatingMul(output, kPerOutputToken)));
+  return SaturatingMul(requests, per);
 }
 
 StatusOr<std::vector<Request>> GenerateWorkload(const WorkloadOptions& options,

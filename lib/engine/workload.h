@@ -87,8 +87,17 @@ struct WorkloadOptions {
   std::string corpus_path;
 };
 
+// The most tokens any one length (input, output, total, a JSONL max_tokens) and the most
+// requests a workload may have: every sum of them fits in int64_t.
+inline constexpr int64_t kMaxRequestTokens = 2147483647;
+
 // Returns OK or InvalidArgument naming the first bad field and its value.
 Status ValidateWorkloadOptions(const WorkloadOptions& options);
+
+// Bytes the requests of `options` take in memory, through a run that keeps every prompt, output
+// and step record (an estimate from the longest or mean lengths; jsonl from the file size).
+// REQUIRES: ValidateWorkloadOptions(options).ok().
+int64_t WorkloadBytes(const WorkloadOptions& options);
 
 // Generates the requests of `options`.
 //

@@ -265,7 +265,54 @@ TEST_F(ResultStoreTest, FailedRunHasNoSummary) {
   ASSERT_TRUE(summary.ok());
   EXPECT_TRUE(summary->values.empty());
   EXPECT_TRUE(summary->text.empty());
-  EXPECT_EQ(store->GetSteps(*id)->size(), 4u);  // raw data of a failed run is kept
+  EXPECT_TRUE(store->GetSteps(*id)->empty());  // a failed run keeps no partial rows
+}
+
+TEST_F(ResultStoreTest, InterruptedRunKeepsNoRows) {
+  auto store = ResultStore::Open(Path("r.db"));
+  ASSERT_TRUE(store.ok());
+  const int64_t id = store->BeginRun(MakeRun("h")).value();
+  ASSERT_TRUE(store->AppendSteps(id, MakeSteps(0, 3)).ok());
+  ASSERT_TRUE(store->AppendOutputs(id, {{.request_id = 0, .text = "a", .token_ids = {1}}}).ok());
+  ASSERT_TRUE(store->InterruptRun(id, "interrupted by SIGINT").ok());
+  auto run = store->GetRun(id);
+  EXPECT_EQ(run->status, "interrupted");
+  EXPECT_EQ(run->error, "interrupted by SIGINT");
+  EXPECT_TRUE(store->GetSteps(id)->empty());
+  EXPECT_TRUE(store->GetOutputs(id)->empty());
+  EXPECT_EQ(store->InterruptRun(id, "again").code(), StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ResultStoreTest, CompleteRunWritesEverythingInOneTransaction) {
+  auto store = ResultStore::Open(Path("r.db"));
+  ASSERT_TRUE(store.ok());
+  const int64_t id = store->BeginRun(MakeRun("h")).value();
+  RunRows rows{.steps = MakeSteps(0, 5),
+               .requests = {{.request_id = 0, .prompt_tokens = 3}, {.request_id = 0}},
+               .outputs = {{.request_id = 0, .text = "a", .token_ids = {1}}}};
+  // A duplicate request id fails half-way: nothing of the run may be left behind.
+  EXPECT_FALSE(store->CompleteRun(id, rows, {{"x", 1}}).ok());
+  EXPECT_EQ(store->GetRun(id)->status, "running");
+  EXPECT_TRUE(store->GetSteps(id)->empty());
+  EXPECT_TRUE(store->GetSummary(id)->values.empty());
+  rows.requests.pop_back();
+  ASSERT_TRUE(store->CompleteRun(id, rows, {{"x", 1}}, {{"experiment", "e"}}).ok());
+  EXPECT_EQ(store->GetRun(id)->status, "completed");
+  EXPECT_EQ(store->GetSteps(id)->size(), 5u);
+  EXPECT_EQ(store->GetRequests(id)->size(), 1u);
+  EXPECT_EQ(store->GetOutputs(id)->size(), 1u);
+  EXPECT_EQ(store->GetSummary(id)->values.at("x"), 1);
+}
+
+TEST_F(ResultStoreTest, MergeOfACorruptSourceNamesTheSource) {
+  const std::string bad = Path("corrupt.db");
+  std::ofstream(bad) << std::string(4096, 'x');
+  auto store = ResultStore::Open(Path("into.db"));
+  ASSERT_TRUE(store.ok());
+  Status s = store->MergeInto({bad});
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+  EXPECT_EQ(s.message().rfind("result db " + bad + ": ", 0), 0u) << s.message();
+  EXPECT_EQ(s.message().find("into.db"), std::string::npos) << s.message();
 }
 
 TEST_F(ResultStoreTest, RunOfALiveProcessStaysRunning) {

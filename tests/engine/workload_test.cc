@@ -342,6 +342,52 @@ TEST_F(WorkloadTest, CorpusErrors) {
   r = GenerateWorkload(o, &tok, 0);
   EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
   EXPECT_EQ(r.status().message(), "corpus " + o.corpus_path + " has no text");
+  o.corpus_path = Write("binary.bin", std::string("ELF\x7f\n\x01\x00\x00 data\n", 14));
+  r = GenerateWorkload(o, &tok, 0);
+  EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+  EXPECT_EQ(r.status().message(),
+            "corpus " + o.corpus_path + " is not UTF-8 text (byte 0x00 at offset 6)");
+  o.corpus_path = Write("latin1.txt", "caf\xe9 au lait\n");
+  r = GenerateWorkload(o, &tok, 0);
+  EXPECT_EQ(r.status().message(),
+            "corpus " + o.corpus_path + " is not UTF-8 text (byte 0xe9 at offset 3)");
+  o.corpus_path = Write("utf8.txt", "caf\xc3\xa9 au lait, \xe2\x80\x9cquoted\xe2\x80\x9d\n");
+  EXPECT_TRUE(GenerateWorkload(o, &tok, 0).ok());
+}
+
+TEST(WorkloadOptionsTest, CountsAreBoundedBeforeArithmetic) {
+  WorkloadOptions o;
+  o.kind = "longbench_like";
+  o.output_min = o.output_max = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(ValidateWorkloadOptions(o).message(),
+            "workload option output_min = 9223372036854775807: must be <= 2147483647");
+  o.output_min = o.output_max = kMaxRequestTokens;
+  o.input_min = o.input_max = kMaxRequestTokens;
+  o.num_requests = 2;
+  ASSERT_TRUE(ValidateWorkloadOptions(o).ok());
+  // The largest lengths still add up without overflow (the context check sees the true sum).
+  o.max_total_tokens = 1024;
+  const auto r = GenerateWorkload(o, nullptr, 100);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(static_cast<int64_t>((*r)[0].prompt_tokens.size()) + (*r)[0].max_tokens, 1024);
+  o.input_mean = 1e300;
+  o.kind = "sharegpt_like";
+  EXPECT_EQ(ValidateWorkloadOptions(o).message(),
+            "workload option input_mean = 1e+300: must be <= 2147483647");
+}
+
+TEST(WorkloadOptionsTest, WorkloadBytesGrowsWithRequestsAndLengths) {
+  WorkloadOptions o;
+  o.kind = "longbench_like";
+  o.num_requests = 10;
+  o.input_min = o.input_max = 1000;
+  o.output_min = o.output_max = 100;
+  const int64_t ten = WorkloadBytes(o);
+  EXPECT_EQ(ten, 10 * (512 + 1000 * 8 + 100 * 128));
+  o.num_requests = 100000000;
+  EXPECT_EQ(WorkloadBytes(o), ten * 10000000);
+  o.max_total_tokens = 500;  // Both lengths are cut to the total.
+  EXPECT_EQ(WorkloadBytes(o), 100000000LL * (512 + 500 * 8 + 100 * 128));
 }
 
 TEST_F(WorkloadTest, MaxTotalTokensScalesLongRequestsDown) {
@@ -432,8 +478,13 @@ TEST_F(WorkloadTest, JsonlMalformedLinesNameFileAndLine) {
       {"[1, 2]", "expected a JSON object"},
       {"{\"text\": \"x\"}", "needs a string \"prompt\" (or ShareGPT \"conversations\")"},
       {"{\"prompt\": 5}", "needs a string \"prompt\" (or ShareGPT \"conversations\")"},
-      {"{\"prompt\": \"x\", \"max_tokens\": \"ten\"}", "\"max_tokens\" must be an integer >= 1"},
-      {"{\"prompt\": \"x\", \"max_tokens\": 0}", "\"max_tokens\" must be an integer >= 1"},
+      {"{\"prompt\": \"x\", \"max_tokens\": \"ten\"}",
+       "\"max_tokens\" must be an integer in [1, 2147483647]"},
+      {"{\"prompt\": \"x\", \"max_tokens\": 0}", "\"max_tokens\" must be an integer in [1, 2147483647]"},
+      {"{\"prompt\": \"x\", \"max_tokens\": 9223372036854775807}",
+       "\"max_tokens\" must be an integer in [1, 2147483647]"},
+      {"{\"prompt\": \"x\", \"max_tokens\": 18446744073709551615}",
+       "\"max_tokens\" must be an integer in [1, 2147483647]"},
       {"{\"prompt\": \"x\", \"reference\": 3}", "\"reference\" must be a string"},
       {"{\"prompt\": \"\"}", "the prompt encodes to no tokens"},
       {"{\"conversations\": {}}", "\"conversations\" is not an array"},
@@ -491,6 +542,13 @@ TEST(WorkloadOptionsTest, InvalidFieldsAreNamed) {
        },
        "workload option gamma_cv = 0: "},
       {[](auto& o) { o.prefix_sharing_degree = 0; }, "workload option prefix_sharing_degree = 0: "},
+      {[](auto& o) { o.prefix_sharing_degree = 3; },
+       "workload option prefix_sharing_degree = 3: must be 1, 2, 4 or 8"},
+      {[](auto& o) { o.jsonl_path = "w.jsonl"; },
+       "workload option jsonl = w.jsonl: is read only by kind jsonl (kind is sharegpt_like)"},
+      {[](auto& o) { o.num_requests = 2147483648; },
+       "workload option num_requests = 2147483648: must be <= 2147483647"},
+      {[](auto& o) { o.length_sigma = 50; }, "workload option length_sigma = 50: must be in [0, 10]"},
       {[](auto& o) { o.shared_prefix_fraction = 1.0; },
        "workload option shared_prefix_fraction = 1: "},
       {[](auto& o) { o.kind = "jsonl"; }, "workload option jsonl_path = \"\": "},
