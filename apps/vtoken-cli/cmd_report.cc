@@ -225,6 +225,11 @@ Status RunPlot(const std::string& db, const std::string& sweep, const std::strin
 }
 
 Status Report(const std::string& db, const std::string& sweep, std::string out, bool figures) {
+  if (out.empty()) out = "results/figures/" + sweep;
+  // Before any table is printed: plot.py would fail on it with a traceback.
+  if (figures && std::filesystem::exists(out) && !std::filesystem::is_directory(out)) {
+    return InvalidArgumentError("--out " + out + " is a file, not a directory for the figures");
+  }
   VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::OpenReadOnly(db));
   VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> records,
                           store.ListRuns({.ids = {}, .sweep = sweep, .status = "", .last = 0}));
@@ -280,7 +285,6 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
   PrintFrontiers(runs, axes);
   std::printf("\n");
   if (!figures) return Status::Ok();
-  if (out.empty()) out = "results/figures/" + sweep;
   std::printf("Figures (%s):\n", out.c_str());
   return RunPlot(db, sweep, out);
 }

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <numeric>
 
 namespace vtoken::model {
@@ -257,6 +259,43 @@ TEST_F(CheckpointTest, MissingRequiredTensor) {
   ExpectLoadError(StatusCode::kNotFound,
                   {"required tensor 'model.layers.1.mlp.down_proj.weight' is missing",
                    Path("model.safetensors")});
+}
+
+// Removes `name` from the header of a safetensors file, leaving its bytes in the data area (the
+// header is padded with spaces to its old length, so every other offset stays valid).
+void DropFromHeader(const std::string& path, const std::string& name) {
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(bytes[i]);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  ASSERT_EQ(header.erase(name), 1u) << name;
+  std::string text = header.dump();
+  ASSERT_LE(text.size(), n);
+  text.resize(n, ' ');
+  bytes.replace(8, n, text);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+TEST_F(CheckpointTest, TensorDroppedFromTheHeaderIsNamedNotReportedAsAGap) {
+  for (const char* name : {"model.norm.weight", "model.layers.0.self_attn.q_proj.weight"}) {
+    SCOPED_TRACE(name);
+    WriteModel(TinyConfig());
+    DropFromHeader(Path("model.safetensors"), name);
+    ExpectLoadError(StatusCode::kNotFound,
+                    {"required tensor '" + std::string(name) + "' is missing"});
+  }
+  // Every required tensor present: leftover bytes are still corruption.
+  std::vector<TensorSpec> specs = RequiredTensors(TinyConfig());
+  specs.push_back({"extra.weight", {4}});
+  WriteModel(TinyConfig(), 0, specs);
+  DropFromHeader(Path("model.safetensors"), "extra.weight");
+  StatusOr<Checkpoint> ckpt = LoadCheckpoint(dir_);
+  EXPECT_EQ(ckpt.status().code(), StatusCode::kDataLoss);
+  EXPECT_TRUE(ckpt.status().message().find("leaves a gap of") != std::string::npos ||
+              ckpt.status().message().find("trailing bytes after the last tensor") !=
+                  std::string::npos)
+      << ckpt.status().message();
 }
 
 TEST_F(CheckpointTest, MissingBiasForQwen2) {

@@ -283,6 +283,21 @@ TEST_F(SafetensorsTest, GapBetweenTensors) {
                   StatusCode::kDataLoss, "tensor 'b': leaves a gap of 4 bytes");
 }
 
+TEST_F(SafetensorsTest, ToleratedGapsAreKeptAsTheLayoutError) {
+  const std::string path =
+      WriteRaw(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                   "b": {"dtype": "F32", "shape": [2], "data_offsets": [12, 20]}})",
+               23);
+  StatusOr<SafetensorsFile> f = SafetensorsFile::Open(path, /*tolerate_gaps=*/true);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->tensors().size(), 2u);
+  EXPECT_EQ(f->layout_error().code(), StatusCode::kDataLoss);
+  EXPECT_NE(f->layout_error().message().find("tensor 'b': leaves a gap of 4 bytes"),
+            std::string::npos);
+  StatusOr<SafetensorsFile> moved = std::move(*f);
+  EXPECT_EQ(moved->layout_error().code(), StatusCode::kDataLoss);
+}
+
 TEST_F(SafetensorsTest, TrailingBytes) {
   ExpectOpenError(WriteRaw(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}})", 11),
                   StatusCode::kDataLoss, "3 trailing bytes after the last tensor");

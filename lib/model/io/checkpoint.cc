@@ -84,7 +84,7 @@ StatusOr<Checkpoint> LoadCheckpoint(const std::string& dir) {
   const std::string index = (fs::path(dir) / kIndexFile).string();
   std::error_code ec;
   if (fs::exists(single, ec)) {
-    VTOKEN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(single));
+    VTOKEN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(single, /*tolerate_gaps=*/true));
     ckpt.files_.push_back(std::move(file));
     // Views are registered only once files_ stops growing; see below.
     for (const TensorView& t : ckpt.files_[0].tensors()) ckpt.tensors_[t.name] = {nullptr, 0};
@@ -93,7 +93,7 @@ StatusOr<Checkpoint> LoadCheckpoint(const std::string& dir) {
     std::map<std::string, size_t> shard_ids;
     for (const auto& [name, shard] : weight_map) {
       if (shard_ids.contains(shard)) continue;
-      auto file = SafetensorsFile::Open((fs::path(dir) / shard).string());
+      auto file = SafetensorsFile::Open((fs::path(dir) / shard).string(), /*tolerate_gaps=*/true);
       if (!file.ok()) {
         return Status(file.status().code(),
                       file.status().message() + " (shard listed in " + index + ")");
@@ -128,6 +128,8 @@ StatusOr<Checkpoint> LoadCheckpoint(const std::string& dir) {
                                   ", config.json needs " + ShapeString(spec.shape));
     }
   }
+  // Every required tensor is there: a gap now is corruption, not a tensor left out.
+  for (const SafetensorsFile& f : ckpt.files_) VTOKEN_RETURN_IF_ERROR(f.layout_error());
   return ckpt;
 }
 

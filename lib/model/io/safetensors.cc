@@ -168,7 +168,7 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
   return s;
 }
 
-StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, bool tolerate_gaps) {
   SafetensorsFile file;
   file.path_ = path;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -315,16 +315,20 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
       return TensorError(path, t.name, "overlaps tensor " + Quote(previous->name));
     }
     if (t.bytes.data() > cursor) {
-      return TensorError(path, t.name,
-                         "leaves a gap of " + std::to_string(t.bytes.data() - cursor) +
-                             " bytes before it in the data area");
+      Status gap = TensorError(path, t.name,
+                               "leaves a gap of " + std::to_string(t.bytes.data() - cursor) +
+                                   " bytes before it in the data area");
+      if (!tolerate_gaps) return gap;
+      if (file.layout_error_.ok()) file.layout_error_ = gap;
     }
-    cursor += t.bytes.size();
+    cursor = t.bytes.data() + t.bytes.size();
     previous = &t;
   }
   if (cursor != data + data_size) {
-    return FileError(
+    Status trailing = FileError(
         path, std::to_string(data + data_size - cursor) + " trailing bytes after the last tensor");
+    if (!tolerate_gaps) return trailing;
+    if (file.layout_error_.ok()) file.layout_error_ = trailing;
   }
   for (size_t i = 0; i < file.tensors_.size(); ++i) file.index_[file.tensors_[i].name] = i;
   return file;
@@ -341,6 +345,7 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
     tensors_ = std::move(other.tensors_);
     index_ = std::move(other.index_);
     metadata_ = std::move(other.metadata_);
+    layout_error_ = std::move(other.layout_error_);
   }
   return *this;
 }

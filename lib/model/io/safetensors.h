@@ -85,7 +85,9 @@ class SafetensorsFile {
   //                    string -> string object;
   //   InvalidArgument  a dtype the format defines but this reader does not support;
   //                    other I/O failures.
-  static StatusOr<SafetensorsFile> Open(const std::string& path);
+  // With `tolerate_gaps`, a gap or trailing bytes open anyway and are kept as layout_error()
+  // (LoadCheckpoint first names a required tensor that is missing, the likely cause).
+  static StatusOr<SafetensorsFile> Open(const std::string& path, bool tolerate_gaps = false);
 
   SafetensorsFile(SafetensorsFile&& other) noexcept;
   SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
@@ -100,6 +102,8 @@ class SafetensorsFile {
   const TensorView* Find(std::string_view name) const;
   // The "__metadata__" map (empty when absent).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The first gap or trailing-bytes error Open tolerated; OK when the tensors tile the data.
+  const Status& layout_error() const { return layout_error_; }
 
  private:
   SafetensorsFile() = default;
@@ -111,6 +115,7 @@ class SafetensorsFile {
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors_
   std::map<std::string, std::string> metadata_;
+  Status layout_error_;
 };
 
 // Bit-exact IEEE binary16 -> binary32 (subnormals, infinities and NaN payloads preserved).
