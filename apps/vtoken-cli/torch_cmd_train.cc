@@ -175,8 +175,20 @@ int RunTrain(const TrainArgs& a) {
   if (ec) return fail("cannot create " + a.out + ": " + ec.message());
   const auto tokenizer_dst = out / "tokenizer.json";
   if (!std::filesystem::exists(tokenizer_dst)) {
-    std::filesystem::copy_file(a.tokenizer, tokenizer_dst, ec);
-    if (ec) return fail("cannot copy tokenizer to " + tokenizer_dst.string() + ": " + ec.message());
+    if (tokenizer->template_bos_id() == tokenizer->bos_id()) {
+      std::filesystem::copy_file(a.tokenizer, tokenizer_dst, ec);
+      if (ec) return fail("cannot copy tokenizer to " + tokenizer_dst.string() + ": " + ec.message());
+    } else {
+      // The model is trained with BOS: its tokenizer's post_processor must add it, so Hugging
+      // Face encodes prompts as the workbench does.
+      model::TokenizerSpec spec = tokenizer->spec();
+      for (const model::AddedToken& t : spec.added_tokens) {
+        if (t.id == *tokenizer->bos_id()) spec.bos_token = t.content;
+      }
+      StatusOr<model::Tokenizer> with_bos = model::Tokenizer::Create(std::move(spec));
+      Status saved = with_bos.ok() ? with_bos->Save(tokenizer_dst.string()) : with_bos.status();
+      if (!saved.ok()) return fail(saved.message());
+    }
   }
 
   std::vector<model::TrainLogRow> log;

@@ -268,7 +268,9 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     std::vector<engine::OutputRecord> outputs;
     std::vector<std::string> texts;
     for (const engine::RequestResult& q : result->requests) {
-      std::string text = tokenizer ? tokenizer->Decode(q.output_tokens) : std::string();
+      // Special tokens (EOS) are no part of the text that ROUGE-L scores.
+      std::string text =
+          tokenizer ? tokenizer->Decode(q.output_tokens, /*skip_special=*/true) : std::string();
       if (!tokenizer) {
         for (int32_t t : q.output_tokens) text += std::to_string(t) + " ";
       }

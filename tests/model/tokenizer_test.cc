@@ -283,6 +283,70 @@ TEST_F(TokenizerTest, SaveThenLoadGivesTheSameTokenizer) {
   EXPECT_EQ(again->Encode(text), tok.Encode(text));
 }
 
+// Hugging Face's encode(add_special_tokens=True) prepends what the post_processor says, never
+// config.json's bos_token_id: PromptBosId follows it.
+TEST_F(TokenizerTest, PromptBosFollowsThePostProcessor) {
+  ModelConfig with_bos;
+  with_bos.bos_token_ids = {kBos};
+  ModelConfig without_bos;
+  Json json = FixtureJson(false, false);
+  {
+    SCOPED_TRACE("no post_processor (Qwen2 style): no BOS whatever config.json says");
+    Tokenizer tok = LoadJson(json);
+    EXPECT_EQ(tok.bos_id(), kBos);  // The token exists (by name) ...
+    EXPECT_EQ(tok.template_bos_id(), std::nullopt);  // ... but nothing prepends it.
+    EXPECT_EQ(PromptBosId(&tok, with_bos), std::nullopt);
+  }
+  {
+    SCOPED_TRACE("Llama 3: Sequence[ByteLevel, TemplateProcessing], config without bos_token_id");
+    json["post_processor"] = {
+        {"type", "Sequence"},
+        {"processors",
+         {{{"type", "ByteLevel"}, {"trim_offsets", false}},
+          {{"type", "TemplateProcessing"},
+           {"single",
+            {{{"SpecialToken", {{"id", "<|begin_of_text|>"}, {"type_id", 0}}}},
+             {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}}}};
+    Tokenizer tok = LoadJson(json);
+    EXPECT_EQ(tok.template_bos_id(), kBos);
+    EXPECT_EQ(PromptBosId(&tok, without_bos), kBos);
+  }
+  {
+    SCOPED_TRACE("TemplateProcessing that starts with the sequence: no BOS");
+    json["post_processor"] = {
+        {"type", "TemplateProcessing"},
+        {"single",
+         {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+          {{"SpecialToken", {{"id", "<|end_of_text|>"}, {"type_id", 0}}}}}}};
+    EXPECT_EQ(PromptBosId(&static_cast<const Tokenizer&>(LoadJson(json)), with_bos),
+              std::nullopt);
+  }
+  {
+    SCOPED_TRACE("RobertaProcessing: its cls token");
+    json["post_processor"] = {{"type", "RobertaProcessing"},
+                              {"sep", {"<|end_of_text|>", kEos}},
+                              {"cls", {"<|begin_of_text|>", kBos}}};
+    Tokenizer tok = LoadJson(json);
+    EXPECT_EQ(PromptBosId(&tok, without_bos), kBos);
+    json["post_processor"] = {{"type", "RobertaProcessing"}, {"sep", {"x", 1}}};
+    Status s = LoadError(json.dump());
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+    EXPECT_NE(s.message().find("post_processor RobertaProcessing needs \"cls\""),
+              std::string::npos)
+        << s.message();
+  }
+  // Without a tokenizer (synthetic and sim: models) config.json decides.
+  EXPECT_EQ(PromptBosId(nullptr, with_bos), kBos);
+  EXPECT_EQ(PromptBosId(nullptr, without_bos), std::nullopt);
+}
+
+TEST_F(TokenizerTest, DecodeCanSkipSpecialTokens) {
+  Tokenizer tok = LoadJson(FixtureJson(false, false));
+  const Ids ids = {kBos, 'a', 0, 'b', kEos};
+  EXPECT_EQ(tok.Decode(ids), std::string("<|begin_of_text|>a\0b<|end_of_text|>", 35));
+  EXPECT_EQ(tok.Decode(ids, /*skip_special=*/true), std::string("a\0b", 3));
+}
+
 TEST_F(TokenizerTest, MissingFile) {
   std::string path = (dir_ / "absent.json").string();
   auto tok = Tokenizer::Load(path);
@@ -359,6 +423,11 @@ TEST(BundledTokenizerTest, VtTinyLoadsAndRoundTrips) {
   EXPECT_EQ(tok->vocab_size(), 2048);
   EXPECT_EQ(tok->bos_id(), 2046);
   EXPECT_EQ(tok->eos_id(), 2047);
+  // vt-tiny was trained with BOS: its template adds it, as config.json's bos_token_id says.
+  EXPECT_EQ(tok->template_bos_id(), 2046);
+  auto dir_bos = PromptBosTokenIds(std::string(src) + "/models/vt-tiny", ModelConfig{});
+  ASSERT_TRUE(dir_bos.ok()) << dir_bos.status().ToString();
+  EXPECT_EQ(*dir_bos, (std::vector<int64_t>{2046}));
   const std::string verse = "1 In the beginning God created the heaven and the earth.\n";
   Ids ids = tok->Encode(verse);
   EXPECT_LT(ids.size(), verse.size() / 3);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -231,16 +232,29 @@ class SpecParser {
     return Unsupported("unsupported decoder " + type + " (only ByteLevel)");
   }
 
-  // Only the BOS token of a TemplateProcessing (possibly inside a Sequence) matters to us.
+  // What the post-processor puts before a single sequence, as Hugging Face applies it: the
+  // leading SpecialToken of TemplateProcessing's "single", the "cls" token of RobertaProcessing
+  // and BertProcessing; a Sequence applies its processors in order. ByteLevel (offsets only) and
+  // null add nothing.
   Status ParsePostProcessor(const Json& post, TokenizerSpec& spec) const {
     if (!post.is_object()) return Status::Ok();
-    if (Field(post, "type") == "Sequence" && Field(post, "processors").is_array()) {
+    const Json& type = Field(post, "type");
+    if (type == "Sequence" && Field(post, "processors").is_array()) {
       for (const Json& p : Field(post, "processors")) {
         VTOKEN_RETURN_IF_ERROR(ParsePostProcessor(p, spec));
       }
       return Status::Ok();
     }
-    if (Field(post, "type") != "TemplateProcessing") return Status::Ok();
+    if (type == "RobertaProcessing" || type == "BertProcessing") {
+      const Json& cls = Field(post, "cls");
+      if (!cls.is_array() || cls.empty() || !cls[0].is_string()) {
+        return DataLoss("post_processor " + type.get<std::string>() +
+                       " needs \"cls\": [token, id]");
+      }
+      spec.bos_token = cls[0].get<std::string>();
+      return Status::Ok();
+    }
+    if (type != "TemplateProcessing") return Status::Ok();
     const Json& single = Field(post, "single");
     if (!single.is_array() || single.empty() || !single[0].is_object()) return Status::Ok();
     const Json& first = Field(single[0], "SpecialToken");
@@ -316,6 +330,7 @@ StatusOr<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
   Index& ix = *tok.index_;
   tok.id_to_bytes_.assign(max_id + 1, "");
   tok.id_used_.assign(max_id + 1, false);
+  tok.id_special_.assign(max_id + 1, false);
   for (const auto& [token, id] : s.vocab) {
     if (tok.id_used_[id]) {
       return InvalidArgumentError("id " + std::to_string(id) + " is used twice");
@@ -332,6 +347,7 @@ StatusOr<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
                                   std::to_string(t.id));
     }
     tok.id_used_[t.id] = true;
+    tok.id_special_[t.id] = t.special;
     tok.id_to_bytes_[t.id] = t.content;
     ix.added_by_first_byte[static_cast<uint8_t>(t.content[0])].push_back(&t);
   }
@@ -378,6 +394,7 @@ StatusOr<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
     if (!tok.bos_id_) {
       return InvalidArgumentError("post_processor BOS token '" + *s.bos_token + "' is unknown");
     }
+    tok.template_bos_id_ = tok.bos_id_;
   }
   for (std::string_view name : kBosNames) {
     if (!tok.bos_id_ && ix.added_to_id.contains(name)) {
@@ -507,12 +524,30 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text) const {
   return ids;
 }
 
-std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
+std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) const {
   std::string out;
   for (int32_t id : ids) {
-    if (id >= 0 && id < vocab_size() && id_used_[id]) out += id_to_bytes_[id];
+    if (id < 0 || id >= vocab_size() || !id_used_[id]) continue;
+    if (skip_special && id_special_[id]) continue;
+    out += id_to_bytes_[id];
   }
   return out;
+}
+
+std::optional<int32_t> PromptBosId(const Tokenizer* tokenizer, const ModelConfig& config) {
+  if (tokenizer != nullptr) return tokenizer->template_bos_id();
+  if (config.bos_token_ids.empty()) return std::nullopt;
+  return static_cast<int32_t>(config.bos_token_ids.front());
+}
+
+StatusOr<std::vector<int64_t>> PromptBosTokenIds(const std::string& model_dir,
+                                                 const ModelConfig& config) {
+  const std::string path = model_dir + "/tokenizer.json";
+  if (!std::filesystem::exists(path)) return config.bos_token_ids;
+  VTOKEN_ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(path));
+  const std::optional<int32_t> bos = PromptBosId(&tokenizer, config);
+  if (!bos) return std::vector<int64_t>{};
+  return std::vector<int64_t>{*bos};
 }
 
 Status Tokenizer::Save(const std::string& path) const {

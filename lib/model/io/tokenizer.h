@@ -10,8 +10,10 @@
 // ignore_merges, unk_token); pre_tokenizer ByteLevel(use_regex: true) with the GPT-2 regex, or
 // Sequence[Split(Regex, Isolated), ByteLevel(use_regex: false)] with the GPT-2, Llama 3 or Qwen2
 // regex; decoder ByteLevel; normalizer null or NFC (NFC is treated as the identity: input is
-// assumed to be NFC already, as nearly all text is); post_processor is read only for the BOS
-// token of a TemplateProcessing. BPE dropout is ignored (inference is deterministic).
+// assumed to be NFC already, as nearly all text is); post_processor is read only for the token
+// it puts before a single sequence (TemplateProcessing's leading special token,
+// RobertaProcessing's and BertProcessing's cls; see PromptBosId). BPE dropout is ignored
+// (inference is deterministic).
 //
 // A Tokenizer is immutable after construction; all const methods are safe to call concurrently.
 #pragma once
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "lib/core/status.h"
+#include "lib/model/io/hf_config.h"
 #include "lib/model/io/pretokenizer.h"
 
 namespace vtoken::model {
@@ -54,7 +57,8 @@ struct TokenizerSpec {
   // Emitted for a byte whose single-byte token is missing from the vocab; if unset such bytes
   // are dropped (as Hugging Face does).
   std::optional<std::string> unk_token;
-  // The BOS token a TemplateProcessing post_processor prepends, if any.
+  // The token the post_processor puts before a single sequence (TemplateProcessing,
+  // RobertaProcessing, BertProcessing), if any. Save writes it as a TemplateProcessing.
   std::optional<std::string> bos_token;
 };
 
@@ -77,8 +81,10 @@ class Tokenizer {
   std::vector<int32_t> Encode(std::string_view text) const;
 
   // Returns the bytes the ids stand for (added tokens as their content). Ids that name no token
-  // are skipped. Decode(Encode(x)) == x whenever all 256 single-byte tokens are in the vocab.
-  std::string Decode(std::span<const int32_t> ids) const;
+  // are skipped, and with `skip_special` so are special added tokens (<|end_of_text|>, ...), as
+  // Hugging Face's decode(skip_special_tokens=True). Decode(Encode(x)) == x whenever all 256
+  // single-byte tokens are in the vocab.
+  std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
   // One more than the largest id of any vocab or added token.
   int32_t vocab_size() const { return static_cast<int32_t>(id_to_bytes_.size()); }
@@ -91,6 +97,9 @@ class Tokenizer {
   // BOS: the post_processor's template token, else an added token named <|begin_of_text|>, <s>
   // or <bos>. EOS: an added token named <|end_of_text|>, <|endoftext|>, </s> or <eos>.
   std::optional<int32_t> bos_id() const { return bos_id_; }
+  // The post_processor's token before a single sequence (spec().bos_token), or nullopt when the
+  // post_processor adds none: what Hugging Face's encode(add_special_tokens=True) prepends.
+  std::optional<int32_t> template_bos_id() const { return template_bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
 
   Tokenizer(Tokenizer&&) noexcept;
@@ -108,8 +117,21 @@ class Tokenizer {
   std::unique_ptr<Index> index_;
   std::vector<std::string> id_to_bytes_;  // Decoded bytes per id; empty for unused ids.
   std::vector<bool> id_used_;
+  std::vector<bool> id_special_;
   std::optional<int32_t> bos_id_;
   std::optional<int32_t> eos_id_;
+  std::optional<int32_t> template_bos_id_;
 };
+
+// The BOS the engine prepends to every prompt, as Hugging Face encodes one: with a tokenizer, the
+// post_processor decides (template_bos_id(); a Qwen2-style tokenizer without a BOS template gets
+// none, whatever config.json says); without one (synthetic and sim: models) config.json's
+// bos_token_id.
+std::optional<int32_t> PromptBosId(const Tokenizer* tokenizer, const ModelConfig& config);
+
+// PromptBosId for a model directory, as ModelConfig::bos_token_ids (empty or one id): reads
+// `model_dir`/tokenizer.json when there is one. Errors are Tokenizer::Load's.
+StatusOr<std::vector<int64_t>> PromptBosTokenIds(const std::string& model_dir,
+                                                 const ModelConfig& config);
 
 }  // namespace vtoken::model
