@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "lib/model/blas_info.h"
 #include "lib/model/kv_tensors.h"
 #include "lib/model/llama.h"
 #include "lib/model/torch_copy_engine.h"
@@ -219,6 +220,62 @@ BENCHMARK(BM_DecodeFusedVsReference)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
+// The same comparison for a prefill chunk: range(0) new tokens after range(1) context tokens,
+// one sequence, scattered slots.
+void BM_PrefillFusedVsReference(benchmark::State& state) {
+  const int64_t chunk = state.range(0), context = state.range(1);
+  static const StatusOr<LlamaModel> reference =
+      LlamaModel::FromDirectory(ModelDir(), {.fused_cpu_attention = false});
+  if (!VtTiny().ok() || !reference.ok()) return state.SkipWithError("vt-tiny did not load");
+  const LlamaModel& fused = *VtTiny();
+  std::optional<KvTensors> kv = FilledKv(fused, context + chunk, state);
+  if (!kv) return;
+  std::vector<int64_t> slots(static_cast<size_t>(context + chunk));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::mt19937_64 rng(5);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  PagedSeqInput in;
+  in.context_slots.assign(slots.begin(), slots.begin() + context);
+  in.write_slots.assign(slots.begin() + context, slots.end());
+  for (int64_t i = 0; i < chunk; ++i) {
+    in.tokens.push_back(static_cast<int32_t>((i * 31 + 7) % fused.config().vocab_size));
+    in.positions.push_back(context + i);
+  }
+  double fused_s = 0, reference_s = 0;
+  bool fused_first = true;
+  for (auto _ : state) {
+    auto timed = [&](const LlamaModel& m) {
+      const double begin = CpuSeconds();
+      auto out = m.ForwardPaged({in}, *kv);
+      benchmark::DoNotOptimize(out);
+      return CpuSeconds() - begin;
+    };
+    double f, r;
+    if (fused_first) {
+      f = timed(fused);
+      r = timed(*reference);
+    } else {
+      r = timed(*reference);
+      f = timed(fused);
+    }
+    fused_first = !fused_first;
+    fused_s += f;
+    reference_s += r;
+    state.SetIterationTime(f);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["fused_ms"] = 1e3 * fused_s / n;
+  state.counters["reference_ms"] = 1e3 * reference_s / n;
+  state.counters["speedup"] = reference_s / fused_s;
+  state.counters["fused_tok_s"] = static_cast<double>(chunk) * n / fused_s;
+}
+BENCHMARK(BM_PrefillFusedVsReference)
+    ->ArgNames({"chunk", "context"})
+    ->Args({512, 0})
+    ->Args({256, 512})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+
 // One layer's attention for one decode query of vt-tiny (3 query heads sharing 1 KV head of 64
 // channels), as ForwardPaged computes it per sequence: gather K/V rows, scores, softmax, values.
 torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -374,6 +431,7 @@ int main(int argc, char** argv) {
     execv("/proc/self/exe", argv);  // Only returns on failure; then run with the default policy.
   }
   benchmark::AddCustomContext("torch_threads", std::to_string(torch::get_num_threads()));
+  benchmark::AddCustomContext("blas", vtoken::model::BlasDescription());
   const char* wait_policy = std::getenv("OMP_WAIT_POLICY");
   benchmark::AddCustomContext("OMP_WAIT_POLICY", wait_policy != nullptr ? wait_policy : "unset");
   benchmark::Initialize(&argc, argv);

@@ -15,6 +15,7 @@
 #include "lib/engine/run_summary.h"
 #include "lib/engine/workload.h"
 #include "lib/model/io/tokenizer.h"
+#include "lib/model/blas_info.h"
 #include "lib/model/llama_runner.h"
 #include "lib/sim/signal_trace.h"
 #include "lib/sim/sim_spec.h"
@@ -171,6 +172,9 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
                  c.sim.dtype.c_str());
   }
   if (!c.pool_sizing.empty()) std::fprintf(stderr, "pool sizing: %s\n", c.pool_sizing.c_str());
+  if (sim_runner == nullptr) {
+    std::fprintf(stderr, "BLAS: %s\n", model::BlasDescription().c_str());
+  }
   if (dry_run) {
     for (size_t i = 0; i < c.modes.size(); ++i) {
       std::printf("# run %zu: %s (config hash %s)\n%s\n", i + 1, ModeName(c.modes[i]),

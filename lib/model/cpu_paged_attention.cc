@@ -57,6 +57,13 @@ VTOKEN_INLINE void ExpNonPositive(float* x, int64_t n) {
   }
 }
 
+// Slots are scattered: fetch the rows a few keys ahead so that their cache misses overlap.
+constexpr int64_t kPrefetchAhead = 8;
+VTOKEN_INLINE void PrefetchRow(const float* row, int64_t floats) {
+  const char* p = reinterpret_cast<const char*>(row);
+  for (int64_t off = 0; off < floats * 4; off += 64) __builtin_prefetch(p + off);
+}
+
 struct Scratch {
   std::vector<float> scores;  // [group, keys]
   std::vector<float> acc;     // [group, head_dim]
@@ -68,6 +75,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   const int64_t hd = b.head_dim, kvh = b.num_kv_heads, group = b.num_heads / b.num_kv_heads;
   const int64_t kv_row = kvh * hd, q_row = b.num_heads * hd;
   for (int64_t s = seq_begin; s < seq_end; ++s) {
+    if (b.skip != nullptr && b.skip[s] != 0) continue;
     const int64_t q0 = b.q_offsets[s], n = b.q_offsets[s + 1] - q0;
     const int64_t k0 = b.key_offsets[s], keys = b.key_offsets[s + 1] - k0;
     const int64_t ctx = keys - n;
@@ -92,6 +100,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
         const float* qi = b.q + (q0 + i) * q_row + g * group * hd;
         float* sc = scratch.scores.data();
         for (int64_t j = lo; j < hi; ++j) {
+          if (j + kPrefetchAhead < hi) PrefetchRow(kg + slots[j + kPrefetchAhead] * kv_row, hd);
           const float* kj = kg + slots[j] * kv_row;
           for (int64_t h = 0; h < group; ++h) {
             sc[h * keys + (j - lo)] = b.scale * Dot(qi + h * hd, kj, hd);
@@ -107,6 +116,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
           for (int64_t j = 0; j < len; ++j) row[j] *= inv;
         }
         for (int64_t j = lo; j < hi; ++j) {
+          if (j + kPrefetchAhead < hi) PrefetchRow(vg + slots[j + kPrefetchAhead] * kv_row, hd);
           const float* vj = vg + slots[j] * kv_row;
           for (int64_t h = 0; h < group; ++h) {
             Axpy(sc[h * keys + (j - lo)], vj, scratch.acc.data() + h * hd, hd);

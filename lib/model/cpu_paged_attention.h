@@ -42,6 +42,7 @@ struct CpuAttentionBatch {
   const uint8_t* want_signals = nullptr;  // [num_seqs]
   float* attn_sum = nullptr;             // [key_offsets[num_seqs]] or null
   float* norm_sum = nullptr;             // [key_offsets[num_seqs]] or null
+  const uint8_t* skip = nullptr;         // [num_seqs] or null: sequences left to the caller.
 };
 
 // REQUIRES: every slot < the cache's num_slots; key_offsets[s+1] - key_offsets[s] >=

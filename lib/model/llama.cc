@@ -7,29 +7,18 @@
 #include <numbers>
 #include <span>
 
-#include "lib/model/cpu_paged_attention.h"
 #include "lib/model/io/checkpoint.h"
+#include "lib/model/llama_ops.h"
 #include "lib/model/io/safetensors.h"
 
 namespace vtoken::model {
 namespace {
 
+using internal::ApplyRope;
+using internal::Linear;
+
 std::string LayerName(int64_t i, const char* suffix) {
   return "model.layers." + std::to_string(i) + "." + suffix;
-}
-
-torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) {
-  return b.defined() ? torch::nn::functional::linear(x, w, b) : torch::matmul(x, w.t());
-}
-
-torch::Tensor RotateHalf(const torch::Tensor& x) {
-  auto halves = x.chunk(2, -1);
-  return torch::cat({-halves[1], halves[0]}, -1);
-}
-
-torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
-                        const torch::Tensor& sin) {
-  return x * cos + RotateHalf(x) * sin;
 }
 
 // The runtime's own limits on top of ValidateConfig (the config file's rules).
@@ -315,194 +304,6 @@ torch::Tensor LlamaModel::ForwardDense(const torch::Tensor& tokens,
     x = x + Mlp(l, x);
   }
   return LmHead(x);
-}
-
-StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
-    const std::vector<PagedSeqInput>& inputs, KvTensors& kv) const {
-  const auto& c = config_;
-  const KvTensorsOptions& kvo = kv.options();
-  if (kvo.num_layers != c.num_hidden_layers || kvo.num_kv_heads != c.num_key_value_heads ||
-      kvo.head_dim != c.head_dim) {
-    return InvalidArgumentError("ForwardPaged: KvTensors shape does not match the model");
-  }
-  // CSR over the batch: query rows (new tokens) and keys (context, then new) per sequence.
-  std::vector<int64_t> all_tokens, all_positions, all_writes;
-  std::vector<int64_t> q_offsets = {0}, key_offsets = {0}, key_slots, key_positions, num_signal;
-  std::vector<uint8_t> want_signals;
-  for (size_t s = 0; s < inputs.size(); ++s) {
-    const PagedSeqInput& in = inputs[s];
-    const std::string where = "ForwardPaged: input " + std::to_string(s) + ": ";
-    if (in.tokens.empty()) return InvalidArgumentError(where + "no new tokens");
-    if (in.positions.size() != in.tokens.size() || in.write_slots.size() != in.tokens.size()) {
-      return InvalidArgumentError(where + "tokens, positions and write_slots differ in length");
-    }
-    if (c.sliding_window > 0 && in.context_positions.size() != in.context_slots.size()) {
-      return InvalidArgumentError(where + "the model has a sliding window: context_positions " +
-                                  "must give every context token's position");
-    }
-    for (int32_t t : in.tokens) {
-      if (t < 0 || t >= c.vocab_size) {
-        return InvalidArgumentError(where + "token id " + std::to_string(t) +
-                                    " outside the vocabulary");
-      }
-    }
-    VTOKEN_RETURN_IF_ERROR(kv.CheckSlots(in.write_slots));
-    VTOKEN_RETURN_IF_ERROR(kv.CheckSlots(in.context_slots));
-    all_tokens.insert(all_tokens.end(), in.tokens.begin(), in.tokens.end());
-    all_positions.insert(all_positions.end(), in.positions.begin(), in.positions.end());
-    all_writes.insert(all_writes.end(), in.write_slots.begin(), in.write_slots.end());
-    key_slots.insert(key_slots.end(), in.context_slots.begin(), in.context_slots.end());
-    key_slots.insert(key_slots.end(), in.write_slots.begin(), in.write_slots.end());
-    if (in.context_positions.size() == in.context_slots.size()) {
-      key_positions.insert(key_positions.end(), in.context_positions.begin(),
-                           in.context_positions.end());
-    } else {  // No window: positions only order the keys.
-      for (size_t i = 0; i < in.context_slots.size(); ++i) {
-        key_positions.push_back(static_cast<int64_t>(i));
-      }
-    }
-    key_positions.insert(key_positions.end(), in.positions.begin(), in.positions.end());
-    q_offsets.push_back(static_cast<int64_t>(all_tokens.size()));
-    key_offsets.push_back(static_cast<int64_t>(key_slots.size()));
-    num_signal.push_back(std::clamp<int64_t>(in.obs_window, 1,
-                                             static_cast<int64_t>(in.tokens.size())));
-    want_signals.push_back(in.want_signals ? 1 : 0);
-  }
-  std::vector<PagedSeqOutput> outputs(inputs.size());
-  if (inputs.empty()) return outputs;
-
-  torch::NoGradGuard no_grad;
-  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
-  const int64_t group = heads / kv_heads, hd = c.head_dim;
-  const int64_t total = static_cast<int64_t>(all_tokens.size());
-  const int64_t num_keys = static_cast<int64_t>(key_slots.size());
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  auto idx = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(options_.device);
-  auto write_index = torch::tensor(all_writes, idx);
-  auto [cos, sin] = RopeCosSin(torch::tensor(all_positions, idx));
-  const bool fused = options_.fused_cpu_attention && options_.device.is_cpu() &&
-                     options_.compute_dtype == torch::kFloat32 && kvo.dtype == torch::kFloat32;
-  // Signal accumulators over every key of the batch, summed across layers.
-  std::vector<float> attn_sum(static_cast<size_t>(num_keys), 0.0f);
-  std::vector<float> norm_sum(static_cast<size_t>(num_keys), 0.0f);
-
-  // The torch reference path: per sequence, the gather index, the mask over the new queries
-  // (causal, and the sliding window), unchanged across layers.
-  struct SeqState {
-    torch::Tensor gather, mask;
-  };
-  std::vector<SeqState> seqs;
-  if (!fused) {
-    seqs.resize(inputs.size());
-    for (size_t s = 0; s < inputs.size(); ++s) {
-      const int64_t k0 = key_offsets[s], keys = key_offsets[s + 1] - k0;
-      const int64_t n = q_offsets[s + 1] - q_offsets[s], ctx = keys - n;
-      seqs[s].gather = torch::tensor(
-          std::vector<int64_t>(key_slots.begin() + k0, key_slots.begin() + k0 + keys), idx);
-      const float neg_inf = -std::numeric_limits<float>::infinity();
-      auto mask = torch::zeros({n, keys}, f32);
-      if (n > 1) mask = torch::full({n, keys}, neg_inf, f32).triu(ctx + 1);
-      if (c.sliding_window > 0) {
-        auto kp = torch::tensor(
-            std::vector<int64_t>(key_positions.begin() + k0, key_positions.begin() + k0 + keys),
-            idx);
-        auto qp = kp.narrow(0, ctx, n).unsqueeze(1);
-        mask = mask.masked_fill((qp - kp.unsqueeze(0)) >= c.sliding_window, neg_inf);
-      }
-      if (n > 1 || c.sliding_window > 0) seqs[s].mask = mask;
-    }
-  }
-  CpuAttentionBatch batch{.num_seqs = static_cast<int64_t>(inputs.size()),
-                          .num_heads = heads,
-                          .num_kv_heads = kv_heads,
-                          .head_dim = hd,
-                          .scale = static_cast<float>(scale),
-                          .sliding_window = c.sliding_window,
-                          .q_offsets = q_offsets.data(),
-                          .key_offsets = key_offsets.data(),
-                          .slots = key_slots.data(),
-                          .key_positions = key_positions.data(),
-                          .num_signal = num_signal.data(),
-                          .want_signals = want_signals.data(),
-                          .attn_sum = attn_sum.data(),
-                          .norm_sum = norm_sum.data()};
-
-  auto x = Embed(torch::tensor(all_tokens, idx));  // [N, hidden]
-  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
-    const Layer& l = layers_[li];
-    auto h = RmsNorm(x, l.input_norm, c.rms_norm_eps);
-    auto q = Linear(h, l.q, l.q_bias).view({total, heads, hd});
-    auto k = Linear(h, l.k, l.k_bias).view({total, kv_heads, hd});
-    auto v = Linear(h, l.v, l.v_bias).view({total, kv_heads, hd});
-    q = ApplyRope(q, cos.unsqueeze(1), sin.unsqueeze(1));
-    k = ApplyRope(k, cos.unsqueeze(1), sin.unsqueeze(1));
-    kv.k(li).index_copy_(0, write_index, k.to(kvo.dtype));
-    kv.v(li).index_copy_(0, write_index, v.to(kvo.dtype));
-
-    torch::Tensor attn;
-    if (fused) {
-      q = q.contiguous();
-      attn = torch::empty({total, heads * hd}, f32);
-      batch.q = q.data_ptr<float>();
-      batch.k_cache = kv.k(li).data_ptr<float>();
-      batch.v_cache = kv.v(li).data_ptr<float>();
-      batch.out = attn.data_ptr<float>();
-      at::parallel_for(0, batch.num_seqs, 1, [&](int64_t begin, int64_t end) {
-        CpuPagedAttention(batch, begin, end);
-      });
-    } else {
-      std::vector<torch::Tensor> attn_out;
-      attn_out.reserve(seqs.size());
-      for (size_t s = 0; s < seqs.size(); ++s) {
-        const SeqState& st = seqs[s];
-        const int64_t k0 = key_offsets[s], keys = key_offsets[s + 1] - k0;
-        const int64_t begin = q_offsets[s], n = q_offsets[s + 1] - begin;
-        auto ks = kv.k(li).index_select(0, st.gather).to(options_.compute_dtype);  // [S, KVH, hd]
-        auto vs = kv.v(li).index_select(0, st.gather).to(options_.compute_dtype);
-        // [n, H, hd] -> [KVH, G*n, hd]: query head h reads KV head h / G (HF repeat_kv).
-        auto qs = q.narrow(0, begin, n).view({n, kv_heads, group, hd}).permute({1, 2, 0, 3});
-        qs = qs.reshape({kv_heads, group * n, hd});
-        auto scores = torch::bmm(qs, ks.permute({1, 2, 0})) * scale;  // [KVH, G*n, S]
-        scores = scores.view({kv_heads, group, n, keys});
-        if (st.mask.defined()) scores = scores + st.mask;
-        auto probs = torch::softmax(scores, -1, torch::kFloat32);  // [KVH, G, n, S]
-        auto out = torch::bmm(probs.to(options_.compute_dtype).view({kv_heads, group * n, keys}),
-                              vs.permute({1, 0, 2}));  // [KVH, G*n, hd]
-        attn_out.push_back(
-            out.view({kv_heads, group, n, hd}).permute({2, 0, 1, 3}).reshape({n, heads * hd}));
-        if (!want_signals[s]) continue;
-        auto a = probs.narrow(2, n - num_signal[s], num_signal[s]).sum({0, 1, 2}).cpu();
-        auto nk = ks.to(torch::kFloat32).norm(2, -1).mean(-1).cpu();
-        for (int64_t j = 0; j < keys; ++j) {
-          attn_sum[k0 + j] += a.data_ptr<float>()[j];
-          norm_sum[k0 + j] += nk.data_ptr<float>()[j];
-        }
-      }
-      attn = attn_out.size() == 1 ? attn_out[0] : torch::cat(attn_out, 0);
-    }
-    x = x + Linear(attn.to(options_.compute_dtype), l.o, l.o_bias);
-    x = x + Mlp(l, x);
-  }
-
-  std::vector<int64_t> last_rows;
-  for (size_t s = 0; s < inputs.size(); ++s) last_rows.push_back(q_offsets[s + 1] - 1);
-  auto logits = LmHead(x.index_select(0, torch::tensor(last_rows, idx))).to(torch::kFloat32).cpu();
-  const float layers = static_cast<float>(c.num_hidden_layers);
-  for (size_t s = 0; s < inputs.size(); ++s) {
-    PagedSeqOutput& out = outputs[s];
-    out.last_logits = logits[s];
-    if (!want_signals[s]) continue;
-    const int64_t k0 = key_offsets[s], keys = key_offsets[s + 1] - k0;
-    const float attn_div = layers * static_cast<float>(heads * num_signal[s]);
-    out.attn.resize(static_cast<size_t>(keys));
-    out.key_norm.resize(static_cast<size_t>(keys));
-    for (int64_t j = 0; j < keys; ++j) {
-      out.attn[j] = attn_sum[k0 + j] / attn_div;
-      out.key_norm[j] = norm_sum[k0 + j] / layers;
-    }
-  }
-  return outputs;
 }
 
 Status LlamaModel::Save(const std::string& dir) const {

@@ -119,7 +119,22 @@ class LlamaModel {
     torch::Tensor post_norm, gate, up, down;
   };
 
+  // A paged step's batch in CSR form (llama_paged.cc): per sequence its query rows and keys
+  // (context, then new tokens), with the signal accumulators summed over layers.
+  struct PagedBatch {
+    std::vector<int64_t> q_offsets, key_offsets, key_slots, key_positions, num_signal;
+    std::vector<uint8_t> want_signals;
+    std::vector<float> attn_sum, norm_sum;
+  };
+
   LlamaModel() = default;
+  // The layers of a paged step: the fused CPU fp32 path and the torch reference path.
+  torch::Tensor PagedLayersCpu(torch::Tensor x, const std::vector<int64_t>& positions,
+                               const std::vector<int64_t>& writes, PagedBatch& batch,
+                               KvTensors& kv) const;
+  torch::Tensor PagedLayersTorch(torch::Tensor x, const std::vector<int64_t>& positions,
+                                 const std::vector<int64_t>& writes, PagedBatch& batch,
+                                 KvTensors& kv) const;
   // Fills inv_freq_ and checks shapes; shared by the factories.
   Status Finish();
   torch::Tensor Embed(const torch::Tensor& tokens) const;

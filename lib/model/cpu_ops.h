@@ -1,0 +1,39 @@
+// CPU fp32 building blocks of the fused paged step (llama_paged.cc), on raw memory.
+//
+// CpuLinear: y = x W^T (+ bias) (+ y) for a few rows of x, on raw fp32 memory, with W row-major
+// [out_features, in_features] as checkpoints store it. For decode batches (a few to a few dozen
+// rows) this reads each weight row once and reuses it for every row of x from L1, where a BLAS
+// GEMM spends most of its time packing W for a matrix it multiplies only a few times (measured
+// in docs/PERFORMANCE.md). Larger batches (prefill chunks) belong to BLAS.
+//
+// Each call computes output features [o_begin, o_end); calls on disjoint ranges may run in
+// parallel. Everything here is vectorized by function multiversioning (x86-64-v4 / v3 /
+// baseline).
+#pragma once
+
+#include <cstdint>
+
+namespace vtoken::model {
+
+struct CpuLinearArgs {
+  const float* x = nullptr;     // [rows, in_features]
+  const float* w = nullptr;     // [out_features, in_features]
+  const float* bias = nullptr;  // [out_features] or null
+  float* y = nullptr;           // [rows, out_features]
+  int64_t rows = 0, in_features = 0, out_features = 0;
+  bool accumulate = false;  // y += x W^T (a residual add) instead of y = x W^T.
+};
+
+void CpuLinear(const CpuLinearArgs& args, int64_t o_begin, int64_t o_end);
+
+// The most rows for which CpuLinear beats BLAS here (decode batches; prefill goes to BLAS).
+inline constexpr int64_t kCpuLinearMaxRows = 4;
+
+// HF LlamaRMSNorm in fp32 over `rows` rows of `width`: y = w * (x / sqrt(mean(x^2) + eps)).
+void CpuRmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_t width,
+                float eps);
+
+// SwiGLU's gating in place: gate[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up.
+void CpuSiluMul(float* gate, const float* up, int64_t n);
+
+}  // namespace vtoken::model

@@ -1,0 +1,424 @@
+// LlamaModel::ForwardPaged: one batched inference step over the paged KV store (llama.h), on
+// the fused CPU path (fp32 on the CPU) or the torch reference path (any device and dtype).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+
+#include "lib/model/cpu_ops.h"
+#include "lib/model/cpu_paged_attention.h"
+#include "lib/model/llama.h"
+#include "lib/model/llama_ops.h"
+
+namespace vtoken::model {
+
+using internal::ApplyRope;
+using internal::Linear;
+
+namespace {
+
+// A prefill chunk of at least this many new tokens is attended with BLAS (gather + bmm): the
+// fused kernel's per-query loop wins for decode, GEMMs win for long query blocks
+// (BM_PrefillFusedVsReference in bench/torch_model_bench.cc).
+constexpr int64_t kBlasAttentionMinQueries = 16;
+
+// The CSR arrays of a batch (LlamaModel::PagedBatch), read-only.
+struct BatchView {
+  const int64_t* q_offsets;
+  const int64_t* key_offsets;
+  const int64_t* key_slots;
+  const int64_t* key_positions;
+};
+
+// The gather index and the additive mask (causal among the new tokens, sliding window) of one
+// sequence of a batch; the mask is undefined when nothing is masked.
+std::pair<torch::Tensor, torch::Tensor> GatherAndMask(const BatchView& b,
+                                                      int64_t s, int64_t sliding_window,
+                                                      const torch::Device& device) {
+  auto idx = torch::TensorOptions().dtype(torch::kInt64).device(device);
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  const int64_t k0 = b.key_offsets[s], keys = b.key_offsets[s + 1] - k0;
+  const int64_t n = b.q_offsets[s + 1] - b.q_offsets[s], ctx = keys - n;
+  auto gather = torch::tensor(std::vector<int64_t>(b.key_slots + k0, b.key_slots + k0 + keys), idx);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  torch::Tensor mask;
+  if (n > 1) mask = torch::full({n, keys}, neg_inf, f32).triu(ctx + 1);
+  if (sliding_window > 0) {
+    if (!mask.defined()) mask = torch::zeros({n, keys}, f32);
+    auto kp = torch::tensor(
+        std::vector<int64_t>(b.key_positions + k0, b.key_positions + k0 + keys), idx);
+    auto qp = kp.narrow(0, ctx, n).unsqueeze(1);
+    mask = mask.masked_fill((qp - kp.unsqueeze(0)) >= sliding_window, neg_inf);
+  }
+  return {gather, mask};
+}
+
+// One sequence's attention with torch ops: q [n, H, hd] over the layer's K/V gathered at
+// `gather`; returns [n, H * hd] and, when `signals` is non-null, adds the sequence's signals to
+// its accumulators (two fp32 tensors [keys] on the model's device, summed over layers).
+struct SignalTensors {
+  torch::Tensor attn, norm;
+};
+torch::Tensor AttendTorch(const torch::Tensor& q, const torch::Tensor& k_layer,
+                          const torch::Tensor& v_layer, const torch::Tensor& gather,
+                          const torch::Tensor& mask, int64_t kv_heads, torch::Dtype dtype,
+                          int64_t num_signal, SignalTensors* signals) {
+  const int64_t n = q.size(0), heads = q.size(1), hd = q.size(2), group = heads / kv_heads;
+  const int64_t keys = gather.size(0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  auto ks = k_layer.index_select(0, gather).to(dtype);  // [S, KVH, hd]
+  auto vs = v_layer.index_select(0, gather).to(dtype);
+  // [n, H, hd] -> [KVH, G*n, hd]: query head h reads KV head h / G (HF repeat_kv).
+  auto qs = q.view({n, kv_heads, group, hd}).permute({1, 2, 0, 3}).reshape({kv_heads, group * n, hd});
+  auto scores = torch::bmm(qs, ks.permute({1, 2, 0})) * scale;  // [KVH, G*n, S]
+  scores = scores.view({kv_heads, group, n, keys});
+  if (mask.defined()) scores = scores + mask;
+  auto probs = torch::softmax(scores, -1, torch::kFloat32);  // [KVH, G, n, S]
+  auto out = torch::bmm(probs.to(dtype).view({kv_heads, group * n, keys}),
+                        vs.permute({1, 0, 2}));  // [KVH, G*n, hd]
+  if (signals != nullptr) {
+    signals->attn += probs.narrow(2, n - num_signal, num_signal).sum({0, 1, 2});
+    signals->norm += ks.to(torch::kFloat32).norm(2, -1).mean(-1);
+  }
+  return out.view({kv_heads, group, n, hd}).permute({2, 0, 1, 3}).reshape({n, heads * hd});
+}
+
+// Zeroed signal accumulators for the sequences that want signals (null entries otherwise).
+std::vector<std::unique_ptr<SignalTensors>> SignalAccumulators(const std::vector<int64_t>& seqs,
+                                                               const int64_t* key_offsets,
+                                                               const uint8_t* want,
+                                                               const torch::Device& device,
+                                                               int64_t num_seqs) {
+  std::vector<std::unique_ptr<SignalTensors>> acc(static_cast<size_t>(num_seqs));
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  for (int64_t s : seqs) {
+    if (want[s] == 0) continue;
+    const int64_t keys = key_offsets[s + 1] - key_offsets[s];
+    acc[s] = std::make_unique<SignalTensors>(
+        SignalTensors{torch::zeros({keys}, f32), torch::zeros({keys}, f32)});
+  }
+  return acc;
+}
+
+// Adds the accumulated signal tensors into the batch's host sums.
+void FlushSignals(const std::vector<std::unique_ptr<SignalTensors>>& acc,
+                  const int64_t* key_offsets, float* attn_sum, float* norm_sum) {
+  for (size_t s = 0; s < acc.size(); ++s) {
+    if (acc[s] == nullptr) continue;
+    auto a = acc[s]->attn.cpu().contiguous();
+    auto n = acc[s]->norm.cpu().contiguous();
+    const int64_t k0 = key_offsets[s];
+    for (int64_t j = 0; j < a.numel(); ++j) {
+      attn_sum[k0 + j] += a.data_ptr<float>()[j];
+      norm_sum[k0 + j] += n.data_ptr<float>()[j];
+    }
+  }
+}
+
+}  // namespace
+
+StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
+    const std::vector<PagedSeqInput>& inputs, KvTensors& kv) const {
+  const auto& c = config_;
+  const KvTensorsOptions& kvo = kv.options();
+  if (kvo.num_layers != c.num_hidden_layers || kvo.num_kv_heads != c.num_key_value_heads ||
+      kvo.head_dim != c.head_dim) {
+    return InvalidArgumentError("ForwardPaged: KvTensors shape does not match the model");
+  }
+  // CSR over the batch: query rows (new tokens) and keys (context, then new) per sequence.
+  std::vector<int64_t> all_tokens, all_positions, all_writes;
+  std::vector<int64_t> q_offsets = {0}, key_offsets = {0}, key_slots, key_positions, num_signal;
+  std::vector<uint8_t> want_signals;
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    const PagedSeqInput& in = inputs[s];
+    const std::string where = "ForwardPaged: input " + std::to_string(s) + ": ";
+    if (in.tokens.empty()) return InvalidArgumentError(where + "no new tokens");
+    if (in.positions.size() != in.tokens.size() || in.write_slots.size() != in.tokens.size()) {
+      return InvalidArgumentError(where + "tokens, positions and write_slots differ in length");
+    }
+    if (c.sliding_window > 0 && in.context_positions.size() != in.context_slots.size()) {
+      return InvalidArgumentError(where + "the model has a sliding window: context_positions " +
+                                  "must give every context token's position");
+    }
+    for (int32_t t : in.tokens) {
+      if (t < 0 || t >= c.vocab_size) {
+        return InvalidArgumentError(where + "token id " + std::to_string(t) +
+                                    " outside the vocabulary");
+      }
+    }
+    VTOKEN_RETURN_IF_ERROR(kv.CheckSlots(in.write_slots));
+    VTOKEN_RETURN_IF_ERROR(kv.CheckSlots(in.context_slots));
+    all_tokens.insert(all_tokens.end(), in.tokens.begin(), in.tokens.end());
+    all_positions.insert(all_positions.end(), in.positions.begin(), in.positions.end());
+    all_writes.insert(all_writes.end(), in.write_slots.begin(), in.write_slots.end());
+    key_slots.insert(key_slots.end(), in.context_slots.begin(), in.context_slots.end());
+    key_slots.insert(key_slots.end(), in.write_slots.begin(), in.write_slots.end());
+    if (in.context_positions.size() == in.context_slots.size()) {
+      key_positions.insert(key_positions.end(), in.context_positions.begin(),
+                           in.context_positions.end());
+    } else {  // No window: positions only order the keys.
+      for (size_t i = 0; i < in.context_slots.size(); ++i) {
+        key_positions.push_back(static_cast<int64_t>(i));
+      }
+    }
+    key_positions.insert(key_positions.end(), in.positions.begin(), in.positions.end());
+    q_offsets.push_back(static_cast<int64_t>(all_tokens.size()));
+    key_offsets.push_back(static_cast<int64_t>(key_slots.size()));
+    num_signal.push_back(std::clamp<int64_t>(in.obs_window, 1,
+                                             static_cast<int64_t>(in.tokens.size())));
+    want_signals.push_back(in.want_signals ? 1 : 0);
+  }
+  std::vector<PagedSeqOutput> outputs(inputs.size());
+  if (inputs.empty()) return outputs;
+
+  torch::NoGradGuard no_grad;
+  const int64_t heads = c.num_attention_heads;
+  const int64_t num_keys = static_cast<int64_t>(key_slots.size());
+  auto idx = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
+  const bool fused = options_.fused_cpu_attention && options_.device.is_cpu() &&
+                     options_.compute_dtype == torch::kFloat32 && kvo.dtype == torch::kFloat32;
+  PagedBatch batch{.q_offsets = std::move(q_offsets),
+                   .key_offsets = std::move(key_offsets),
+                   .key_slots = std::move(key_slots),
+                   .key_positions = std::move(key_positions),
+                   .num_signal = std::move(num_signal),
+                   .want_signals = std::move(want_signals),
+                   .attn_sum = std::vector<float>(static_cast<size_t>(num_keys), 0.0f),
+                   .norm_sum = std::vector<float>(static_cast<size_t>(num_keys), 0.0f)};
+  auto x = Embed(torch::tensor(all_tokens, idx));  // [N, hidden]
+  if (fused) {
+    x = PagedLayersCpu(x, all_positions, all_writes, batch, kv);
+  } else {
+    x = PagedLayersTorch(x, all_positions, all_writes, batch, kv);
+  }
+
+  std::vector<int64_t> last_rows;
+  for (size_t s = 0; s < inputs.size(); ++s) last_rows.push_back(batch.q_offsets[s + 1] - 1);
+  auto last = x.index_select(0, torch::tensor(last_rows, idx));
+  torch::Tensor logits;
+  if (fused && static_cast<int64_t>(last_rows.size()) <= kCpuLinearMaxRows) {
+    auto normed = RmsNorm(last, norm_, c.rms_norm_eps).contiguous();
+    logits = torch::empty({last.size(0), c.vocab_size}, torch::kFloat32);
+    const CpuLinearArgs a{.x = normed.data_ptr<float>(),
+                          .w = lm_head_.data_ptr<float>(),
+                          .y = logits.data_ptr<float>(),
+                          .rows = last.size(0),
+                          .in_features = c.hidden_size,
+                          .out_features = c.vocab_size};
+    at::parallel_for(0, c.vocab_size, 64,
+                     [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); });
+  } else {
+    logits = LmHead(last).to(torch::kFloat32).cpu();
+  }
+  const float layers = static_cast<float>(c.num_hidden_layers);
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    PagedSeqOutput& out = outputs[s];
+    out.last_logits = logits[s];
+    if (!batch.want_signals[s]) continue;
+    const int64_t k0 = batch.key_offsets[s], keys = batch.key_offsets[s + 1] - k0;
+    const float attn_div = layers * static_cast<float>(heads * batch.num_signal[s]);
+    out.attn.resize(static_cast<size_t>(keys));
+    out.key_norm.resize(static_cast<size_t>(keys));
+    for (int64_t j = 0; j < keys; ++j) {
+      out.attn[j] = batch.attn_sum[k0 + j] / attn_div;
+      out.key_norm[j] = batch.norm_sum[k0 + j] / layers;
+    }
+  }
+  return outputs;
+}
+
+// The reference path: per layer, torch ops; per sequence, K/V gathered with index_select and
+// attention as bmm / softmax / bmm, with the causal and sliding-window mask.
+torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const std::vector<int64_t>& positions,
+                                           const std::vector<int64_t>& writes, PagedBatch& b,
+                                           KvTensors& kv) const {
+  const auto& c = config_;
+  const KvTensorsOptions& kvo = kv.options();
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const int64_t hd = c.head_dim;
+  const int64_t total = x.size(0);
+  const int64_t num_seqs = static_cast<int64_t>(b.q_offsets.size()) - 1;
+  auto idx = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
+  auto write_index = torch::tensor(writes, idx);
+  auto [cos, sin] = RopeCosSin(torch::tensor(positions, idx));
+  const BatchView view{b.q_offsets.data(), b.key_offsets.data(), b.key_slots.data(),
+                       b.key_positions.data()};
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> gather_mask;
+  std::vector<int64_t> all_seqs;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    gather_mask.push_back(GatherAndMask(view, s, c.sliding_window, options_.device));
+    all_seqs.push_back(s);
+  }
+  auto signals = SignalAccumulators(all_seqs, b.key_offsets.data(), b.want_signals.data(),
+                                    options_.device, num_seqs);
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    const Layer& l = layers_[li];
+    auto h = RmsNorm(x, l.input_norm, c.rms_norm_eps);
+    auto q = Linear(h, l.q, l.q_bias).view({total, heads, hd});
+    auto k = Linear(h, l.k, l.k_bias).view({total, kv_heads, hd});
+    auto v = Linear(h, l.v, l.v_bias).view({total, kv_heads, hd});
+    q = ApplyRope(q, cos.unsqueeze(1), sin.unsqueeze(1));
+    k = ApplyRope(k, cos.unsqueeze(1), sin.unsqueeze(1));
+    kv.k(li).index_copy_(0, write_index, k.to(kvo.dtype));
+    kv.v(li).index_copy_(0, write_index, v.to(kvo.dtype));
+    std::vector<torch::Tensor> attn_out;
+    attn_out.reserve(num_seqs);
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      const int64_t begin = b.q_offsets[s];
+      attn_out.push_back(AttendTorch(q.narrow(0, begin, b.q_offsets[s + 1] - begin), kv.k(li),
+                                     kv.v(li), gather_mask[s].first, gather_mask[s].second,
+                                     kv_heads, options_.compute_dtype, b.num_signal[s],
+                                     signals[s].get()));
+    }
+    auto attn = attn_out.size() == 1 ? attn_out[0] : torch::cat(attn_out, 0);
+    x = x + Linear(attn, l.o, l.o_bias);
+    x = x + Mlp(l, x);
+  }
+  FlushSignals(signals, b.key_offsets.data(), b.attn_sum.data(), b.norm_sum.data());
+  return x;
+}
+
+// The fused CPU fp32 path: RMSNorm, RoPE, the K/V writes and SwiGLU as loops on raw memory, the
+// projections as one GEMM each (bias and residual fused into addmm), attention as one
+// CpuPagedAttention call over the whole batch. About 7 torch ops per layer instead of ~30 plus
+// ~17 per sequence.
+torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int64_t>& positions,
+                                         const std::vector<int64_t>& writes, PagedBatch& b,
+                                         KvTensors& kv) const {
+  const auto& c = config_;
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const int64_t hd = c.head_dim, half = hd / 2, hidden = c.hidden_size;
+  const int64_t total = x.size(0), inter = c.intermediate_size;
+  const int64_t num_seqs = static_cast<int64_t>(b.q_offsets.size()) - 1;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  x = x.contiguous();
+  // cos / sin [N, head_dim / 2] in fp32, as RopeCosSin computes them.
+  std::vector<float> cos(static_cast<size_t>(total * half)), sin(cos.size());
+  const float* inv_freq = inv_freq_.data_ptr<float>();
+  for (int64_t t = 0; t < total; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float f = static_cast<float>(positions[t]) * inv_freq[i];
+      cos[t * half + i] = std::cos(f);
+      sin[t * half + i] = std::sin(f);
+    }
+  }
+  auto rms_norm = [&](const torch::Tensor& in, const torch::Tensor& weight) {
+    auto out = torch::empty_like(in);
+    CpuRmsNorm(in.data_ptr<float>(), weight.data_ptr<float>(), out.data_ptr<float>(), total,
+               hidden, eps);
+    return out;
+  };
+  // out = in W^T + bias, or out += in W^T + bias: CpuLinear for decode-sized batches, BLAS
+  // for prefill chunks.
+  auto linear = [&](const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& bias,
+                    torch::Tensor& out, bool accumulate) {
+    const int64_t rows = in.size(0);
+    if (rows <= kCpuLinearMaxRows) {
+      if (!accumulate) out = torch::empty({rows, w.size(0)}, torch::kFloat32);
+      const CpuLinearArgs a{.x = in.data_ptr<float>(),
+                            .w = w.data_ptr<float>(),
+                            .bias = bias.defined() ? bias.data_ptr<float>() : nullptr,
+                            .y = out.data_ptr<float>(),
+                            .rows = rows,
+                            .in_features = w.size(1),
+                            .out_features = w.size(0),
+                            .accumulate = accumulate};
+      at::parallel_for(0, w.size(0), 64,
+                       [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); });
+    } else if (accumulate) {
+      out.addmm_(in, w.t());
+      if (bias.defined()) out.add_(bias);
+    } else {
+      out = bias.defined() ? torch::addmm(bias, in, w.t()) : torch::mm(in, w.t());
+    }
+  };
+  auto project = [&](const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& bias) {
+    torch::Tensor out;
+    linear(in, w, bias, out, false);
+    return out;
+  };
+  // Rotates one head row in place (HF rotate_half convention).
+  auto rope = [&](float* row, int64_t t) {
+    const float* cs = cos.data() + t * half;
+    const float* sn = sin.data() + t * half;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = row[i], bb = row[i + half];
+      row[i] = a * cs[i] - bb * sn[i];
+      row[i + half] = bb * cs[i] + a * sn[i];
+    }
+  };
+  CpuAttentionBatch attn_batch{.num_seqs = num_seqs,
+                               .num_heads = heads,
+                               .num_kv_heads = kv_heads,
+                               .head_dim = hd,
+                               .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
+                               .sliding_window = c.sliding_window,
+                               .q_offsets = b.q_offsets.data(),
+                               .key_offsets = b.key_offsets.data(),
+                               .slots = b.key_slots.data(),
+                               .key_positions = b.key_positions.data(),
+                               .num_signal = b.num_signal.data(),
+                               .want_signals = b.want_signals.data(),
+                               .attn_sum = b.attn_sum.data(),
+                               .norm_sum = b.norm_sum.data()};
+  // Long prefill chunks go to BLAS (AttendTorch); the kernel skips them.
+  std::vector<uint8_t> skip(static_cast<size_t>(num_seqs), 0);
+  std::vector<int64_t> blas_seqs;
+  std::map<int64_t, std::pair<torch::Tensor, torch::Tensor>> blas_gather_mask;
+  const BatchView view{b.q_offsets.data(), b.key_offsets.data(), b.key_slots.data(),
+                       b.key_positions.data()};
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    if (b.q_offsets[s + 1] - b.q_offsets[s] < kBlasAttentionMinQueries) continue;
+    skip[s] = 1;
+    blas_seqs.push_back(s);
+    blas_gather_mask[s] = GatherAndMask(view, s, c.sliding_window, options_.device);
+  }
+  attn_batch.skip = skip.data();
+  auto blas_signals = SignalAccumulators(blas_seqs, b.key_offsets.data(), b.want_signals.data(),
+                                         options_.device, num_seqs);
+  const int64_t kv_row = kv_heads * hd;
+  auto attn = torch::empty({total, heads * hd}, torch::kFloat32);
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    const Layer& l = layers_[li];
+    auto h = rms_norm(x, l.input_norm);
+    auto q = project(h, l.q, l.q_bias);  // [N, H * hd]
+    auto k = project(h, l.k, l.k_bias);  // [N, KVH * hd]
+    auto v = project(h, l.v, l.v_bias);
+    float* qp = q.data_ptr<float>();
+    float* kp = k.data_ptr<float>();
+    const float* vp = v.data_ptr<float>();
+    float* k_cache = kv.k(li).data_ptr<float>();
+    float* v_cache = kv.v(li).data_ptr<float>();
+    for (int64_t t = 0; t < total; ++t) {
+      for (int64_t hh = 0; hh < heads; ++hh) rope(qp + (t * heads + hh) * hd, t);
+      for (int64_t hh = 0; hh < kv_heads; ++hh) rope(kp + (t * kv_heads + hh) * hd, t);
+      std::copy(kp + t * kv_row, kp + (t + 1) * kv_row, k_cache + writes[t] * kv_row);
+      std::copy(vp + t * kv_row, vp + (t + 1) * kv_row, v_cache + writes[t] * kv_row);
+    }
+    attn_batch.q = qp;
+    attn_batch.k_cache = k_cache;
+    attn_batch.v_cache = v_cache;
+    attn_batch.out = attn.data_ptr<float>();
+    at::parallel_for(0, num_seqs, 1, [&](int64_t begin, int64_t end) {
+      CpuPagedAttention(attn_batch, begin, end);
+    });
+    for (int64_t s : blas_seqs) {
+      const int64_t begin = b.q_offsets[s], n = b.q_offsets[s + 1] - begin;
+      attn.narrow(0, begin, n)
+          .copy_(AttendTorch(q.narrow(0, begin, n).view({n, heads, hd}), kv.k(li), kv.v(li),
+                             blas_gather_mask[s].first, blas_gather_mask[s].second, kv_heads,
+                             torch::kFloat32, b.num_signal[s], blas_signals[s].get()));
+    }
+    linear(attn, l.o, l.o_bias, x, /*accumulate=*/true);
+    auto h2 = rms_norm(x, l.post_norm);
+    auto gate = project(h2, l.gate, torch::Tensor());  // [N, inter]
+    auto up = project(h2, l.up, torch::Tensor());
+    CpuSiluMul(gate.data_ptr<float>(), up.data_ptr<float>(), total * inter);
+    linear(gate, l.down, torch::Tensor(), x, /*accumulate=*/true);
+  }
+  FlushSignals(blas_signals, b.key_offsets.data(), b.attn_sum.data(), b.norm_sum.data());
+  return x;
+}
+
+}  // namespace vtoken::model
