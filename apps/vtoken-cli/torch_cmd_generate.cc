@@ -1,11 +1,24 @@
 // `vtoken-cli generate`: one prompt through a real model and the virtualized paged KV cache,
-// optionally with an eviction policy under a token budget.
+// optionally with an eviction policy under a token budget, or with --drop: exactly the listed
+// positions evicted right after prefill (the `drop` policy).
+//
+// Output (--output): text (default) the prompt and the continuation as bytes, special tokens
+// left out; ids the generated token ids; json the prompt and output ids, the text and the
+// eviction / relocation counts. The run's figures go to stderr.
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <string>
+#include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "apps/vtoken-cli/cli_checks.h"
 #include "apps/vtoken-cli/command.h"
+#include "lib/core/memory_budget.h"
+#include "lib/core/policy_registry.h"
 #include "lib/engine/engine.h"
+#include "lib/engine/workload.h"
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_runner.h"
 
@@ -17,10 +30,13 @@ struct GenerateArgs {
   std::string prompt;
   int64_t max_tokens = 64;
   std::string policy;
+  std::vector<std::string> policy_params;
   int64_t budget = 0;
   int64_t num_sink = 4;
-  int64_t num_recent = -1;
+  int64_t num_recent = -1;  // -1: min(32, (budget - sink) / 2)
+  std::string drop;
   std::string mode;
+  std::string output = "text";
   int32_t block_size = 16;
   double temperature = 0;
   double top_p = 1.0;
@@ -33,37 +49,83 @@ int Fail(const std::string& message) {
   return 1;
 }
 
+// "3,4,9" -> {3, 4, 9}: distinct non-negative positions below `limit`.
+StatusOr<std::vector<int64_t>> ParseDrop(const std::string& text, int64_t limit) {
+  std::vector<int64_t> out;
+  std::set<int64_t> seen;
+  for (size_t start = 0; start <= text.size();) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    if (item.empty() || item.size() > 10 || item.find_first_not_of("0123456789") != item.npos) {
+      return InvalidArgumentError("--drop '" + text +
+                                  "': expected comma-separated positions, e.g. 3,4,9");
+    }
+    const int64_t p = std::stoll(item);
+    if (p >= limit) {
+      return InvalidArgumentError("--drop " + item + ": the prompt has positions 0.." +
+                                  std::to_string(limit - 1));
+    }
+    if (!seen.insert(p).second) return InvalidArgumentError("--drop lists " + item + " twice");
+    out.push_back(p);
+    start = end + 1;
+  }
+  return out;
+}
+
 int RunGenerate(const GenerateArgs& a) {
-  if (a.policy.empty() != (a.budget == 0)) {
+  const bool dropping = !a.drop.empty();
+  if (dropping && (!a.policy.empty() || a.budget != 0)) {
+    return Fail("--drop chooses the evicted tokens itself: drop --policy and --budget");
+  }
+  if (a.policy.empty() != (a.budget == 0) && !dropping) {
     return Fail("--policy and --budget go together");
   }
-  std::string mode_name = a.mode.empty() ? (a.policy.empty() ? "native" : "vtoken") : a.mode;
+  if (!a.policy_params.empty() && a.policy.empty()) return Fail("--policy-param needs --policy");
+  const bool evicting = dropping || !a.policy.empty();
+  std::string mode_name = a.mode.empty() ? (evicting ? "vtoken" : "native") : a.mode;
   StatusOr<Mode> mode = ParseMode(mode_name);
   if (!mode.ok()) return Fail(mode.status().message());
-  if (*mode != Mode::kNative && a.policy.empty()) {
-    return Fail("mode " + mode_name + " evicts tokens: give --policy and --budget");
+  if (*mode != Mode::kNative && !evicting) {
+    return Fail("mode " + mode_name + " evicts tokens: give --policy and --budget, or --drop");
   }
-  if (*mode == Mode::kNative && !a.policy.empty()) {
-    return Fail("mode native does not evict: drop --policy or use --mode naive|vtoken");
+  if (*mode == Mode::kNative && evicting) {
+    return Fail("mode native does not evict: use --mode naive|vtoken");
   }
-  const bool synthetic = a.model.rfind("synthetic:", 0) == 0;
-  StatusOr<model::LlamaModel> loaded = model::LoadModel(a.model, a.seed);
-  if (!loaded.ok()) return Fail(loaded.status().message());
-  std::vector<int32_t> prompt;
-  std::optional<model::Tokenizer> tokenizer;
-  if (synthetic) {
+  RawParams params;
+  if (!a.policy.empty()) {
+    StatusOr<const PolicyInfo*> info = FindPolicy(a.policy);
+    if (!info.ok()) return Fail(info.status().message());
+    StatusOr<RawParams> raw = ParseParamAssignments(a.policy, (*info)->params, a.policy_params);
+    if (!raw.ok()) return Fail(raw.status().message());
+    params = std::move(*raw);
+  }
+  if (a.model.rfind("synthetic:", 0) == 0 || a.model.rfind("sim:", 0) == 0) {
     return Fail("synthetic models have no tokenizer: generate needs a model directory");
   }
-  StatusOr<model::Tokenizer> tok = model::Tokenizer::Load(a.model + "/tokenizer.json");
-  if (!tok.ok()) return Fail(tok.status().message());
-  tokenizer = std::move(*tok);
-  const std::vector<int32_t> text = tokenizer->Encode(a.prompt);
-  prompt.insert(prompt.end(), text.begin(), text.end());
+  StatusOr<model::ModelConfig> config = model::ParseConfigJson(a.model + "/config.json");
+  if (!config.ok()) return Fail(config.status().message());
+  StatusOr<model::Tokenizer> tokenizer = model::Tokenizer::Load(a.model + "/tokenizer.json");
+  if (!tokenizer.ok()) return Fail(tokenizer.status().message());
+  const std::vector<int32_t> prompt = tokenizer->Encode(a.prompt);
+  if (prompt.empty()) return Fail("--prompt encodes to no tokens");
 
+  // Everything that can be refused is refused before the weights and KV tensors exist.
+  const int64_t bos = config->bos_token_ids.empty() ? 0 : 1;
+  const int64_t positions = static_cast<int64_t>(prompt.size()) + bos;
+  if (positions + a.max_tokens > config->max_position_embeddings) {
+    return Fail("--max-tokens " + std::to_string(a.max_tokens) + ": the prompt's " +
+                std::to_string(positions) + " positions plus the tokens to generate exceed the " +
+                "model's context (" + std::to_string(config->max_position_embeddings) + ")");
+  }
+  if (a.budget > positions + a.max_tokens) {
+    return Fail("--budget " + std::to_string(a.budget) + " is more than the " +
+                std::to_string(positions + a.max_tokens) + " tokens this generation holds");
+  }
   engine::EngineOptions o;
   o.mode = *mode;
   o.pool.block_size = a.block_size;
-  const int64_t total = static_cast<int64_t>(prompt.size()) + a.max_tokens;
+  const int64_t total = positions + a.max_tokens;
   o.pool.headroom_blocks = 2;
   o.pool.num_blocks = static_cast<int32_t>((total + a.block_size - 1) / a.block_size) + 4;
   o.reclaim.trigger = ReclaimOptions::Trigger::kAlways;
@@ -71,14 +133,43 @@ int RunGenerate(const GenerateArgs& a) {
   o.stop_at_eos = a.stop_at_eos;
   o.sampling = {.temperature = a.temperature, .top_p = a.top_p, .seed = a.seed};
   o.seed = a.seed;
-  if (!a.policy.empty()) {
+  std::vector<int64_t> dropped;
+  if (dropping) {
+    StatusOr<std::vector<int64_t>> d = ParseDrop(a.drop, positions);
+    if (!d.ok()) return Fail(d.status().message());
+    dropped = std::move(*d);
+    if (static_cast<int64_t>(dropped.size()) == positions) {
+      return Fail("--drop lists every position of the prompt: nothing would be left to attend to");
+    }
+    std::string list;
+    for (int64_t p : dropped) list += (list.empty() ? "" : ",") + std::to_string(p);
+    o.policy = "drop";
+    o.policy_params = {{"positions", list}};
+    // Once, right after prefill: the budget is what is left, and no later step evicts again.
+    o.evictor = {.budget_tokens = positions - static_cast<int64_t>(dropped.size()),
+                 .num_sink = 0,
+                 .num_recent = 0,
+                 .evict_interval = INT64_MAX};
+  } else if (!a.policy.empty()) {
     o.policy = a.policy;
+    o.policy_params = params;
     o.evictor = {};
     o.evictor.budget_tokens = a.budget;
     o.evictor.num_sink = std::min(a.num_sink, a.budget);
-    o.evictor.num_recent =
-        a.num_recent >= 0 ? a.num_recent : std::min<int64_t>(32, (a.budget - o.evictor.num_sink) / 2);
+    o.evictor.num_recent = a.num_recent >= 0
+                               ? a.num_recent
+                               : std::min<int64_t>(32, (a.budget - o.evictor.num_sink) / 2);
   }
+  const int64_t kv_bytes =
+      SaturatingMul(SaturatingMul(int64_t{o.pool.num_blocks} * o.pool.block_size,
+                                  8 * config->num_hidden_layers),
+                    config->num_key_value_heads * config->head_dim);
+  Status fits = CheckMemory(kv_bytes, "--max-tokens " + std::to_string(a.max_tokens) +
+                                          ": the KV cache");
+  if (!fits.ok()) return Fail(fits.message());
+
+  StatusOr<model::LlamaModel> loaded = model::LoadModel(a.model, a.seed);
+  if (!loaded.ok()) return Fail(loaded.status().message());
   StatusOr<std::unique_ptr<model::LlamaRunner>> runner = model::LlamaRunner::Create(
       std::move(*loaded), {.num_slots = int64_t{o.pool.num_blocks} * o.pool.block_size});
   if (!runner.ok()) return Fail(runner.status().message());
@@ -90,15 +181,42 @@ int RunGenerate(const GenerateArgs& a) {
   StatusOr<engine::EngineResult> result = engine::RunEngine(o, **runner, {request});
   if (!result.ok()) return Fail(result.status().message());
   const engine::RequestResult& r = result->requests[0];
-  std::printf("%s%s\n", a.prompt.c_str(), tokenizer->Decode(r.output_tokens).c_str());
+  const std::string text = tokenizer->Decode(r.output_tokens, /*skip_special=*/true);
+  if (a.output == "text") {
+    // fwrite: the bytes exactly, a NUL included.
+    std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fputc('\n', stdout);
+  } else if (a.output == "ids") {
+    for (size_t i = 0; i < r.output_tokens.size(); ++i) {
+      std::printf("%s%d", i ? " " : "", r.output_tokens[i]);
+    }
+    std::printf("\n");
+  } else {
+    nlohmann::json j = {{"model", a.model},
+                        {"mode", ModeName(o.mode)},
+                        {"policy", evicting ? o.policy : ""},
+                        {"prompt_ids", prompt},
+                        {"bos", (*runner)->bos_token_id() ? nlohmann::json(*(*runner)->bos_token_id())
+                                                          : nlohmann::json(nullptr)},
+                        {"output_ids", r.output_tokens},
+                        {"text", text},
+                        {"dropped", dropped},
+                        {"evictions", result->evictions},
+                        {"relocations", result->plans},
+                        {"tokens_moved", result->moves},
+                        {"blocks_reclaimed", result->blocks_reclaimed}};
+    const std::string out = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    std::printf("%s\n", out.c_str());
+  }
   std::fprintf(stderr,
                "[%s, mode %s%s%s: %zu prompt + %zu generated tokens in %.2f s; evicted %lld; "
                "relocations %lld moving %lld tokens (%lld blocks reclaimed); blocks held at end "
                "%d for %lld live tokens (ideal %lld)]\n",
-               a.model.c_str(), ModeName(o.mode), a.policy.empty() ? "" : ", policy ",
-               a.policy.c_str(), prompt.size(), r.output_tokens.size(), result->wall_s,
-               static_cast<long long>(result->evictions), static_cast<long long>(result->plans),
-               static_cast<long long>(result->moves),
+               a.model.c_str(), ModeName(o.mode), evicting ? ", policy " : "",
+               evicting ? o.policy.c_str() : "", prompt.size(), r.output_tokens.size(),
+               result->wall_s, static_cast<long long>(result->evictions),
+               static_cast<long long>(result->plans), static_cast<long long>(result->moves),
                static_cast<long long>(result->blocks_reclaimed), r.blocks_final,
                static_cast<long long>(r.live_final), static_cast<long long>(r.ideal_blocks_final));
   return 0;
@@ -113,18 +231,33 @@ CLI::App* SetupGenerate(CLI::App& app) {
   cmd->add_option("--prompt", a->prompt, "Prompt text")->required();
   cmd->add_option("--max-tokens", a->max_tokens, "Tokens to generate")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(IntIn(1, engine::kMaxRequestTokens));
   cmd->add_option("--policy", a->policy, "Eviction policy (see `vtoken-cli policies`)");
+  cmd->add_option("--policy-param", a->policy_params,
+                  "With --policy: a policy parameter KEY=VALUE (repeatable)");
   cmd->add_option("--budget", a->budget, "Live tokens kept per eviction")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--sink", a->num_sink, "First tokens never evicted")->capture_default_str();
-  cmd->add_option("--recent", a->num_recent, "Last tokens never evicted (default min(32, budget/2))");
-  cmd->add_option("--mode", a->mode, "native, naive or vtoken (default: vtoken with a policy)");
+      ->check(IntIn(1, engine::kMaxRequestTokens));
+  cmd->add_option("--sink", a->num_sink, "First tokens never evicted")
+      ->capture_default_str()
+      ->check(IntIn(0, engine::kMaxRequestTokens));
+  cmd->add_option("--recent", a->num_recent, "Last tokens never evicted (default min(32, budget/2))")
+      ->check(IntIn(0, engine::kMaxRequestTokens));
+  cmd->add_option("--drop", a->drop,
+                  "Evict exactly these positions (comma-separated; BOS is 0) right after "
+                  "prefill, RoPE positions kept; instead of --policy/--budget");
+  cmd->add_option("--mode", a->mode, "native, naive or vtoken (default: vtoken when evicting)");
+  cmd->add_option("--output", a->output, "text, ids or json")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "ids", "json"}));
   cmd->add_option("--block-size", a->block_size, "Token slots per KV block")
       ->capture_default_str()
-      ->check(CLI::Range(1, 4096));
-  cmd->add_option("--temperature", a->temperature, "0 = greedy")->capture_default_str();
-  cmd->add_option("--top-p", a->top_p, "Nucleus sampling mass")->capture_default_str();
+      ->check(IntIn(1, 4096));
+  cmd->add_option("--temperature", a->temperature, "0 = greedy")
+      ->capture_default_str()
+      ->check(NumberIn(0, 1e6));
+  cmd->add_option("--top-p", a->top_p, "Nucleus sampling mass")
+      ->capture_default_str()
+      ->check(NumberIn(0, 1, /*lo_open=*/true));
   cmd->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
   cmd->add_flag("!--no-stop-at-eos", a->stop_at_eos, "Keep generating past an EOS token");
   cmd->callback([a] { SetExitCode(RunGenerate(*a)); });

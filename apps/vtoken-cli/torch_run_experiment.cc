@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "apps/vtoken-cli/interrupt.h"
 #include "apps/vtoken-cli/run_checks.h"
@@ -149,6 +150,13 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     o.mode = mode;
     VTOKEN_RETURN_IF_ERROR(engine::ValidateEngineOptions(o, *runner, requests));
   }
+  // Opened (created) once everything else is valid, and before the run's description prints:
+  // a database error is then the only line.
+  std::optional<engine::ResultStore> opened;
+  if (!dry_run) {
+    VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore s, engine::ResultStore::Open(db_path));
+    opened.emplace(std::move(s));
+  }
   const std::string warning = ProtectionWarning(c, requests, runner->bos_token_id().has_value());
   if (!warning.empty()) std::fprintf(stderr, "vtoken-cli: warning: %s\n", warning.c_str());
   int64_t prompt_tokens = 0, output_tokens = 0;
@@ -188,7 +196,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     VTOKEN_ASSIGN_OR_RETURN(trace, sim::SignalTraceWriter::Create(record_signals, c.model));
   }
   InstallInterruptHandlers();
-  VTOKEN_ASSIGN_OR_RETURN(engine::ResultStore store, engine::ResultStore::Open(db_path));
+  engine::ResultStore& store = *opened;
   const std::string sha = GitSha();
   RunOutcome outcome;
   std::vector<std::string> native_text, naive_text;

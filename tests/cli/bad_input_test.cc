@@ -1,0 +1,479 @@
+// Bad input to vtoken-cli, one case per test: each exits 1 or 2 with exactly one stderr line
+// that names the file, key or flag at fault, and leaves the result database without a partial
+// run (no database at all, or only runs that completed or that hold no rows). Plus SIGINT /
+// SIGTERM during a run and a full disk (tmpfs, root only). Cases use the sim: backend or tiny
+// workloads on models/vt-tiny, so the whole suite takes seconds.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/cli/cli_test_util.h"
+
+extern char** environ;
+
+namespace vtoken::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Source() {
+  const char* src = std::getenv("VTOKEN_SOURCE_DIR");
+  return src != nullptr ? src : ".";
+}
+
+// A small sim: experiment (no weights): runs in well under a second.
+const char* kSimConfig = R"(name = "bad"
+modes = ["native", "vtoken"]
+[model]
+path = "sim:llama-3.1-8b"
+[workload]
+num_requests = 4
+[policy]
+budget_tokens = 64
+)";
+
+// The bundled model on a tiny long-prompt workload drawn from corpus.txt.
+std::string TinyConfig(const std::string& model, const std::string& corpus) {
+  return "name = \"tiny\"\nmodes = [\"native\", \"vtoken\"]\n[model]\npath = \"" + model +
+         "\"\n[workload]\nkind = \"longbench_like\"\nnum_requests = 2\ninput_min = 20\n"
+         "input_max = 30\noutput_min = 4\noutput_max = 4\ncorpus = \"" + corpus +
+         "\"\n[engine]\nnum_blocks = 64\n[policy]\nkeep_ratio = 0.5\nnum_sink = 2\n"
+         "num_recent = 4\n";
+}
+
+const char* kCorpus =
+    "In the beginning God created the heaven and the earth.\n"
+    "And the earth was without form, and void; and darkness was upon the face of the deep.\n"
+    "And the Spirit of God moved upon the face of the waters.\n"
+    "And God said, Let there be light: and there was light.\n";
+
+struct Case {
+  std::string name;
+  // "{dir}" is replaced by the test's scratch directory, "{src}" by the source tree.
+  std::vector<std::string> args;
+  std::string message;  // A substring of the one stderr line.
+  // Files the case needs (they see the same substitutions), written before it runs.
+  std::function<void(const std::string& dir)> setup = nullptr;
+};
+
+void Write(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string Sub(std::string s, const std::string& dir) {
+  for (const auto& [key, value] : {std::pair<std::string, std::string>{"{dir}", dir},
+                                   {"{src}", Source()}}) {
+    for (size_t at; (at = s.find(key)) != std::string::npos;) s.replace(at, key.size(), value);
+  }
+  return s;
+}
+
+// A model directory like vt-tiny with its weights linked, not copied.
+void LinkTiny(const std::string& dir) {
+  fs::create_directories(dir);
+  for (const char* f : {"config.json", "tokenizer.json", "model.safetensors"}) {
+    fs::create_symlink(fs::absolute(Source() + "/models/vt-tiny/" + f), dir + "/" + f);
+  }
+}
+
+// Removes `name` from the header of a safetensors file, keeping its bytes (padded header).
+void DropFromHeader(const std::string& from, const std::string& to, const std::string& name) {
+  std::ifstream in(from, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | static_cast<unsigned char>(bytes[i]);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  header.erase(name);
+  std::string text = header.dump();
+  text.resize(n, ' ');
+  bytes.replace(8, n, text);
+  std::ofstream(to, std::ios::binary) << bytes;
+}
+
+std::vector<std::string> Run(const std::string& config, std::vector<std::string> more) {
+  std::vector<std::string> args = {"run", config, "--db", "{dir}/r.db"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+std::vector<std::string> Sim(std::vector<std::string> sets) {
+  std::vector<std::string> more;
+  for (std::string& s : sets) {
+    more.push_back("--set");
+    more.push_back(std::move(s));
+  }
+  return Run("{dir}/sim.toml", more);
+}
+std::vector<std::string> Tiny(std::vector<std::string> sets) {
+  std::vector<std::string> more;
+  for (std::string& s : sets) {
+    more.push_back("--set");
+    more.push_back(std::move(s));
+  }
+  return Run("{dir}/tiny.toml", more);
+}
+std::vector<std::string> Jsonl(const std::string& lines) {
+  (void)lines;
+  return Tiny({"workload.kind='jsonl'", "workload.jsonl='{dir}/w.jsonl'", "workload.corpus=''"});
+}
+auto WriteJsonl(const std::string& lines) {
+  return [lines](const std::string& dir) { Write(dir + "/w.jsonl", lines); };
+}
+std::vector<std::string> Gen(std::vector<std::string> more) {
+  std::vector<std::string> args = {"generate", "--model", "{src}/models/vt-tiny", "--prompt",
+                                   "And God said"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+const char* kGrid = "\n[sweep.grid]\n\"engine.max_num_seqs\" = [1, 2, 3, 4]\n";
+
+std::vector<Case> Cases() {
+  const std::string big = "9223372036854775807";
+  return {
+      // Config files.
+      {"MalformedToml", Run("{dir}/m.toml", {}), "m.toml:2",
+       [](const std::string& d) { Write(d + "/m.toml", "name = \"x\"\n[engine\n"); }},
+      {"ConfigIsADirectory", Run("{dir}", {}), "is not a regular file"},
+      {"ConfigMissing", Run("{dir}/absent.toml", {}), "absent.toml not found"},
+      {"UnknownKey", Sim({"engine.num_blockz=3"}), "unknown key 'engine.num_blockz'"},
+      {"WrongType", Sim({"engine.num_blocks='many'"}), "key 'engine.num_blocks' must be an integer"},
+      {"Int32OutOfRange", Sim({"engine.num_blocks=2147483648"}), "key 'engine.num_blocks' is out of range"},
+      {"KvStoreTooBig", Sim({"engine.num_blocks=2147483647"}), "engine.num_blocks = 2147483647: the KV store"},
+      {"WorkloadTooBig", Sim({"workload.num_requests=100000000"}), "workload.num_requests = 100000000: the requests"},
+      {"OutputLengthOverflow",
+       Sim({"workload.kind='longbench_like'", "workload.output_min=" + big, "workload.output_max=" + big}),
+       "output_min = 9223372036854775807: must be <= 2147483647"},
+      {"InputLengthOverflow", Sim({"workload.kind='longbench_like'", "workload.input_max=" + big}),
+       "input_max = 9223372036854775807: must be <= 2147483647"},
+      {"TotalTokensOverflow", Sim({"workload.max_total_tokens=" + big}), "max_total_tokens = 9223372036854775807"},
+      {"TemperatureNan", Sim({"sampling.temperature=nan"}), "key 'sampling.temperature' must be a finite number >= 0"},
+      {"TemperatureNegative", Sim({"sampling.temperature=-1"}), "key 'sampling.temperature'"},
+      {"TopPAboveOne", Sim({"sampling.top_p=5"}), "key 'sampling.top_p' must be in (0, 1]"},
+      {"TopPZero", Sim({"sampling.top_p=0"}), "key 'sampling.top_p' must be in (0, 1]"},
+      {"RecentBeyondContext", Tiny({"policy.num_recent=100000"}), "key 'policy.num_recent' = 100000 exceeds the model's context (1024"},
+      {"SinkBeyondContext", Tiny({"policy.num_sink=5000"}), "key 'policy.num_sink' = 5000 exceeds the model's context"},
+      {"BudgetBeyondContext", Tiny({"policy.budget_tokens=2000", "policy.keep_ratio=0"}),
+       "key 'policy.budget_tokens' = 2000 exceeds the model's context (1024"},
+      {"SinkOverflow", Sim({"policy.num_sink=3000000000"}), "key 'policy.num_sink' must be <= 2147483647"},
+      {"BatchedTokensOverflow", Sim({"engine.max_batched_tokens=" + big}), "key 'engine.max_batched_tokens' must be <= 2147483647"},
+      {"KeepRatioAboveOne", Sim({"policy.keep_ratio=1.5"}), "keep_ratio"},
+      {"BudgetAndKeepRatio", Sim({"policy.keep_ratio=0.5"}), "policy.keep_ratio are exclusive"},
+      {"UnknownPolicy", Sim({"policy.name='nope'"}), "unknown policy"},
+      {"DuplicateGridValue", Run("{dir}/dup.toml", {}), "key 'sweep.grid.\"engine.max_num_seqs\"' lists 4 twice",
+       [](const std::string& d) {
+         Write(d + "/dup.toml", std::string(kSimConfig) + "[sweep.grid]\n\"engine.max_num_seqs\" = [4, 8, 4]\n");
+       }},
+      {"JsonlOnASyntheticKind", Sim({"workload.jsonl='x.jsonl'"}), "workload option jsonl = x.jsonl: is read only by kind jsonl"},
+      {"PrefixDegreeThree", Sim({"workload.prefix_sharing_degree=3"}), "prefix_sharing_degree = 3: must be 1, 2, 4 or 8"},
+      {"JsonlWithoutFile", Sim({"workload.kind='jsonl'"}), "jsonl_path"},
+      {"UnknownKind", Sim({"workload.kind='nope'"}), "workload option kind = nope"},
+      {"LengthSigmaHuge", Sim({"workload.length_sigma=50"}), "length_sigma = 50: must be in [0, 10]"},
+      {"PoissonRateZero", Sim({"workload.arrival='poisson'", "workload.rate=0"}), "workload option rate = 0"},
+      {"BlockSizeZero", Sim({"engine.block_size=0"}), "block_size"},
+      {"UnknownAdmission", Sim({"engine.admission='fifo'"}), "key 'engine.admission' must be"},
+      {"UnknownTrigger", Sim({"reclaim.trigger='sometimes'"}), "key 'reclaim.trigger' must be"},
+      {"FragThresholdTwo", Sim({"reclaim.frag_threshold=2"}), "frag_threshold"},
+      {"ModeTwice", Sim({"modes=['native', 'native']"}), "names mode native twice"},
+      {"UnknownMode", Sim({"modes=['fast']"}), "key 'modes'"},
+      {"SimTableOnARealModel", Tiny({"sim.seed=1"}), "table [sim] needs a sim: model"},
+      {"SetWithoutEquals", Sim({"engine.num_blocks"}), "--set 'engine.num_blocks': expected key=value"},
+      {"SetThroughAValue", Sim({"model.path.x=1"}), "--set model.path.x: 'path' in"},
+      {"GpuUtilizationOnARealModel", Tiny({"engine.gpu_memory_utilization=0.9"}), "gpu_memory_utilization"},
+      // Model directories.
+      {"ModelMissing", Tiny({"model.path='{dir}/none'"}), "/none"},
+      {"TruncatedWeights", Tiny({"model.path='{dir}/m'"}), "model.safetensors",
+       [](const std::string& d) {
+         fs::create_directories(d + "/m");
+         for (const char* f : {"config.json", "tokenizer.json"}) {
+           fs::copy(Source() + "/models/vt-tiny/" + f, d + "/m/" + f);
+         }
+         std::ifstream in(Source() + "/models/vt-tiny/model.safetensors", std::ios::binary);
+         std::string head(1000, 0);
+         in.read(head.data(), 1000);
+         Write(d + "/m/model.safetensors", head);
+       }},
+      {"NoConfigJson", Tiny({"model.path='{dir}/m'"}), "config.json",
+       [](const std::string& d) { LinkTiny(d + "/m"); fs::remove(d + "/m/config.json"); }},
+      {"ConfigJsonNotJson", Tiny({"model.path='{dir}/m'"}), "config.json",
+       [](const std::string& d) {
+         LinkTiny(d + "/m");
+         fs::remove(d + "/m/config.json");
+         Write(d + "/m/config.json", "{ not json");
+       }},
+      {"UnknownModelType", Tiny({"model.path='{dir}/m'"}), "model_type",
+       [](const std::string& d) {
+         LinkTiny(d + "/m");
+         std::ifstream in(Source() + "/models/vt-tiny/config.json");
+         nlohmann::json j = nlohmann::json::parse(in);
+         j["model_type"] = "gpt_neox";
+         fs::remove(d + "/m/config.json");
+         Write(d + "/m/config.json", j.dump());
+       }},
+      {"CorruptTokenizer", Tiny({"model.path='{dir}/m'"}), "tokenizer.json",
+       [](const std::string& d) {
+         LinkTiny(d + "/m");
+         fs::remove(d + "/m/tokenizer.json");
+         Write(d + "/m/tokenizer.json", "{\"model\": 3}");
+       }},
+      {"TensorLeftOutOfHeader", Tiny({"model.path='{dir}/m'"}), "required tensor 'model.norm.weight' is missing",
+       [](const std::string& d) {
+         LinkTiny(d + "/m");
+         fs::remove(d + "/m/model.safetensors");
+         DropFromHeader(Source() + "/models/vt-tiny/model.safetensors", d + "/m/model.safetensors",
+                        "model.norm.weight");
+       }},
+      // Corpora and JSONL workloads.
+      {"BinaryCorpus", Tiny({"workload.corpus='{dir}/bin.dat'"}), "bin.dat is not UTF-8 text",
+       [](const std::string& d) { Write(d + "/bin.dat", std::string("\x7f" "ELF\x02\x01\x01\x00\x00\nxx\n", 14)); }},
+      {"CorpusMissing", Tiny({"workload.corpus='{dir}/none.txt'"}), "corpus file {dir}/none.txt not found"},
+      {"JsonlNotJson", Jsonl(""), "w.jsonl:2: not valid JSON", WriteJsonl("{\"prompt\": \"a\"}\n{oops\n")},
+      {"JsonlMaxTokensOverflow", Jsonl(""), "w.jsonl:1: \"max_tokens\" must be an integer in [1, 2147483647]",
+       WriteJsonl("{\"prompt\": \"a\", \"max_tokens\": 9223372036854775807}\n")},
+      {"JsonlMaxTokensZero", Jsonl(""), "w.jsonl:1: \"max_tokens\" must be an integer in [1",
+       WriteJsonl("{\"prompt\": \"a\", \"max_tokens\": 0}\n")},
+      {"JsonlNoPrompt", Jsonl(""), "w.jsonl:1: needs a string \"prompt\"", WriteJsonl("{\"text\": \"a\"}\n")},
+      {"JsonlEmpty", Jsonl(""), "w.jsonl holds no requests", WriteJsonl("\n\n")},
+      {"JsonlBeyondContext", Jsonl(""), "the model's context is 1024",
+       WriteJsonl("{\"prompt\": \"And God said\", \"max_tokens\": 5000}\n")},
+      {"JsonlNotAnObject", Jsonl(""), "w.jsonl:1: expected a JSON object", WriteJsonl("[1, 2]\n")},
+      // Sweeps.
+      {"SweepWithoutSweepTable", {"sweep", "{dir}/sim.toml", "--db", "{dir}/r.db"}, "has no [sweep] table"},
+      {"ShardBeyondGrid", {"sweep", "{dir}/grid.toml", "--shard", "7/10", "--db", "{dir}/r.db"},
+       "--shard 7/10: the grid has 4 point(s), so shard 7 would run none"},
+      {"ShardMalformed", {"sweep", "{dir}/grid.toml", "--shard", "3/2", "--db", "{dir}/r.db"}, "need 0 <= I < N"},
+      {"JobsTooMany", {"sweep", "{dir}/grid.toml", "--jobs", "100000", "--db", "{dir}/r.db"},
+       "--jobs must be in [1, 256], got 100000"},
+      {"JobsZero", {"sweep", "{dir}/grid.toml", "--jobs", "0", "--db", "{dir}/r.db"}, "--jobs must be in [1, 256], got 0"},
+      // Flags.
+      {"UnknownCommand", {"frobnicate"}, "unknown command 'frobnicate' (commands: check"},
+      {"UnknownFlag", {"check", "--bogus-flag"}, "bogus-flag"},
+      {"CheckBlocksZero", {"check", "--num-blocks", "0"}, "--num-blocks: must be an integer >= 1, got 0"},
+      {"CheckBlocksHuge", {"check", "--num-blocks", "2000000000"}, "the host KV store (--num-blocks 2000000000"},
+      {"CheckBytesPerTokenHuge", {"check", "--bytes-per-token", "2000000000"}, "--bytes-per-token 2000000000) needs"},
+      {"CheckRequestsWithoutModel", {"check", "--requests", "3"}, "--requests needs --model"},
+      {"CheckBlockSizeHuge", {"check", "--block-size", "5000"}, "--block-size: must be an integer in [1, 4096], got 5000"},
+      {"CheckStepsNotANumber", {"check", "--steps", "ten"}, "--steps: must be an integer >= 0, got 'ten'"},
+      {"GenerateTemperatureNan", Gen({"--temperature", "nan"}), "--temperature: must be a number in [0, 1e+06], got nan"},
+      {"GenerateTopP", Gen({"--top-p", "5"}), "--top-p: must be a number in (0, 1], got 5"},
+      {"GenerateRecentNegative", Gen({"--policy", "h2o", "--budget", "8", "--recent", "-5"}), "--recent: must be an integer in [0"},
+      {"GenerateMaxTokensHuge", Gen({"--max-tokens", "99999999999"}), "--max-tokens: must be an integer in [1, 2147483647]"},
+      {"GenerateBeyondContext", Gen({"--max-tokens", "5000"}), "--max-tokens 5000: the prompt's 5 positions"},
+      {"GenerateDropTwice", Gen({"--drop", "1,1"}), "--drop lists 1 twice"},
+      {"GenerateDropBeyondPrompt", Gen({"--drop", "9999"}), "--drop 9999: the prompt has positions 0..4"},
+      {"GenerateDropMalformed", Gen({"--drop", "1,x"}), "--drop '1,x': expected comma-separated positions"},
+      {"GenerateDropWithPolicy", Gen({"--drop", "1", "--policy", "h2o", "--budget", "4"}), "--drop chooses the evicted tokens itself"},
+      {"GenerateOutputYaml", Gen({"--output", "yaml"}), "--output: yaml not in {text,ids,json}"},
+      {"GeneratePolicyParamAlone", Gen({"--policy-param", "x=1"}), "--policy-param needs --policy"},
+      {"GenerateUnknownPolicyParam", Gen({"--policy", "h2o", "--budget", "4", "--policy-param", "nope=1"}),
+       "policy 'h2o' has no parameter 'nope'"},
+      {"EmptyDb", {"run", "{dir}/sim.toml", "--db", ""}, "--db must name a database file, got ''"},
+      {"RunsLastZero", {"runs", "--db", "{dir}/r.db", "--last", "0"}, "--last: must be an integer >= 1, got 0"},
+      // Databases.
+      {"CompareAbsentDb", {"compare", "--db", "{dir}/r.db", "--last", "2"}, "result db {dir}/r.db not found"},
+      {"RunsNotADatabase", {"runs", "--db", "{dir}/r.db"}, "{dir}/r.db: PRAGMA user_version: file is not a database",
+       [](const std::string& d) { Write(d + "/r.db", std::string(4096, 'x')); }},
+      {"MergeCorruptSourceNamesIt", {"merge", "{dir}/corrupt.db", "--into", "{dir}/r.db"}, "result db {dir}/corrupt.db: ",
+       [](const std::string& d) { Write(d + "/corrupt.db", std::string(4096, 'x')); }},
+      {"ReportOutIsAFile", {"report", "--db", "{dir}/r.db", "--sweep", "s", "--out", "{dir}/file"},
+       "--out {dir}/file is a file, not a directory", [](const std::string& d) { Write(d + "/file", "x"); }},
+      {"DbUnderAFile", {"run", "{dir}/sim.toml", "--db", "{dir}/file/r.db"}, "cannot create directory {dir}/file",
+       [](const std::string& d) { Write(d + "/file", "x"); }},
+  };
+}
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+class BadInputTest : public CliTest, public ::testing::WithParamInterface<Case> {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    if (!VTOKEN_CLI_HAS_TORCH) GTEST_SKIP() << "run and generate need a vtoken-cli with libtorch";
+    Write(Path("sim.toml"), kSimConfig);
+    Write(Path("grid.toml"), std::string(kSimConfig) + kGrid);
+    Write(Path("corpus.txt"), kCorpus);
+    Write(Path("tiny.toml"), TinyConfig(Source() + "/models/vt-tiny", Path("corpus.txt")));
+  }
+};
+
+// No run in `db` (if it exists) that did not complete holds rows.
+void ExpectNoPartialRuns(const std::string& db) {
+  if (!fs::exists(db)) return;
+  StatusOr<engine::ResultStore> store = engine::ResultStore::OpenReadOnly(db);
+  if (!store.ok()) return;  // Not a result database (the case wrote it): nothing of ours in it.
+  StatusOr<std::vector<engine::RunRecord>> runs = store->ListRuns();
+  ASSERT_TRUE(runs.ok()) << runs.status().ToString();
+  for (const engine::RunRecord& r : *runs) {
+    if (r.status == "completed") continue;
+    EXPECT_TRUE(store->GetSteps(r.id)->empty()) << "run " << r.id << " is " << r.status;
+    EXPECT_TRUE(store->GetRequests(r.id)->empty()) << "run " << r.id;
+    EXPECT_TRUE(store->GetOutputs(r.id)->empty()) << "run " << r.id;
+    EXPECT_TRUE(store->GetSummary(r.id)->values.empty()) << "run " << r.id;
+  }
+}
+
+TEST_P(BadInputTest, OneLineErrorAndNoPartialRun) {
+  const Case& c = GetParam();
+  const std::string dir = dir_.string();
+  if (c.setup) c.setup(dir);
+  std::vector<std::string> args;
+  for (const std::string& a : c.args) args.push_back(Sub(a, dir));
+  const CliResult r = Cli(args);
+  EXPECT_GE(r.exit_code, 1) << r.err;
+  EXPECT_LE(r.exit_code, 2) << r.err;
+  const std::vector<std::string> lines = Lines(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_EQ(lines[0].rfind("vtoken-cli: error: ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find(Sub(c.message, dir)), std::string::npos)
+      << "expected: " << Sub(c.message, dir) << "\n     got: " << lines[0];
+  ExpectNoPartialRuns(Path("r.db"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, BadInputTest, ::testing::ValuesIn(Cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+// Starts `vtoken-cli ARGS...` with stdout / stderr into files; returns its pid.
+pid_t Spawn(const std::vector<std::string>& args, const std::string& out, const std::string& err) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<std::string> all = {VTOKEN_CLI_PATH};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  EXPECT_EQ(posix_spawn(&pid, VTOKEN_CLI_PATH, &fa, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return pid;
+}
+
+class RunSignalTest : public CliTest {
+ protected:
+  void SetUp() override {
+    CliTest::SetUp();
+    if (!VTOKEN_CLI_HAS_TORCH) GTEST_SKIP() << "run needs a vtoken-cli with libtorch";
+  }
+  // Starts a sim run long enough to be signalled mid-way; returns once its run is 'running'.
+  pid_t StartLongRun() {
+    Write(Path("long.toml"), std::string(kSimConfig));
+    const pid_t pid =
+        Spawn({"run", Path("long.toml"), "--db", Path("r.db"), "--set", "workload.num_requests=4000",
+               "--set", "modes=['vtoken']"},
+              Path("out"), Path("err"));
+    for (int i = 0; i < 600; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!fs::exists(Path("r.db"))) continue;
+      StatusOr<engine::ResultStore> store = engine::ResultStore::OpenReadOnly(Path("r.db"));
+      if (!store.ok()) continue;
+      StatusOr<std::vector<engine::RunRecord>> runs = store->ListRuns();
+      if (runs.ok() && !runs->empty()) {
+        // A few steps in: the engine loop is running.
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        return pid;
+      }
+    }
+    ADD_FAILURE() << "the run never started: " << ReadFile(Path("err"));
+    return pid;
+  }
+  int Wait(pid_t pid) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+  engine::RunRecord OnlyRun() {
+    StatusOr<engine::ResultStore> store = engine::ResultStore::Open(Path("r.db"));
+    EXPECT_TRUE(store.ok());
+    StatusOr<std::vector<engine::RunRecord>> runs = store->ListRuns();
+    EXPECT_EQ(runs->size(), 1u);
+    return runs->empty() ? engine::RunRecord{} : runs->front();
+  }
+};
+
+TEST_F(RunSignalTest, SigintFinishesTheStepMarksTheRunInterruptedAndExits130) {
+  const pid_t pid = StartLongRun();
+  kill(pid, SIGINT);
+  EXPECT_EQ(Wait(pid), 130) << ReadFile(Path("err"));
+  const std::string err = ReadFile(Path("err"));
+  EXPECT_NE(err.find("interrupted: finishing the current step"), std::string::npos) << err;
+  EXPECT_NE(err.find("error: run 1 interrupted by SIGINT (stopped after step "), std::string::npos)
+      << err;
+  const engine::RunRecord run = OnlyRun();
+  EXPECT_EQ(run.status, "interrupted");
+  EXPECT_EQ(run.error.rfind("interrupted by SIGINT (stopped after step ", 0), 0u) << run.error;
+  ExpectNoPartialRuns(Path("r.db"));
+}
+
+TEST_F(RunSignalTest, SigtermExits143) {
+  const pid_t pid = StartLongRun();
+  kill(pid, SIGTERM);
+  EXPECT_EQ(Wait(pid), 143) << ReadFile(Path("err"));
+  EXPECT_EQ(OnlyRun().status, "interrupted");
+  ExpectNoPartialRuns(Path("r.db"));
+}
+
+TEST_F(RunSignalTest, SecondSignalExitsAtOnce) {
+  const pid_t pid = StartLongRun();
+  // Two different signals: two of the same kind may merge into one delivery. Threads may
+  // take them in either order; the second one handled exits at once with its own code.
+  kill(pid, SIGINT);
+  kill(pid, SIGTERM);
+  const int code = Wait(pid);
+  EXPECT_TRUE(code == 130 || code == 143) << code;
+  EXPECT_NE(ReadFile(Path("err")).find("second signal: exiting now"), std::string::npos);
+  // The process died mid-step: the next writer marks its run interrupted; it holds no rows.
+  EXPECT_EQ(OnlyRun().status, "interrupted");
+  ExpectNoPartialRuns(Path("r.db"));
+}
+
+// A disk that fills up while the run's rows are written: the run is marked failed with the
+// error and keeps none of its rows. Needs root (a tmpfs of 256 KiB).
+TEST_F(CliTest, FullDiskFailsTheRunWithoutPartialRows) {
+  if (!VTOKEN_CLI_HAS_TORCH) GTEST_SKIP() << "run needs a vtoken-cli with libtorch";
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a tmpfs";
+  const std::string mnt = Path("full");
+  fs::create_directories(mnt);
+  if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=256k") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { umount(path.c_str()); }
+  } unmount{mnt};
+  Write(Path("sim.toml"), kSimConfig);
+  const std::string db = mnt + "/r.db";
+  // 300 requests: a few thousand step rows, more than 256 KiB.
+  const CliResult r = Cli({"run", Path("sim.toml"), "--db", db, "--set", "workload.num_requests=300",
+                           "--set", "modes=['vtoken']"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  const std::vector<std::string> lines = Lines(r.err);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.back().find("database or disk is full"), std::string::npos) << r.err;
+  {
+    StatusOr<engine::ResultStore> store = engine::ResultStore::OpenReadOnly(db);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    StatusOr<std::vector<engine::RunRecord>> runs = store->ListRuns();
+    ASSERT_EQ(runs->size(), 1u);
+    EXPECT_EQ(runs->front().status, "failed");
+    EXPECT_NE(runs->front().error.find("database or disk is full"), std::string::npos);
+  }
+  ExpectNoPartialRuns(db);
+}
+
+}  // namespace
+}  // namespace vtoken::cli
