@@ -1,7 +1,5 @@
 #include "lib/core/memory_budget.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -48,10 +46,10 @@ int64_t SaturatingMul(int64_t a, int64_t b) {
 int64_t SaturatingAdd(int64_t a, int64_t b) { return a > kMax - b ? kMax : a + b; }
 
 int64_t AvailableMemoryBytes() {
+  // lib/core uses the standard library only: without a readable /proc the limit is unknown,
+  // and nothing is refused for memory (the allocator still reports a real shortage).
   int64_t available = MemInfoAvailable();
-  if (available < 0) {
-    available = SaturatingMul(sysconf(_SC_PHYS_PAGES), sysconf(_SC_PAGESIZE));
-  }
+  if (available < 0) available = kMax;
   const int64_t cgroup = CgroupAvailable();
   if (cgroup >= 0 && cgroup < available) available = cgroup;
   return available;

@@ -18,8 +18,8 @@ int64_t SaturatingMul(int64_t a, int64_t b);
 int64_t SaturatingAdd(int64_t a, int64_t b);
 
 // Bytes of memory the system can give this process now: MemAvailable from /proc/meminfo,
-// lowered to a cgroup v2 memory.max when one is set; the physical pages from sysconf when
-// /proc is unreadable.
+// lowered to a cgroup v2 memory.max when one is set; INT64_MAX (unknown) when /proc is
+// unreadable.
 int64_t AvailableMemoryBytes();
 
 // Bytes of the cache's own bookkeeping (BlockPool and TokenTable state) for a pool of
