@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <tuple>
 #include <sstream>
@@ -300,7 +301,9 @@ Status ParseSim(const toml::table* t, const std::string& file, ExperimentConfig&
 }
 
 // engine.gpu_memory_utilization: num_blocks as vLLM would size the pool.
-Status SizePoolFromUtilization(ExperimentConfig& c) {
+// `given_blocks`: engine.num_blocks as the file gives it (a resolved config records both keys;
+// it loads again when they agree).
+Status SizePoolFromUtilization(ExperimentConfig& c, std::optional<int32_t> given_blocks) {
   if (c.gpu_memory_utilization == 0) return Status::Ok();
   StatusOr<model::ModelConfig> mc = sim::SimModelConfig(c.model);
   if (!mc.ok()) return InvalidArgumentError(c.file + ": model.path: " + mc.status().message());
@@ -314,6 +317,12 @@ Status SizePoolFromUtilization(ExperimentConfig& c) {
   if (p->num_blocks > INT32_MAX) {
     return InvalidArgumentError(c.file + ": key 'engine.gpu_memory_utilization' gives " +
                                 std::to_string(p->num_blocks) + " blocks, more than a pool holds");
+  }
+  if (given_blocks && *given_blocks != p->num_blocks) {
+    return InvalidArgumentError(c.file + ": key 'engine.num_blocks' = " +
+                                std::to_string(*given_blocks) + " disagrees with the " +
+                                std::to_string(p->num_blocks) +
+                                " blocks engine.gpu_memory_utilization gives: give one");
   }
   c.engine.pool.num_blocks = static_cast<int32_t>(p->num_blocks);
   c.pool_sizing = c.sim.hardware.name + ", " + c.model + ": " + p->Explain();
@@ -333,6 +342,15 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   Section model(model_t, "model", f);
   VTOKEN_RETURN_IF_ERROR(model.String("path", c.model));
   VTOKEN_RETURN_IF_ERROR(model.Uint("seed", c.model_seed));
+  VTOKEN_RETURN_IF_ERROR(model.String("device", c.model_device));
+  if (c.model_device != "cpu" && c.model_device != "cuda" &&
+      c.model_device.rfind("cuda:", 0) != 0) {
+    return model.Error("device", "must be \"cpu\", \"cuda\" or \"cuda:N\"");
+  }
+  VTOKEN_RETURN_IF_ERROR(model.String("dtype", c.model_dtype));
+  if (c.model_dtype != "float32" && c.model_dtype != "bfloat16" && c.model_dtype != "float16") {
+    return model.Error("dtype", "must be \"float32\", \"bfloat16\" or \"float16\"");
+  }
   VTOKEN_RETURN_IF_ERROR(model.Finish());
 
   engine::WorkloadOptions& w = c.workload;
@@ -384,13 +402,12 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(eng.Bool("verify", e.verify));
   VTOKEN_RETURN_IF_ERROR(eng.Bool("async_copies", c.async_copies));
   VTOKEN_RETURN_IF_ERROR(eng.Double("gpu_memory_utilization", c.gpu_memory_utilization));
+  std::optional<int32_t> blocks_given;
   if (c.gpu_memory_utilization != 0) {
     if (!sim::IsSimSpec(c.model)) {
       return eng.Error("gpu_memory_utilization", "needs a sim: model (model.path = \"sim:NAME\")");
     }
-    if (eng_t->get("num_blocks") != nullptr) {
-      return eng.Error("gpu_memory_utilization", "and engine.num_blocks are exclusive: give one");
-    }
+    if (eng_t->get("num_blocks") != nullptr) blocks_given = e.pool.num_blocks;
   }
   VTOKEN_RETURN_IF_ERROR(eng.Finish());
 
@@ -475,7 +492,7 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   if (c.engine.evictor.keep_ratio > 0 && c.engine.evictor.budget_tokens > 0) {
     return pol.Error("budget_tokens", "and policy.keep_ratio are exclusive: give one");
   }
-  VTOKEN_RETURN_IF_ERROR(SizePoolFromUtilization(c));
+  VTOKEN_RETURN_IF_ERROR(SizePoolFromUtilization(c, blocks_given));
   VTOKEN_RETURN_IF_ERROR(ValidateBlockPoolOptions(e.pool));
   VTOKEN_RETURN_IF_ERROR(ValidateReclaimOptions(e.reclaim));
   if (Status valid = engine::ValidateWorkloadOptions(w); !valid.ok()) {
@@ -556,6 +573,9 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
                                {"top_p", e.sampling.top_p},
                                {"seed", i64(e.sampling.seed)}}},
   };
+  // Keys recorded only when they differ from the defaults, so that older runs' hashes stay.
+  if (c.model_device != "cpu") resolved["model"].as_table()->insert("device", c.model_device);
+  if (c.model_dtype != "float32") resolved["model"].as_table()->insert("dtype", c.model_dtype);
   // Keys that only sim: models have, so the resolved configs (and hashes) of other runs stay.
   if (c.gpu_memory_utilization != 0) {
     resolved["engine"].as_table()->insert("gpu_memory_utilization", c.gpu_memory_utilization);

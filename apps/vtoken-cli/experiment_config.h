@@ -25,6 +25,10 @@ struct ExperimentConfig {
   // no weights, lib/sim).
   std::string model = "models/vt-tiny";
   uint64_t model_seed = 1;             // Seeds synthetic weights.
+  // [model] device ("cpu", "cuda", "cuda:N") and dtype ("float32", "bfloat16", "float16") of a
+  // real or synthetic model's weights, activations and KV store.
+  std::string model_device = "cpu";
+  std::string model_dtype = "float32";
   // [sim]: the simulated runner's signals, hardware and clock (sim: models only).
   sim::SimConfig sim = sim::DefaultSimConfig();
   // engine.gpu_memory_utilization > 0 (sim: models): num_blocks derived as vLLM does;

@@ -53,7 +53,28 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
     if (!r.ok()) return Status(r.status().code(), c.file + ": " + r.status().message());
     return std::unique_ptr<model::ModelRunner>(std::move(*r));
   }
-  VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed));
+  model::LlamaOptions options;
+  options.compute_dtype = c.model_dtype == "bfloat16" ? torch::kBFloat16
+                          : c.model_dtype == "float16" ? torch::kFloat16
+                                                       : torch::kFloat32;
+  if (c.model_device != "cpu") {
+    if (!torch::cuda::is_available()) {
+      return FailedPreconditionError(c.file + ": model.device = \"" + c.model_device +
+                                     "\", but this machine has no CUDA device (or this libtorch "
+                                     "was built without CUDA)");
+    }
+    try {
+      options.device = torch::Device(c.model_device);
+    } catch (const c10::Error&) {
+      return InvalidArgumentError(c.file + ": model.device \"" + c.model_device +
+                                  "\" is not a device");
+    }
+    if (options.device.index() >= static_cast<int>(torch::cuda::device_count())) {
+      return InvalidArgumentError(c.file + ": model.device \"" + c.model_device + "\": only " +
+                                  std::to_string(torch::cuda::device_count()) + " CUDA devices");
+    }
+  }
+  VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed, options));
   VTOKEN_ASSIGN_OR_RETURN(
       std::unique_ptr<model::LlamaRunner> r,
       model::LlamaRunner::Create(std::move(m), {.num_slots = slots, .async_copies = c.async_copies}));

@@ -48,6 +48,11 @@ expect_error "pool too small" run experiments/quickstart.toml --set engine.num_b
 expect_error "keep_ratio" run experiments/quickstart.toml --set policy.keep_ratio=1.5
 expect_error "models/none" run experiments/quickstart.toml --set model.path=models/none
 expect_error "not found" run "$TMP/missing.toml"
+expect_error "model.dtype" run experiments/quickstart.toml --set model.dtype=int8
+expect_error "model.device" run experiments/quickstart.toml --set model.device=tpu
+if ! nvidia-smi >/dev/null 2>&1; then
+  expect_error "no CUDA device" run experiments/quickstart.toml --set model.device=cuda
+fi
 mkdir -p "$TMP/corrupt" && cp models/vt-tiny/config.json models/vt-tiny/tokenizer.json "$TMP/corrupt/"
 head -c 1000 models/vt-tiny/model.safetensors >"$TMP/corrupt/model.safetensors"
 expect_error "model.safetensors" run experiments/quickstart.toml --set "model.path=\"$TMP/corrupt\""
