@@ -88,7 +88,7 @@ expect_error "unknown hardware 'tpu-v9'" run "$TMP/sim.toml" --set sim.hardware.
 expect_error "sim.attention" run "$TMP/sim.toml" --set sim.attention=oracle
 expect_error "signal trace $TMP/none.trace not found" run "$TMP/sim.toml" --set "sim.attention=\"trace:$TMP/none.trace\""
 expect_error "leaves no KV block" run "$TMP/sim.toml" --set engine.gpu_memory_utilization=0.1
-expect_error "exclusive" run "$TMP/sim.toml" --set engine.num_blocks=100
+expect_error "engine.num_blocks. = 100 disagrees with the" run "$TMP/sim.toml" --set engine.num_blocks=100
 expect_error "unknown key 'sim.hardware.hbm'" run "$TMP/sim.toml" --set sim.hardware.hbm=3
 expect_error "memory_efficiency" run "$TMP/sim.toml" --set sim.hardware.memory_efficiency=2.0
 expect_error "sim.parametric.noise_sigma" run "$TMP/sim.toml" --set sim.parametric.noise_sigma=-1
