@@ -6,9 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake --preset asan >/dev/null
-tests=(core/*_test.cc engine/*_test.cc)
 targets=()
-for t in "${tests[@]/#/tests/}"; do targets+=("$(basename "$t" .cc)"); done
+for t in tests/core/*_test.cc tests/engine/*_test.cc; do targets+=("$(basename "$t" .cc)"); done
 for t in tests/model/*_test.cc; do
   name=$(basename "$t" .cc)
   [[ $name =~ ^(llama|paged|sampler|trainer|torch)_ ]] || targets+=("$name")
