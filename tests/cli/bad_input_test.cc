@@ -475,5 +475,32 @@ TEST_F(CliTest, FullDiskFailsTheRunWithoutPartialRows) {
   ExpectNoPartialRuns(db);
 }
 
+// The read-only commands read a database on a read-only file system (no WAL switch, no
+// interrupted-marking write). Needs root (a tmpfs remounted read-only).
+TEST_F(CliTest, ReadCommandsWorkOnAReadOnlyFileSystem) {
+  if (!VTOKEN_CLI_HAS_TORCH) GTEST_SKIP() << "run needs a vtoken-cli with libtorch";
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to mount a tmpfs";
+  const std::string mnt = Path("ro");
+  fs::create_directories(mnt);
+  if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=4m") != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here: " << std::strerror(errno);
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { umount(path.c_str()); }
+  } unmount{mnt};
+  Write(Path("sim.toml"), kSimConfig);
+  const std::string db = mnt + "/r.db";
+  ASSERT_EQ(Cli({"run", Path("sim.toml"), "--db", db}).exit_code, 0);
+  ASSERT_EQ(mount("tmpfs", mnt.c_str(), "tmpfs", MS_REMOUNT | MS_RDONLY, "size=4m"), 0)
+      << std::strerror(errno);
+  const CliResult runs = Cli({"runs", "--db", db});
+  EXPECT_EQ(runs.exit_code, 0) << runs.err;
+  EXPECT_NE(runs.out.find("completed"), std::string::npos) << runs.out;
+  const CliResult compare = Cli({"compare", "--db", db, "--last", "2"});
+  EXPECT_EQ(compare.exit_code, 0) << compare.err;
+  EXPECT_NE(compare.out.find("mode / policy"), std::string::npos) << compare.out;
+}
+
 }  // namespace
 }  // namespace vtoken::cli
