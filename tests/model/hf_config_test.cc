@@ -287,6 +287,27 @@ TEST(HfConfigTest, ValidateRejectsInconsistentBiasAndWindow) {
   EXPECT_NE(s.message().find("sliding_window"), std::string::npos);
 }
 
+// Found by tests/fuzz/config_json_fuzz: ParameterCount overflowed int64 (UBSan).
+TEST(HfConfigTest, ShapesTooLargeToCountAreRejected) {
+  const std::string base =
+      R"({"model_type": "llama", "vocab_size": 2048, "hidden_size": 192, "intermediate_size": 512,
+          "num_hidden_layers": 6, "head_dim": 64, "num_key_value_heads": 1, )";
+  StatusOr<ModelConfig> c =
+      ParseConfigJsonText(base + R"("num_attention_heads": 333333333333333333})", "cfg");
+  EXPECT_EQ(c.status().message(),
+            "cfg: \"num_attention_heads\" = 333333333333333333 exceeds 2147483647");
+  std::string wide = base + R"("num_attention_heads": 3})";
+  wide.replace(wide.find("192"), 3, "2000000000");
+  wide.replace(wide.find("512"), 3, "2000000000");
+  c = ParseConfigJsonText(wide, "cfg");
+  EXPECT_NE(c.status().message().find("cfg: the shape gives more than 1125899906842624 parameters"),
+            std::string::npos)
+      << c.status().message();
+  c = ParseConfigJsonText(base + R"("num_attention_heads": 3})", "cfg");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_GT(ParameterCount(*c), 0);
+}
+
 TEST(HfConfigTest, UnknownSyntheticNameIsNotFound) {
   StatusOr<ModelConfig> c = SyntheticConfig("gpt-5");
   ASSERT_FALSE(c.ok());

@@ -112,6 +112,11 @@ Status CheckPositive(const std::string& name, const char* key, int64_t value) {
                               std::to_string(value));
 }
 
+// Largest dimension, head count, layer count, vocabulary or context a config may give, and the
+// most parameters its shape may describe (2^50, about 10^15).
+constexpr int64_t kMaxDimension = 2147483647;
+constexpr int64_t kMaxParameters = int64_t{1} << 50;
+
 Status ValidateNamed(const ModelConfig& c, const std::string& name) {
   if (!Architectures().contains(c.model_type)) {
     return InvalidArgumentError(name + ": unsupported model_type \"" + c.model_type +
@@ -129,6 +134,27 @@ Status ValidateNamed(const ModelConfig& c, const std::string& name) {
   };
   for (const auto& [key, value] : positives)
     VTOKEN_RETURN_IF_ERROR(CheckPositive(name, key, value));
+  // Bounded so that every product below (and in ParameterCount) fits: no real model comes near.
+  for (const auto& [key, value] : positives) {
+    if (value > kMaxDimension) {
+      return InvalidArgumentError(name + ": \"" + key + "\" = " + std::to_string(value) +
+                                  " exceeds " + std::to_string(kMaxDimension));
+    }
+  }
+  {
+    using Wide = __int128;
+    const Wide h = c.hidden_size, q = Wide{c.num_attention_heads} * c.head_dim,
+               kv = Wide{c.num_key_value_heads} * c.head_dim;
+    const Wide per_layer =
+        2 * h * q + 2 * h * kv + q + 2 * kv + h + 3 * h * c.intermediate_size + 2 * h;
+    const Wide total = c.num_hidden_layers * per_layer + 2 * Wide{c.vocab_size} * h + h;
+    if (total > Wide{kMaxParameters}) {
+      return InvalidArgumentError(name + ": the shape gives more than " +
+                                  std::to_string(kMaxParameters) +
+                                  " parameters (hidden_size, heads x head_dim, "
+                                  "intermediate_size, num_hidden_layers, vocab_size)");
+    }
+  }
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     return InvalidArgumentError(name + ": \"num_attention_heads\" (" +
                                 std::to_string(c.num_attention_heads) +
