@@ -111,7 +111,7 @@ int RunGenerate(const GenerateArgs& a) {
   if (prompt.empty()) return Fail("--prompt encodes to no tokens");
 
   // Everything that can be refused is refused before the weights and KV tensors exist.
-  const int64_t bos = config->bos_token_ids.empty() ? 0 : 1;
+  const int64_t bos = model::PromptBosId(&*tokenizer, *config) ? 1 : 0;
   const int64_t positions = static_cast<int64_t>(prompt.size()) + bos;
   if (positions + a.max_tokens > config->max_position_embeddings) {
     return Fail("--max-tokens " + std::to_string(a.max_tokens) + ": the prompt's " +
