@@ -2,15 +2,10 @@
 
 #include <cmath>
 
+#include "lib/sim/mix.h"
+
 namespace vtoken::sim {
 namespace {
-
-uint64_t Mix(uint64_t x) {  // splitmix64's finaliser.
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 uint64_t Key(uint64_t seed, int64_t request, int64_t position, int64_t query, uint64_t stream) {
   uint64_t h = Mix(seed ^ (stream * 0xd6e8feb86659fd93ULL));

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "lib/sim/mix.h"
+
 namespace vtoken::sim {
 namespace {
 
@@ -12,13 +14,6 @@ uint64_t Tag(int64_t request, int64_t position) {
 }
 int64_t TagPosition(uint64_t tag) { return static_cast<int64_t>(tag & 0xffffffffULL); }
 int64_t TagRequest(uint64_t tag) { return static_cast<int64_t>(tag >> 32) - 1; }
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 }  // namespace
 
@@ -172,19 +167,20 @@ StatusOr<std::vector<model::RunnerOutput>> SimRunner::Forward(
   work.reserve(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const model::RunnerInput& in = inputs[i];
-    const std::string who = "sim: request " + std::to_string(in.request);
+    // Built only on an error path: Forward runs every step.
+    auto who = [&] { return "sim: request " + std::to_string(in.request); };
     if (in.tokens.empty() || in.positions.size() != in.tokens.size() ||
         in.write_slots.size() != in.tokens.size() ||
         in.context_positions.size() != in.context_slots.size()) {
-      return InvalidArgumentError(who + ": malformed input (token, position and slot counts)");
+      return InvalidArgumentError(who() + ": malformed input (token, position and slot counts)");
     }
     for (size_t j = 0; j < in.context_slots.size(); ++j) {
       const SlotIndex s = in.context_slots[j];
-      if (s < 0 || s >= o_.num_slots) return InvalidArgumentError(who + ": slot out of range");
+      if (s < 0 || s >= o_.num_slots) return InvalidArgumentError(who() + ": slot out of range");
       const uint64_t tag = tags_[s];
       if (tag == 0 || TagPosition(tag) != in.context_positions[j]) {
         return FailedPreconditionError(
-            who + " reads token " + std::to_string(in.context_positions[j]) + " at slot " +
+            who() + " reads token " + std::to_string(in.context_positions[j]) + " at slot " +
             std::to_string(s) + ", which holds " +
             (tag == 0 ? std::string("nothing")
                       : "token " + std::to_string(TagPosition(tag)) + " of request " +
@@ -193,7 +189,7 @@ StatusOr<std::vector<model::RunnerOutput>> SimRunner::Forward(
     }
     for (size_t j = 0; j < in.write_slots.size(); ++j) {
       const SlotIndex s = in.write_slots[j];
-      if (s < 0 || s >= o_.num_slots) return InvalidArgumentError(who + ": slot out of range");
+      if (s < 0 || s >= o_.num_slots) return InvalidArgumentError(who() + ": slot out of range");
       tags_[s] = Tag(in.request, in.positions[j]);
     }
     int32_t recorded = -1;
