@@ -1,18 +1,14 @@
 #include "lib/model/cpu_ops.h"
 
-#include <algorithm>
-#include <bit>
 #include <cmath>
+
+#include "lib/model/cpu_simd.h"
 
 namespace vtoken::model {
 namespace {
 
-inline __attribute__((always_inline)) float Dot(const float* a, const float* b, int64_t n) {
-  float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
+using simd::Dot;
+using simd::Exp;
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void Rows(
     const CpuLinearArgs& a, int64_t o_begin, int64_t o_end) {
@@ -27,22 +23,6 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
       y = a.accumulate ? y + v : v;
     }
   }
-}
-
-// exp(x) for x in [-87, 88] (clamped), Cephes' expf polynomial; branch-free so it vectorizes.
-inline __attribute__((always_inline)) float Exp(float x) {
-  const float v = std::clamp(x, -87.0f, 88.0f);
-  const float t = v * 1.44269504088896341f;
-  const float k = (t + 12582912.0f) - 12582912.0f;
-  const float r = (v - k * 0.693359375f) - k * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(k) + 127) << 23);
 }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RmsRows(

@@ -1,61 +1,18 @@
 #include "lib/model/cpu_paged_attention.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <vector>
+
+#include "lib/model/cpu_simd.h"
 
 namespace vtoken::model {
 namespace {
 
-// Reductions are vectorized through `omp simd` (the file is compiled with -fopenmp-simd; no
-// OpenMP runtime is involved), everything else by plain loops, for each target clone.
-#define VTOKEN_INLINE inline __attribute__((always_inline))
-
-VTOKEN_INLINE float Dot(const float* a, const float* b, int64_t n) {
-  float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-VTOKEN_INLINE float Sum(const float* a, int64_t n) {
-  float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += a[i];
-  return s;
-}
-
-VTOKEN_INLINE float Max(const float* a, int64_t n) {
-  float m = a[0];
-#pragma omp simd reduction(max : m)
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, a[i]);
-  return m;
-}
-
-VTOKEN_INLINE void Axpy(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
-// exp(x) for x <= 0 (x - max of a softmax row), Cephes' expf polynomial after reducing by ln 2;
-// within 2 ulp of std::exp over [-87, 0], written branch-free so that it vectorizes.
-VTOKEN_INLINE void ExpNonPositive(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = std::max(x[i], -87.0f);
-    const float t = v * 1.44269504088896341f;
-    const float k = (t + 12582912.0f) - 12582912.0f;  // Round to nearest (|t| < 2^22).
-    const float r = (v - k * 0.693359375f) - k * -2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-    x[i] = p * std::bit_cast<float>(bits);
-  }
-}
+using simd::Axpy;
+using simd::Dot;
+using simd::Max;
+using simd::Sum;
 
 // Slots are scattered: fetch the rows a few keys ahead so that their cache misses overlap.
 constexpr int64_t kPrefetchAhead = 8;
@@ -111,7 +68,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
           float* row = sc + h * keys;
           const float max = Max(row, len);
           for (int64_t j = 0; j < len; ++j) row[j] -= max;
-          ExpNonPositive(row, len);
+          for (int64_t j = 0; j < len; ++j) row[j] = simd::Exp(row[j]);
           const float inv = 1.0f / Sum(row, len);
           for (int64_t j = 0; j < len; ++j) row[j] *= inv;
         }
