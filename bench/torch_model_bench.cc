@@ -172,36 +172,34 @@ BENCHMARK(BM_DecodeScatteredVsContiguous)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
-// The fused CPU attention kernel against the per-sequence torch ops it replaced: the same decode
-// step (scattered slots) through two copies of vt-tiny that differ only in
-// LlamaOptions::fused_cpu_attention, both in every iteration, alternating which goes first. The
-// reported time is the fused step; counters give both and speedup = reference / fused. Signals
-// are computed by both (a policy reads them every step).
-void BM_DecodeFusedVsReference(benchmark::State& state) {
-  const int64_t batch = state.range(0), context = state.range(1);
-  static const StatusOr<LlamaModel> reference =
+// vt-tiny on the per-sequence torch path (the reference of the fused benchmarks).
+const StatusOr<LlamaModel>& VtTinyReference() {
+  static const StatusOr<LlamaModel> model =
       LlamaModel::FromDirectory(ModelDir(), {.fused_cpu_attention = false});
-  if (!VtTiny().ok() || !reference.ok()) return state.SkipWithError("vt-tiny did not load");
-  const LlamaModel& fused = *VtTiny();
-  std::optional<KvTensors> kv = FilledKv(fused, batch * (context + 1), state);
-  if (!kv) return;
-  const auto inputs = DecodeInputs(batch, context, fused.config().vocab_size, true, 4);
+  return model;
+}
+
+// Times one step of `inputs` through the fused model and the reference in every iteration,
+// alternating which goes first; reports the fused time and counters for both, the speedup and
+// the fused path's tokens/s for `tokens` new tokens per step.
+void TimeFusedVsReference(benchmark::State& state, const std::vector<PagedSeqInput>& inputs,
+                          KvTensors& kv, int64_t tokens) {
   double fused_s = 0, reference_s = 0;
   bool fused_first = true;
   for (auto _ : state) {
     auto timed = [&](const LlamaModel& m) {
       const double begin = CpuSeconds();
-      auto out = m.ForwardPaged(inputs, *kv);
+      auto out = m.ForwardPaged(inputs, kv);
       benchmark::DoNotOptimize(out);
       return CpuSeconds() - begin;
     };
     double f, r;
     if (fused_first) {
-      f = timed(fused);
-      r = timed(*reference);
+      f = timed(*VtTiny());
+      r = timed(*VtTinyReference());
     } else {
-      r = timed(*reference);
-      f = timed(fused);
+      r = timed(*VtTinyReference());
+      f = timed(*VtTiny());
     }
     fused_first = !fused_first;
     fused_s += f;
@@ -212,7 +210,24 @@ void BM_DecodeFusedVsReference(benchmark::State& state) {
   state.counters["fused_ms"] = 1e3 * fused_s / n;
   state.counters["reference_ms"] = 1e3 * reference_s / n;
   state.counters["speedup"] = reference_s / fused_s;
-  state.counters["fused_tok_s"] = static_cast<double>(batch) * n / fused_s;
+  state.counters["fused_tok_s"] = static_cast<double>(tokens) * n / fused_s;
+}
+
+// The fused CPU attention kernel against the per-sequence torch ops it replaced: the same decode
+// step (scattered slots) through two copies of vt-tiny that differ only in
+// LlamaOptions::fused_cpu_attention, both in every iteration, alternating which goes first. The
+// reported time is the fused step; counters give both and speedup = reference / fused. Signals
+// are computed by both (a policy reads them every step).
+void BM_DecodeFusedVsReference(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  if (!VtTiny().ok() || !VtTinyReference().ok()) {
+    return state.SkipWithError("vt-tiny did not load");
+  }
+  const LlamaModel& fused = *VtTiny();
+  std::optional<KvTensors> kv = FilledKv(fused, batch * (context + 1), state);
+  if (!kv) return;
+  const auto inputs = DecodeInputs(batch, context, fused.config().vocab_size, true, 4);
+  TimeFusedVsReference(state, inputs, *kv, batch);
 }
 BENCHMARK(BM_DecodeFusedVsReference)
     ->ArgNames({"batch", "context"})
@@ -224,9 +239,9 @@ BENCHMARK(BM_DecodeFusedVsReference)
 // one sequence, scattered slots.
 void BM_PrefillFusedVsReference(benchmark::State& state) {
   const int64_t chunk = state.range(0), context = state.range(1);
-  static const StatusOr<LlamaModel> reference =
-      LlamaModel::FromDirectory(ModelDir(), {.fused_cpu_attention = false});
-  if (!VtTiny().ok() || !reference.ok()) return state.SkipWithError("vt-tiny did not load");
+  if (!VtTiny().ok() || !VtTinyReference().ok()) {
+    return state.SkipWithError("vt-tiny did not load");
+  }
   const LlamaModel& fused = *VtTiny();
   std::optional<KvTensors> kv = FilledKv(fused, context + chunk, state);
   if (!kv) return;
@@ -241,33 +256,7 @@ void BM_PrefillFusedVsReference(benchmark::State& state) {
     in.tokens.push_back(static_cast<int32_t>((i * 31 + 7) % fused.config().vocab_size));
     in.positions.push_back(context + i);
   }
-  double fused_s = 0, reference_s = 0;
-  bool fused_first = true;
-  for (auto _ : state) {
-    auto timed = [&](const LlamaModel& m) {
-      const double begin = CpuSeconds();
-      auto out = m.ForwardPaged({in}, *kv);
-      benchmark::DoNotOptimize(out);
-      return CpuSeconds() - begin;
-    };
-    double f, r;
-    if (fused_first) {
-      f = timed(fused);
-      r = timed(*reference);
-    } else {
-      r = timed(*reference);
-      f = timed(fused);
-    }
-    fused_first = !fused_first;
-    fused_s += f;
-    reference_s += r;
-    state.SetIterationTime(f);
-  }
-  const double n = static_cast<double>(state.iterations());
-  state.counters["fused_ms"] = 1e3 * fused_s / n;
-  state.counters["reference_ms"] = 1e3 * reference_s / n;
-  state.counters["speedup"] = reference_s / fused_s;
-  state.counters["fused_tok_s"] = static_cast<double>(chunk) * n / fused_s;
+  TimeFusedVsReference(state, {in}, *kv, chunk);
 }
 BENCHMARK(BM_PrefillFusedVsReference)
     ->ArgNames({"chunk", "context"})
