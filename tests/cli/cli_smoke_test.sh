@@ -8,9 +8,8 @@ CLI=$1
 SRC=$2
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh"
 cd "$SRC" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 bash scripts/make-corpus.sh build/corpus >/dev/null || { echo "FAIL: corpus"; exit 1; }
 
@@ -28,16 +27,6 @@ grep -q "ROUGE-L vtoken vs naive" "$TMP/compare.out" || fail "compare table inco
 "$CLI" runs --db "$TMP/s.db" | grep -q completed || fail "runs lists no completed run"
 
 # Bad input: one error line naming the problem, exit code != 0, nothing written.
-expect_error() {  # expect_error PATTERN ARGS...
-  local pattern=$1
-  shift
-  "$CLI" "$@" --db "$TMP/bad.db" >"$TMP/bad.out" 2>"$TMP/bad.err"
-  local rc=$?
-  [[ $rc -ne 0 ]] || fail "'$*' exited 0"
-  [[ $(wc -l <"$TMP/bad.err") -eq 1 ]] || fail "'$*' printed $(wc -l <"$TMP/bad.err") error lines"
-  grep -q "$pattern" "$TMP/bad.err" || fail "'$*' error lacks '$pattern': $(cat "$TMP/bad.err")"
-  [[ ! -e "$TMP/bad.db" ]] || fail "'$*' created the database"
-}
 printf 'name = "x"\n[engine\n' >"$TMP/malformed.toml"
 expect_error "malformed.toml" run "$TMP/malformed.toml"
 expect_error "unknown key 'engine.num_blockz'" run experiments/quickstart.toml --set engine.num_blockz=3

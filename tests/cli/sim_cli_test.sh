@@ -9,9 +9,8 @@ CLI=$1
 SRC=$2
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh"
 cd "$SRC" || exit 1
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 cat >"$TMP/sim.toml" <<'TOML'
 name = "sim_cli"
@@ -72,16 +71,6 @@ q="select r.mode, s.name, s.value from summary s join runs r on r.id = s.run_id 
 "$CLI" fit-signals "$TMP/q.trace" >"$TMP/fit.out" 2>&1 || fail "fit-signals exited $?"
 grep -q "recency_exponent = " "$TMP/fit.out" || fail "fit-signals printed no parameters"
 
-expect_error() {  # expect_error PATTERN ARGS...
-  local pattern=$1
-  shift
-  "$CLI" "$@" --db "$TMP/bad.db" >"$TMP/bad.out" 2>"$TMP/bad.err"
-  local rc=$?
-  [[ $rc -ne 0 ]] || fail "'$*' exited 0"
-  [[ $(wc -l <"$TMP/bad.err") -eq 1 ]] || fail "'$*' printed $(wc -l <"$TMP/bad.err") error lines: $(cat "$TMP/bad.err")"
-  grep -q "$pattern" "$TMP/bad.err" || fail "'$*' error lacks '$pattern': $(cat "$TMP/bad.err")"
-  [[ ! -e "$TMP/bad.db" ]] || fail "'$*' created the database"
-}
 expect_error "needs a sim: model" run experiments/quickstart.toml --set sim.dtype=float32
 expect_error "needs a sim: model" run experiments/quickstart.toml --set engine.gpu_memory_utilization=0.5
 expect_error "unknown hardware 'tpu-v9'" run "$TMP/sim.toml" --set sim.hardware.preset=tpu-v9
