@@ -30,22 +30,23 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     const CpuAttentionBatch& b, int64_t seq_begin, int64_t seq_end) {
   thread_local Scratch scratch;
   const int64_t hd = b.head_dim, kvh = b.num_kv_heads, group = b.num_heads / b.num_kv_heads;
-  const int64_t kv_row = kvh * hd, q_row = b.num_heads * hd;
+  const int64_t kv_row = b.slot_stride, q_row = b.num_heads * hd;
   for (int64_t s = seq_begin; s < seq_end; ++s) {
     if (b.skip != nullptr && b.skip[s] != 0) continue;
     const int64_t q0 = b.q_offsets[s], n = b.q_offsets[s + 1] - q0;
-    const int64_t k0 = b.key_offsets[s], keys = b.key_offsets[s + 1] - k0;
-    const int64_t ctx = keys - n;
-    const int64_t* slots = b.slots + k0;
-    const int64_t* kpos = b.key_positions + k0;
     const bool signals = b.want_signals != nullptr && b.want_signals[s] != 0;
-    float* attn_sum = signals && b.attn_sum != nullptr ? b.attn_sum + k0 : nullptr;
     const int64_t first_signal = n - std::clamp<int64_t>(b.num_signal[s], 1, n);
-    scratch.scores.resize(static_cast<size_t>(group * keys));
-    scratch.acc.resize(static_cast<size_t>(group * hd));
     for (int64_t g = 0; g < kvh; ++g) {
-      const float* kg = b.k_cache + g * hd;
-      const float* vg = b.v_cache + g * hd;
+      const int64_t u = s * b.groups_per_seq + (b.head_group != nullptr ? b.head_group[g] : 0);
+      const int64_t k0 = b.key_offsets[u], keys = b.key_offsets[u + 1] - k0;
+      const int64_t ctx = keys - n;
+      const int64_t* slots = b.slots + k0;
+      const int64_t* kpos = b.key_positions + k0;
+      float* attn_sum = signals && b.attn_sum != nullptr ? b.attn_sum + k0 : nullptr;
+      scratch.scores.resize(static_cast<size_t>(group * keys));
+      scratch.acc.resize(static_cast<size_t>(group * hd));
+      const float* kg = b.k_cache + g * b.kv_head_stride;
+      const float* vg = b.v_cache + g * b.kv_head_stride;
       for (int64_t i = 0; i < n; ++i) {
         const int64_t hi = ctx + i + 1;
         int64_t lo = 0;
@@ -90,10 +91,10 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
       }
       if (signals && b.norm_sum != nullptr) {
         float* norm_sum = b.norm_sum + k0;
-        const float inv_kvh = 1.0f / static_cast<float>(kvh);
+        const float inv_heads = 1.0f / static_cast<float>(b.norm_heads);
         for (int64_t j = 0; j < keys; ++j) {
           const float* kj = kg + slots[j] * kv_row;
-          norm_sum[j] += std::sqrt(Dot(kj, kj, hd)) * inv_kvh;
+          norm_sum[j] += std::sqrt(Dot(kj, kj, hd)) * inv_heads;
         }
       }
     }

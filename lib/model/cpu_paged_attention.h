@@ -4,21 +4,25 @@
 // runs on the CPU in fp32; the torch ops it replaces stay as the reference in tests.
 //
 // The batch is CSR-shaped: sequence s owns query rows [q_offsets[s], q_offsets[s+1]) (its new
-// tokens) and keys [key_offsets[s], key_offsets[s+1]) of `slots` / `key_positions` (its live
-// context in logical order, then its new tokens). New token i of a sequence sees its context and
-// new tokens 0..i (causal); with a sliding window W > 0, only keys whose position p satisfies
-// query_position - p < W (Mistral's rule, by RoPE position, so it holds after evictions too).
-// Query head h reads KV head h / (num_heads / num_kv_heads); each K and V row is loaded once per
-// query row for all the query heads of its group.
+// tokens). Its keys are per KV group (lib/core/types.h): with G = groups_per_seq, KV head h of
+// this layer reads key range u = s * G + head_group[h], that is [key_offsets[u],
+// key_offsets[u+1]) of `slots` / `key_positions` (the group's live context in logical order, then
+// the new tokens). At token granularity G = 1 and every head reads range s. New token i of a
+// sequence sees the context and new tokens 0..i (causal); with a sliding window W > 0, only keys
+// whose position p satisfies query_position - p < W (Mistral's rule, by RoPE position, so it holds
+// after evictions too). Query head q reads KV head q / (num_heads / num_kv_heads); each K and V
+// row is loaded once per query row for all the query heads that read it. KV head h of slot `slot`
+// starts at cache + slot * slot_stride + h * kv_head_stride.
 //
 // Signals (when attn_sum / norm_sum are non-null and want_signals[s]): attn_sum[key] += the
-// attention probability the key received, summed over query heads and the last num_signal[s]
-// query rows; norm_sum[key] += the L2 norm of its K row averaged over KV heads. The caller
+// attention probability the key received, summed over the query heads reading it and the last
+// num_signal[s] query rows; norm_sum[key] += the L2 norm of its K row / norm_heads. The caller
 // divides by layers (and heads x signal rows) after the last layer.
 //
 // Vectorized for x86-64-v4 (AVX-512) / v3 (AVX2 + FMA) / baseline x86-64 by function
-// multiversioning (the CPU picks at load time). Each call computes sequences [seq_begin, seq_end); calls on disjoint ranges write
-// disjoint outputs and may run in parallel (ForwardPaged splits the batch over torch's threads).
+// multiversioning (the CPU picks at load time). Each call computes sequences [seq_begin, seq_end);
+// calls on disjoint ranges write disjoint outputs and may run in parallel (ForwardPaged splits the
+// batch over torch's threads).
 #pragma once
 
 #include <cstdint>
@@ -29,24 +33,30 @@ struct CpuAttentionBatch {
   int64_t num_seqs = 0;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   float scale = 1;
-  int64_t sliding_window = 0;            // 0: full causal attention.
-  const float* q = nullptr;              // [num query rows, num_heads, head_dim]
-  const float* k_cache = nullptr;        // [num_slots, num_kv_heads, head_dim]
-  const float* v_cache = nullptr;        // [num_slots, num_kv_heads, head_dim]
-  float* out = nullptr;                  // [num query rows, num_heads, head_dim]
-  const int64_t* q_offsets = nullptr;    // [num_seqs + 1]
-  const int64_t* key_offsets = nullptr;  // [num_seqs + 1]
-  const int64_t* slots = nullptr;        // [key_offsets[num_seqs]]: context, then new tokens
+  int64_t sliding_window = 0;              // 0: full causal attention.
+  const float* q = nullptr;                // [num query rows, num_heads, head_dim]
+  const float* k_cache = nullptr;          // [num_slots, slot_stride]
+  const float* v_cache = nullptr;          // [num_slots, slot_stride]
+  int64_t slot_stride = 0;                 // Floats per slot: num_kv_heads * head_dim, or head_dim.
+  int64_t kv_head_stride = 0;              // Floats between KV heads in a slot: head_dim, or 0.
+  float* out = nullptr;                    // [num query rows, num_heads, head_dim]
+  const int64_t* q_offsets = nullptr;      // [num_seqs + 1]
+  int64_t groups_per_seq = 1;              // G: key ranges per sequence.
+  const int64_t* head_group = nullptr;     // [num_kv_heads]: the range each KV head reads; null: 0.
+  const int64_t* key_offsets = nullptr;    // [num_seqs * G + 1]
+  const int64_t* slots = nullptr;          // [key_offsets[num_seqs * G]]: context, then new tokens
   const int64_t* key_positions = nullptr;  // Same shape: RoPE positions of the keys.
-  const int64_t* num_signal = nullptr;   // [num_seqs]: signal query rows (the last ones).
-  const uint8_t* want_signals = nullptr;  // [num_seqs]
-  float* attn_sum = nullptr;             // [key_offsets[num_seqs]] or null
-  float* norm_sum = nullptr;             // [key_offsets[num_seqs]] or null
-  const uint8_t* skip = nullptr;         // [num_seqs] or null: sequences left to the caller.
+  const int64_t* num_signal = nullptr;     // [num_seqs]: signal query rows (the last ones).
+  const uint8_t* want_signals = nullptr;   // [num_seqs]
+  float* attn_sum = nullptr;               // [key_offsets[num_seqs * G]] or null
+  float* norm_sum = nullptr;               // [key_offsets[num_seqs * G]] or null
+  int64_t norm_heads = 1;                  // KV heads of this layer that share a key range.
+  const uint8_t* skip = nullptr;           // [num_seqs] or null: sequences left to the caller.
 };
 
-// REQUIRES: every slot < the cache's num_slots; key_offsets[s+1] - key_offsets[s] >=
-// q_offsets[s+1] - q_offsets[s] >= 1; num_heads a multiple of num_kv_heads.
+// REQUIRES: every slot < the cache's num_slots; every key range of sequence s holds at least
+// q_offsets[s+1] - q_offsets[s] >= 1 keys, the new tokens last; num_heads a multiple of
+// num_kv_heads.
 void CpuPagedAttention(const CpuAttentionBatch& batch, int64_t seq_begin, int64_t seq_end);
 
 }  // namespace vtoken::model

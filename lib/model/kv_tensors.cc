@@ -14,13 +14,26 @@ StatusOr<KvTensors> KvTensors::Create(const KvTensorsOptions& options) {
   KvTensors kv;
   kv.options_ = options;
   auto tensor_options = torch::TensorOptions().dtype(options.dtype).device(options.device);
-  for (int64_t i = 0; i < options.num_layers; ++i) {
-    kv.k_.push_back(
-        torch::zeros({options.num_slots, options.num_kv_heads, options.head_dim}, tensor_options));
-    kv.v_.push_back(
-        torch::zeros({options.num_slots, options.num_kv_heads, options.head_dim}, tensor_options));
+  const bool per_layer = options.granularity == Granularity::kToken;
+  const int64_t heads = options.granularity == Granularity::kHead ? 1 : options.num_kv_heads;
+  for (int64_t i = 0; i < (per_layer ? options.num_layers : 1); ++i) {
+    kv.k_.push_back(torch::zeros({options.num_slots, heads, options.head_dim}, tensor_options));
+    kv.v_.push_back(torch::zeros({options.num_slots, heads, options.head_dim}, tensor_options));
   }
   return kv;
+}
+
+int32_t KvTensors::num_kv_groups() const {
+  return NumKvGroups(options_.granularity, options_.num_layers, options_.num_kv_heads);
+}
+
+int64_t KvTensors::rows_per_slot() const {
+  return options_.num_layers * options_.num_kv_heads / num_kv_groups();
+}
+
+int64_t KvTensors::bytes_per_slot() const {
+  return 2 * rows_per_slot() * options_.head_dim *
+         static_cast<int64_t>(c10::elementSize(options_.dtype));
 }
 
 Status KvTensors::CheckSlots(const std::vector<int64_t>& slots) const {
@@ -47,7 +60,7 @@ Status KvTensors::CopySlots(const std::vector<int64_t>& src_slots,
   auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
   auto src = torch::tensor(src_slots, index_options);
   auto dst = torch::tensor(dst_slots, index_options);
-  for (int64_t i = 0; i < options_.num_layers; ++i) {
+  for (size_t i = 0; i < k_.size(); ++i) {
     // index_select materializes the sources first: that is what makes overlapping moves safe.
     k_[i].index_copy_(0, dst, k_[i].index_select(0, src));
     v_[i].index_copy_(0, dst, v_[i].index_select(0, src));

@@ -1,7 +1,14 @@
-// KvTensors: the physical KV store of a paged cache. Per layer one K and one V tensor of shape
-// [num_slots, num_kv_heads, head_dim] with num_slots = num_blocks * block_size. It holds data
-// only; which slot belongs to which token is the core's business (lib/core), so relocation here
-// is a plain row copy driven by the caller.
+// KvTensors: the physical KV store of a paged cache. A slot holds the K and V rows of one KV group
+// (lib/core/types.h, Granularity) of one token; the layout follows the granularity:
+//   token  per layer one K and one V tensor [num_slots, num_kv_heads, head_dim]: a slot holds
+//          every layer's rows;
+//   layer  ONE K and ONE V tensor [num_slots, num_kv_heads, head_dim] shared by all layers: a
+//          slot holds one layer's rows (which layer is the core's business);
+//   head   ONE K and ONE V tensor [num_slots, 1, head_dim]: a slot holds one (layer, KV head) row.
+// For the same token capacity every layout takes the same bytes (layer: num_layers times more
+// slots, head: num_layers * num_kv_heads times more). It holds data only; which slot belongs to
+// which token and group is the core's business (lib/core), so relocation here is a plain row copy
+// driven by the caller.
 //
 // Not thread-safe: one writer at a time (the forward pass or a copy).
 #pragma once
@@ -12,16 +19,18 @@
 #include <vector>
 
 #include "lib/core/status.h"
+#include "lib/core/types.h"
 
 namespace vtoken::model {
 
 struct KvTensorsOptions {
-  int64_t num_layers = 0;                // Decoder layers; one K and one V tensor each.
-  int64_t num_slots = 0;                 // num_blocks * block_size.
+  int64_t num_layers = 0;                // Decoder layers.
+  int64_t num_slots = 0;                 // Group slots: num_blocks * block_size.
   int64_t num_kv_heads = 0;              // Key/value heads per layer.
   int64_t head_dim = 0;                  // Channels per head.
   torch::Dtype dtype = torch::kFloat32;  // Storage dtype; the forward pass casts into it.
   torch::Device device = torch::kCPU;
+  Granularity granularity = Granularity::kToken;  // What a slot holds (see above).
 };
 
 class KvTensors {
@@ -31,14 +40,27 @@ class KvTensors {
 
   const KvTensorsOptions& options() const { return options_; }
   int64_t num_slots() const { return options_.num_slots; }
+  Granularity granularity() const { return options_.granularity; }
+  // KV groups of a token: 1, num_layers or num_layers * num_kv_heads.
+  int32_t num_kv_groups() const;
+  // K (and as many V) rows of head_dim values a slot holds: num_layers * num_kv_heads,
+  // num_kv_heads or 1.
+  int64_t rows_per_slot() const;
+  // 2 * rows_per_slot() * head_dim * element size: the bytes one slot copy moves.
+  int64_t bytes_per_slot() const;
 
-  // [num_slots, num_kv_heads, head_dim]. REQUIRES: 0 <= layer < num_layers.
-  torch::Tensor& k(int64_t layer) { return k_[layer]; }
-  torch::Tensor& v(int64_t layer) { return v_[layer]; }
+  // The tensor layer `layer` reads and writes: [num_slots, num_kv_heads, head_dim], or
+  // [num_slots, 1, head_dim] at head granularity. REQUIRES: 0 <= layer < num_layers.
+  torch::Tensor& k(int64_t layer) { return k_[k_.size() == 1 ? 0 : layer]; }
+  torch::Tensor& v(int64_t layer) { return v_[v_.size() == 1 ? 0 : layer]; }
+  // The distinct tensors (num_layers at token granularity, else 1), in layer order.
+  const std::vector<torch::Tensor>& k_tensors() const { return k_; }
+  const std::vector<torch::Tensor>& v_tensors() const { return v_; }
 
-  // Copies the K and V rows of src_slots[i] to dst_slots[i] in every layer (a relocation).
-  // All sources are read before any destination is written, so overlapping moves behave like a
-  // parallel copy. Returns InvalidArgument on a length mismatch or a slot out of range.
+  // Copies the K and V rows of src_slots[i] to dst_slots[i] in every distinct tensor (a
+  // relocation). All sources are read before any destination is written, so overlapping moves
+  // behave like a parallel copy. Returns InvalidArgument on a length mismatch or a slot out of
+  // range.
   Status CopySlots(const std::vector<int64_t>& src_slots, const std::vector<int64_t>& dst_slots);
 
   // Returns InvalidArgument unless every slot lies in [0, num_slots).

@@ -234,8 +234,9 @@ int64_t LlamaModel::NumParameters() const {
   return n;
 }
 
-KvTensorsOptions LlamaModel::KvOptions(int64_t num_slots) const {
+KvTensorsOptions LlamaModel::KvOptions(int64_t num_slots, Granularity granularity) const {
   KvTensorsOptions o;
+  o.granularity = granularity;
   o.num_layers = config_.num_hidden_layers;
   o.num_slots = num_slots;
   o.num_kv_heads = config_.num_key_value_heads;

@@ -35,24 +35,34 @@ struct LlamaOptions {
   bool fused_cpu_attention = true;
 };
 
-// One sequence's part of a paged step.
+// One sequence's part of a paged step. With G = the KvTensors store's num_kv_groups() (1 at token
+// granularity) the slot lists are per KV group and group-major, as RunnerInput documents
+// (lib/model/runner.h); at G == 1 they are plain lists.
 struct PagedSeqInput {
-  std::vector<int32_t> tokens;         // New tokens: a prefill chunk, or 1 for decode.
-  std::vector<int64_t> positions;      // RoPE positions of the new tokens.
-  std::vector<int64_t> write_slots;    // Slots where the new tokens' K/V are written.
-  std::vector<int64_t> context_slots;  // Live slots of the earlier tokens, in logical order.
-  // RoPE positions of the context tokens (needed with a sliding window; else may be empty).
+  std::vector<int32_t> tokens;     // New tokens: a prefill chunk, or 1 for decode.
+  std::vector<int64_t> positions;  // RoPE positions of the new tokens.
+  // [G * n]: group g's slots for the new tokens' K/V at [g * n, (g + 1) * n).
+  std::vector<int64_t> write_slots;
+  // Live slots of the earlier tokens, in logical order; group g's at
+  // [context_offsets[g], context_offsets[g + 1]).
+  std::vector<int64_t> context_slots;
+  // RoPE positions of the context tokens, same layout (needed with a sliding window; else may be
+  // empty).
   std::vector<int64_t> context_positions;
-  int obs_window = 32;                 // Signals come from the last min(obs_window, n) queries.
-  bool want_signals = true;            // false: attn and key_norm are left empty.
+  std::vector<int64_t> context_offsets;  // [G + 1]; may be empty when G == 1.
+  int obs_window = 32;                   // Signals come from the last min(obs_window, n) queries.
+  bool want_signals = true;              // false: attn and key_norm are left empty.
 };
 
 struct PagedSeqOutput {
   torch::Tensor last_logits;  // [vocab] fp32 logits of the last new token.
-  // Per token of context_slots then the new tokens: attention mass received, averaged over
-  // layers, query heads and signal queries.
+  // Group-major: per group g, per token of g's context then the new tokens (ctx_g + n values from
+  // context_offsets[g] + g * n): the attention mass it received, averaged over the query heads
+  // that read the group (token: every layer's; layer: that layer's; head: that KV head's) and the
+  // signal queries, so it sums to 1 per group.
   std::vector<float> attn;
-  // Per token (same order): L2 norm of the cached K, averaged over layers and KV heads.
+  // Per token (same order): L2 norm of the cached K, averaged over the group's KV rows (token:
+  // layers and KV heads; layer: that layer's KV heads; head: that row).
   std::vector<float> key_norm;
 };
 
@@ -91,17 +101,20 @@ class LlamaModel {
   torch::Tensor ForwardDense(const torch::Tensor& tokens,
                              const torch::Tensor& visible = torch::Tensor()) const;
 
-  // One batched step. For every input, writes the new tokens' K/V at write_slots, then attends
-  // over context_slots followed by the new tokens (causal among the new ones; with the config's
-  // sliding_window W > 0 a query at position p sees only keys at positions > p - W). Results do
-  // not depend on where tokens physically sit. Returns InvalidArgument on inconsistent lengths,
-  // a slot out of range, an empty token list, a token id outside the vocabulary, or missing
-  // context_positions when the model has a sliding window.
+  // One batched step. For every input, writes the new tokens' K/V of (layer l, KV head h) at the
+  // write slots of group KvGroupOf(l, h), then query head q of layer l attends over that group's
+  // context slots followed by its new-token slots, h = q / (heads / kv_heads) (causal among the
+  // new ones; with the config's sliding_window W > 0 a query at position p sees only keys at
+  // positions > p - W). Results do not depend on where tokens physically sit. Returns
+  // InvalidArgument on inconsistent lengths (naming the field), a slot out of range, an empty
+  // token list, a token id outside the vocabulary, or missing context_positions when the model
+  // has a sliding window.
   StatusOr<std::vector<PagedSeqOutput>> ForwardPaged(const std::vector<PagedSeqInput>& inputs,
                                                      KvTensors& kv) const;
 
-  // Options for a KvTensors store that fits this model.
-  KvTensorsOptions KvOptions(int64_t num_slots) const;
+  // Options for a KvTensors store of `num_slots` group slots that fits this model.
+  KvTensorsOptions KvOptions(int64_t num_slots,
+                             Granularity granularity = Granularity::kToken) const;
 
   // Trainable tensors under their HF names (model.embed_tokens.weight, model.layers.0....,
   // model.norm.weight, lm_head.weight unless tied). The tensors alias the model's weights.
@@ -119,16 +132,20 @@ class LlamaModel {
     torch::Tensor post_norm, gate, up, down;
   };
 
-  // A paged step's batch in CSR form (llama_paged.cc): per sequence its query rows and keys
-  // (context, then new tokens), with the signal accumulators summed over layers.
+  // A paged step's batch in CSR form (llama_paged.cc): per sequence its query rows; per
+  // (sequence s, group g), unit u = s * num_groups + g, its keys [key_offsets[u],
+  // key_offsets[u + 1]) (the group's context, then the new tokens), with the signal accumulators
+  // summed over layers.
   struct PagedBatch {
+    int64_t num_groups = 1;
     std::vector<int64_t> q_offsets, key_offsets, key_slots, key_positions, num_signal;
     std::vector<uint8_t> want_signals;
     std::vector<float> attn_sum, norm_sum;
   };
 
   LlamaModel() = default;
-  // The layers of a paged step: the fused CPU fp32 path and the torch reference path.
+  // The layers of a paged step: the fused CPU fp32 path and the torch reference path. `writes`
+  // [G * N]: group g's write slot of batch row t at g * N + t.
   torch::Tensor PagedLayersCpu(torch::Tensor x, const std::vector<int64_t>& positions,
                                const std::vector<int64_t>& writes, PagedBatch& batch,
                                KvTensors& kv) const;

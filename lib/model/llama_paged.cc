@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <memory>
 
 #include "lib/model/cpu_ops.h"
@@ -25,20 +24,23 @@ constexpr int64_t kBlasAttentionMinQueries = 16;
 
 // The CSR arrays of a batch (LlamaModel::PagedBatch), read-only.
 struct BatchView {
+  int64_t num_groups;
   const int64_t* q_offsets;
   const int64_t* key_offsets;
   const int64_t* key_slots;
   const int64_t* key_positions;
 };
 
-// The gather index and the additive mask (causal among the new tokens, sliding window) of one
-// sequence of a batch; the mask is undefined when nothing is masked.
-std::pair<torch::Tensor, torch::Tensor> GatherAndMask(const BatchView& b,
-                                                      int64_t s, int64_t sliding_window,
-                                                      const torch::Device& device) {
+// The gather index and the additive mask (causal among the new tokens, sliding window) of unit
+// u = s * num_groups + g of a batch (sequence s, group g); the mask is undefined when nothing is
+// masked.
+using GatherMask = std::pair<torch::Tensor, torch::Tensor>;
+GatherMask GatherAndMask(const BatchView& b, int64_t u, int64_t sliding_window,
+                         const torch::Device& device) {
   auto idx = torch::TensorOptions().dtype(torch::kInt64).device(device);
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  const int64_t k0 = b.key_offsets[s], keys = b.key_offsets[s + 1] - k0;
+  const int64_t s = u / b.num_groups;
+  const int64_t k0 = b.key_offsets[u], keys = b.key_offsets[u + 1] - k0;
   const int64_t n = b.q_offsets[s + 1] - b.q_offsets[s], ctx = keys - n;
   auto gather = torch::tensor(std::vector<int64_t>(b.key_slots + k0, b.key_slots + k0 + keys), idx);
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -46,8 +48,8 @@ std::pair<torch::Tensor, torch::Tensor> GatherAndMask(const BatchView& b,
   if (n > 1) mask = torch::full({n, keys}, neg_inf, f32).triu(ctx + 1);
   if (sliding_window > 0) {
     if (!mask.defined()) mask = torch::zeros({n, keys}, f32);
-    auto kp = torch::tensor(
-        std::vector<int64_t>(b.key_positions + k0, b.key_positions + k0 + keys), idx);
+    auto kp =
+        torch::tensor(std::vector<int64_t>(b.key_positions + k0, b.key_positions + k0 + keys), idx);
     auto qp = kp.narrow(0, ctx, n).unsqueeze(1);
     mask = mask.masked_fill((qp - kp.unsqueeze(0)) >= sliding_window, neg_inf);
   }
@@ -70,7 +72,8 @@ torch::Tensor AttendTorch(const torch::Tensor& q, const torch::Tensor& k_layer,
   auto ks = k_layer.index_select(0, gather).to(dtype);  // [S, KVH, hd]
   auto vs = v_layer.index_select(0, gather).to(dtype);
   // [n, H, hd] -> [KVH, G*n, hd]: query head h reads KV head h / G (HF repeat_kv).
-  auto qs = q.view({n, kv_heads, group, hd}).permute({1, 2, 0, 3}).reshape({kv_heads, group * n, hd});
+  auto qs =
+      q.view({n, kv_heads, group, hd}).permute({1, 2, 0, 3}).reshape({kv_heads, group * n, hd});
   auto scores = torch::bmm(qs, ks.permute({1, 2, 0})) * scale;  // [KVH, G*n, S]
   scores = scores.view({kv_heads, group, n, keys});
   if (mask.defined()) scores = scores + mask;
@@ -84,24 +87,54 @@ torch::Tensor AttendTorch(const torch::Tensor& q, const torch::Tensor& k_layer,
   return out.view({kv_heads, group, n, hd}).permute({2, 0, 1, 3}).reshape({n, heads * hd});
 }
 
-// Zeroed signal accumulators for the sequences that want signals (null entries otherwise).
+// Zeroed signal accumulators for every unit (sequence, group) of the sequences `seqs` that want
+// signals (null entries otherwise), indexed by unit.
 std::vector<std::unique_ptr<SignalTensors>> SignalAccumulators(const std::vector<int64_t>& seqs,
-                                                               const int64_t* key_offsets,
+                                                               const BatchView& b,
                                                                const uint8_t* want,
                                                                const torch::Device& device,
                                                                int64_t num_seqs) {
-  std::vector<std::unique_ptr<SignalTensors>> acc(static_cast<size_t>(num_seqs));
+  std::vector<std::unique_ptr<SignalTensors>> acc(static_cast<size_t>(num_seqs * b.num_groups));
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   for (int64_t s : seqs) {
     if (want[s] == 0) continue;
-    const int64_t keys = key_offsets[s + 1] - key_offsets[s];
-    acc[s] = std::make_unique<SignalTensors>(
-        SignalTensors{torch::zeros({keys}, f32), torch::zeros({keys}, f32)});
+    for (int64_t u = s * b.num_groups; u < (s + 1) * b.num_groups; ++u) {
+      const int64_t keys = b.key_offsets[u + 1] - b.key_offsets[u];
+      acc[u] = std::make_unique<SignalTensors>(
+          SignalTensors{torch::zeros({keys}, f32), torch::zeros({keys}, f32)});
+    }
   }
   return acc;
 }
 
-// Adds the accumulated signal tensors into the batch's host sums.
+// One sequence's attention in layer `layer` with torch ops: q [n, H, hd] over the K/V of the
+// groups its KV heads read (gather_mask and signals indexed by unit); returns [n, H * hd]. At
+// token and layer granularity every KV head of a layer reads one group: one AttendTorch; at head
+// granularity one per KV head.
+torch::Tensor AttendSeqLayer(const torch::Tensor& q, KvTensors& kv, int64_t layer, int64_t s,
+                             int64_t num_groups, const std::vector<GatherMask>& gather_mask,
+                             const std::vector<std::unique_ptr<SignalTensors>>& signals,
+                             torch::Dtype dtype, int64_t num_signal) {
+  const Granularity gran = kv.granularity();
+  const int64_t kv_heads = kv.options().num_kv_heads;
+  if (gran != Granularity::kHead) {
+    const int64_t u = s * num_groups + KvGroupOf(gran, layer, 0, kv_heads);
+    return AttendTorch(q, kv.k(layer), kv.v(layer), gather_mask[u].first, gather_mask[u].second,
+                       kv_heads, dtype, num_signal, signals[u].get());
+  }
+  const int64_t per_kv_head = q.size(1) / kv_heads;
+  std::vector<torch::Tensor> parts;
+  parts.reserve(kv_heads);
+  for (int64_t h = 0; h < kv_heads; ++h) {
+    const int64_t u = s * num_groups + KvGroupOf(gran, layer, h, kv_heads);
+    parts.push_back(AttendTorch(q.narrow(1, h * per_kv_head, per_kv_head), kv.k(layer), kv.v(layer),
+                                gather_mask[u].first, gather_mask[u].second, 1, dtype, num_signal,
+                                signals[u].get()));
+  }
+  return torch::cat(parts, 1);
+}
+
+// Adds the accumulated signal tensors (indexed by unit) into the batch's host sums.
 void FlushSignals(const std::vector<std::unique_ptr<SignalTensors>>& acc,
                   const int64_t* key_offsets, float* attn_sum, float* norm_sum) {
   for (size_t s = 0; s < acc.size(); ++s) {
@@ -126,18 +159,36 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
       kvo.head_dim != c.head_dim) {
     return InvalidArgumentError("ForwardPaged: KvTensors shape does not match the model");
   }
-  // CSR over the batch: query rows (new tokens) and keys (context, then new) per sequence.
-  std::vector<int64_t> all_tokens, all_positions, all_writes;
+  // CSR over the batch: query rows (new tokens) per sequence, keys (context, then new) per
+  // (sequence, group).
+  const int64_t groups = kv.num_kv_groups();
+  std::vector<int64_t> all_tokens, all_positions;
   std::vector<int64_t> q_offsets = {0}, key_offsets = {0}, key_slots, key_positions, num_signal;
   std::vector<uint8_t> want_signals;
   for (size_t s = 0; s < inputs.size(); ++s) {
     const PagedSeqInput& in = inputs[s];
     const std::string where = "ForwardPaged: input " + std::to_string(s) + ": ";
-    if (in.tokens.empty()) return InvalidArgumentError(where + "no new tokens");
-    if (in.positions.size() != in.tokens.size() || in.write_slots.size() != in.tokens.size()) {
-      return InvalidArgumentError(where + "tokens, positions and write_slots differ in length");
+    const int64_t n = static_cast<int64_t>(in.tokens.size());
+    const int64_t ctx = static_cast<int64_t>(in.context_slots.size());
+    if (n == 0) return InvalidArgumentError(where + "no new tokens");
+    if (static_cast<int64_t>(in.positions.size()) != n) {
+      return InvalidArgumentError(where + "positions and tokens differ in length");
     }
-    if (c.sliding_window > 0 && in.context_positions.size() != in.context_slots.size()) {
+    if (static_cast<int64_t>(in.write_slots.size()) != groups * n) {
+      return InvalidArgumentError(
+          where + "write_slots has " + std::to_string(in.write_slots.size()) + " slots, expected " +
+          std::to_string(groups) + " groups x " + std::to_string(n) + " tokens");
+    }
+    std::vector<int64_t> offsets = in.context_offsets;
+    if (offsets.empty() && groups == 1) offsets = {0, ctx};
+    if (static_cast<int64_t>(offsets.size()) != groups + 1 || offsets.front() != 0 ||
+        offsets.back() != ctx || !std::is_sorted(offsets.begin(), offsets.end())) {
+      return InvalidArgumentError(where + "context_offsets must be " + std::to_string(groups + 1) +
+                                  " non-decreasing offsets from 0 to the " + std::to_string(ctx) +
+                                  " context_slots");
+    }
+    const bool has_positions = static_cast<int64_t>(in.context_positions.size()) == ctx;
+    if (c.sliding_window > 0 && !has_positions) {
       return InvalidArgumentError(where + "the model has a sliding window: context_positions " +
                                   "must give every context token's position");
     }
@@ -151,23 +202,34 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
     VTOKEN_RETURN_IF_ERROR(kv.CheckSlots(in.context_slots));
     all_tokens.insert(all_tokens.end(), in.tokens.begin(), in.tokens.end());
     all_positions.insert(all_positions.end(), in.positions.begin(), in.positions.end());
-    all_writes.insert(all_writes.end(), in.write_slots.begin(), in.write_slots.end());
-    key_slots.insert(key_slots.end(), in.context_slots.begin(), in.context_slots.end());
-    key_slots.insert(key_slots.end(), in.write_slots.begin(), in.write_slots.end());
-    if (in.context_positions.size() == in.context_slots.size()) {
-      key_positions.insert(key_positions.end(), in.context_positions.begin(),
-                           in.context_positions.end());
-    } else {  // No window: positions only order the keys.
-      for (size_t i = 0; i < in.context_slots.size(); ++i) {
-        key_positions.push_back(static_cast<int64_t>(i));
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t c0 = offsets[g], c1 = offsets[g + 1];
+      key_slots.insert(key_slots.end(), in.context_slots.begin() + c0,
+                       in.context_slots.begin() + c1);
+      key_slots.insert(key_slots.end(), in.write_slots.begin() + g * n,
+                       in.write_slots.begin() + (g + 1) * n);
+      if (has_positions) {
+        key_positions.insert(key_positions.end(), in.context_positions.begin() + c0,
+                             in.context_positions.begin() + c1);
+      } else {  // No window: positions only order the keys.
+        for (int64_t i = 0; i < c1 - c0; ++i) key_positions.push_back(i);
       }
+      key_positions.insert(key_positions.end(), in.positions.begin(), in.positions.end());
+      key_offsets.push_back(static_cast<int64_t>(key_slots.size()));
     }
-    key_positions.insert(key_positions.end(), in.positions.begin(), in.positions.end());
     q_offsets.push_back(static_cast<int64_t>(all_tokens.size()));
-    key_offsets.push_back(static_cast<int64_t>(key_slots.size()));
-    num_signal.push_back(std::clamp<int64_t>(in.obs_window, 1,
-                                             static_cast<int64_t>(in.tokens.size())));
+    num_signal.push_back(std::clamp<int64_t>(in.obs_window, 1, n));
     want_signals.push_back(in.want_signals ? 1 : 0);
+  }
+  // Write slots group-major over the batch rows: group g's slot of row t at g * total + t.
+  const int64_t total_rows = static_cast<int64_t>(all_tokens.size());
+  std::vector<int64_t> all_writes(static_cast<size_t>(groups * total_rows));
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    const int64_t q0 = q_offsets[s], n = q_offsets[s + 1] - q0;
+    for (int64_t g = 0; g < groups; ++g) {
+      std::copy(inputs[s].write_slots.begin() + g * n, inputs[s].write_slots.begin() + (g + 1) * n,
+                all_writes.begin() + g * total_rows + q0);
+    }
   }
   std::vector<PagedSeqOutput> outputs(inputs.size());
   if (inputs.empty()) return outputs;
@@ -178,7 +240,8 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
   auto idx = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
   const bool fused = options_.fused_cpu_attention && options_.device.is_cpu() &&
                      options_.compute_dtype == torch::kFloat32 && kvo.dtype == torch::kFloat32;
-  PagedBatch batch{.q_offsets = std::move(q_offsets),
+  PagedBatch batch{.num_groups = groups,
+                   .q_offsets = std::move(q_offsets),
                    .key_offsets = std::move(key_offsets),
                    .key_slots = std::move(key_slots),
                    .key_positions = std::move(key_positions),
@@ -211,18 +274,22 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
   } else {
     logits = LmHead(last).to(torch::kFloat32).cpu();
   }
-  const float layers = static_cast<float>(c.num_hidden_layers);
+  // A group spans every layer at token granularity, one layer otherwise; its query heads are
+  // all of a layer's, or at head granularity the ones reading its KV head.
+  const Granularity gran = kvo.granularity;
+  const float layers = static_cast<float>(gran == Granularity::kToken ? c.num_hidden_layers : 1);
+  const int64_t group_heads = gran == Granularity::kHead ? heads / c.num_key_value_heads : heads;
   for (size_t s = 0; s < inputs.size(); ++s) {
     PagedSeqOutput& out = outputs[s];
     out.last_logits = logits[s];
     if (!batch.want_signals[s]) continue;
-    const int64_t k0 = batch.key_offsets[s], keys = batch.key_offsets[s + 1] - k0;
-    const float attn_div = layers * static_cast<float>(heads * batch.num_signal[s]);
-    out.attn.resize(static_cast<size_t>(keys));
-    out.key_norm.resize(static_cast<size_t>(keys));
-    for (int64_t j = 0; j < keys; ++j) {
-      out.attn[j] = batch.attn_sum[k0 + j] / attn_div;
-      out.key_norm[j] = batch.norm_sum[k0 + j] / layers;
+    const int64_t base = batch.key_offsets[s * groups];
+    const float attn_div = layers * static_cast<float>(group_heads * batch.num_signal[s]);
+    out.attn.resize(static_cast<size_t>(batch.key_offsets[(s + 1) * groups] - base));
+    out.key_norm.resize(out.attn.size());
+    for (size_t j = 0; j < out.attn.size(); ++j) {
+      out.attn[j] = batch.attn_sum[base + j] / attn_div;
+      out.key_norm[j] = batch.norm_sum[base + j] / layers;
     }
   }
   return outputs;
@@ -239,19 +306,27 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const std::vector<in
   const int64_t hd = c.head_dim;
   const int64_t total = x.size(0);
   const int64_t num_seqs = static_cast<int64_t>(b.q_offsets.size()) - 1;
+  const int64_t groups = b.num_groups;
+  const Granularity gran = kvo.granularity;
   auto idx = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
-  auto write_index = torch::tensor(writes, idx);
+  std::vector<torch::Tensor> write_index;  // Per group: [N] slots of the batch rows.
+  for (int64_t g = 0; g < groups; ++g) {
+    write_index.push_back(torch::tensor(
+        std::vector<int64_t>(writes.begin() + g * total, writes.begin() + (g + 1) * total), idx));
+  }
   auto [cos, sin] = RopeCosSin(torch::tensor(positions, idx));
-  const BatchView view{b.q_offsets.data(), b.key_offsets.data(), b.key_slots.data(),
+  const BatchView view{groups, b.q_offsets.data(), b.key_offsets.data(), b.key_slots.data(),
                        b.key_positions.data()};
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> gather_mask;
+  std::vector<GatherMask> gather_mask;
   std::vector<int64_t> all_seqs;
   for (int64_t s = 0; s < num_seqs; ++s) {
-    gather_mask.push_back(GatherAndMask(view, s, c.sliding_window, options_.device));
+    for (int64_t u = s * groups; u < (s + 1) * groups; ++u) {
+      gather_mask.push_back(GatherAndMask(view, u, c.sliding_window, options_.device));
+    }
     all_seqs.push_back(s);
   }
-  auto signals = SignalAccumulators(all_seqs, b.key_offsets.data(), b.want_signals.data(),
-                                    options_.device, num_seqs);
+  auto signals =
+      SignalAccumulators(all_seqs, view, b.want_signals.data(), options_.device, num_seqs);
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
     auto h = RmsNorm(x, l.input_norm, c.rms_norm_eps);
@@ -260,16 +335,24 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const std::vector<in
     auto v = Linear(h, l.v, l.v_bias).view({total, kv_heads, hd});
     q = ApplyRope(q, cos.unsqueeze(1), sin.unsqueeze(1));
     k = ApplyRope(k, cos.unsqueeze(1), sin.unsqueeze(1));
-    kv.k(li).index_copy_(0, write_index, k.to(kvo.dtype));
-    kv.v(li).index_copy_(0, write_index, v.to(kvo.dtype));
+    if (gran == Granularity::kHead) {
+      for (int64_t hh = 0; hh < kv_heads; ++hh) {
+        const torch::Tensor& index = write_index[KvGroupOf(gran, li, hh, kv_heads)];
+        kv.k(li).index_copy_(0, index, k.narrow(1, hh, 1).to(kvo.dtype));
+        kv.v(li).index_copy_(0, index, v.narrow(1, hh, 1).to(kvo.dtype));
+      }
+    } else {
+      const torch::Tensor& index = write_index[KvGroupOf(gran, li, 0, kv_heads)];
+      kv.k(li).index_copy_(0, index, k.to(kvo.dtype));
+      kv.v(li).index_copy_(0, index, v.to(kvo.dtype));
+    }
     std::vector<torch::Tensor> attn_out;
     attn_out.reserve(num_seqs);
     for (int64_t s = 0; s < num_seqs; ++s) {
       const int64_t begin = b.q_offsets[s];
-      attn_out.push_back(AttendTorch(q.narrow(0, begin, b.q_offsets[s + 1] - begin), kv.k(li),
-                                     kv.v(li), gather_mask[s].first, gather_mask[s].second,
-                                     kv_heads, options_.compute_dtype, b.num_signal[s],
-                                     signals[s].get()));
+      attn_out.push_back(AttendSeqLayer(q.narrow(0, begin, b.q_offsets[s + 1] - begin), kv, li, s,
+                                        groups, gather_mask, signals, options_.compute_dtype,
+                                        b.num_signal[s]));
     }
     auto attn = attn_out.size() == 1 ? attn_out[0] : torch::cat(attn_out, 0);
     x = x + Linear(attn, l.o, l.o_bias);
@@ -305,8 +388,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   }
   auto rms_norm = [&](const torch::Tensor& in, const torch::Tensor& weight) {
     auto out = torch::empty_like(in);
-    CpuRmsNorm(in.data_ptr<float>(), weight.data_ptr<float>(), out.data_ptr<float>(), total,
-               hidden, eps);
+    CpuRmsNorm(in.data_ptr<float>(), weight.data_ptr<float>(), out.data_ptr<float>(), total, hidden,
+               eps);
     return out;
   };
   // out = in W^T + bias, or out += in W^T + bias: CpuLinear for decode-sized batches, BLAS
@@ -348,36 +431,53 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
       row[i + half] = bb * cs[i] + a * sn[i];
     }
   };
-  CpuAttentionBatch attn_batch{.num_seqs = num_seqs,
-                               .num_heads = heads,
-                               .num_kv_heads = kv_heads,
-                               .head_dim = hd,
-                               .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
-                               .sliding_window = c.sliding_window,
-                               .q_offsets = b.q_offsets.data(),
-                               .key_offsets = b.key_offsets.data(),
-                               .slots = b.key_slots.data(),
-                               .key_positions = b.key_positions.data(),
-                               .num_signal = b.num_signal.data(),
-                               .want_signals = b.want_signals.data(),
-                               .attn_sum = b.attn_sum.data(),
-                               .norm_sum = b.norm_sum.data()};
+  // A slot holds every KV head of a layer (token, layer) or one (head).
+  const Granularity gran = kv.granularity();
+  const bool slot_per_head = gran == Granularity::kHead;
+  const int64_t groups = b.num_groups;
+  std::vector<int64_t> head_group(static_cast<size_t>(c.num_hidden_layers * kv_heads));
+  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+    for (int64_t hh = 0; hh < kv_heads; ++hh) {
+      head_group[li * kv_heads + hh] = KvGroupOf(gran, li, hh, kv_heads);
+    }
+  }
+  const int64_t kv_row = kv_heads * hd, slot_row = slot_per_head ? hd : kv_row;
+  CpuAttentionBatch attn_batch{
+      .num_seqs = num_seqs,
+      .num_heads = heads,
+      .num_kv_heads = kv_heads,
+      .head_dim = hd,
+      .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
+      .sliding_window = c.sliding_window,
+      .slot_stride = slot_row,
+      .kv_head_stride = slot_per_head ? 0 : hd,
+      .q_offsets = b.q_offsets.data(),
+      .groups_per_seq = groups,
+      .key_offsets = b.key_offsets.data(),
+      .slots = b.key_slots.data(),
+      .key_positions = b.key_positions.data(),
+      .num_signal = b.num_signal.data(),
+      .want_signals = b.want_signals.data(),
+      .attn_sum = b.attn_sum.data(),
+      .norm_sum = b.norm_sum.data(),
+      .norm_heads = slot_per_head ? 1 : kv_heads};
   // Long prefill chunks go to BLAS (AttendTorch); the kernel skips them.
   std::vector<uint8_t> skip(static_cast<size_t>(num_seqs), 0);
   std::vector<int64_t> blas_seqs;
-  std::map<int64_t, std::pair<torch::Tensor, torch::Tensor>> blas_gather_mask;
-  const BatchView view{b.q_offsets.data(), b.key_offsets.data(), b.key_slots.data(),
+  std::vector<GatherMask> blas_gather_mask(static_cast<size_t>(num_seqs * groups));
+  const BatchView view{groups, b.q_offsets.data(), b.key_offsets.data(), b.key_slots.data(),
                        b.key_positions.data()};
   for (int64_t s = 0; s < num_seqs; ++s) {
     if (b.q_offsets[s + 1] - b.q_offsets[s] < kBlasAttentionMinQueries) continue;
     skip[s] = 1;
     blas_seqs.push_back(s);
-    blas_gather_mask[s] = GatherAndMask(view, s, c.sliding_window, options_.device);
+    for (int64_t u = s * groups; u < (s + 1) * groups; ++u) {
+      blas_gather_mask[u] = GatherAndMask(view, u, c.sliding_window, options_.device);
+    }
   }
   attn_batch.skip = skip.data();
-  auto blas_signals = SignalAccumulators(blas_seqs, b.key_offsets.data(), b.want_signals.data(),
-                                         options_.device, num_seqs);
-  const int64_t kv_row = kv_heads * hd;
+  auto blas_signals =
+      SignalAccumulators(blas_seqs, view, b.want_signals.data(), options_.device, num_seqs);
   auto attn = torch::empty({total, heads * hd}, torch::kFloat32);
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
@@ -390,12 +490,25 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     const float* vp = v.data_ptr<float>();
     float* k_cache = kv.k(li).data_ptr<float>();
     float* v_cache = kv.v(li).data_ptr<float>();
+    const int64_t* layer_groups = head_group.data() + li * kv_heads;
     for (int64_t t = 0; t < total; ++t) {
       for (int64_t hh = 0; hh < heads; ++hh) rope(qp + (t * heads + hh) * hd, t);
       for (int64_t hh = 0; hh < kv_heads; ++hh) rope(kp + (t * kv_heads + hh) * hd, t);
-      std::copy(kp + t * kv_row, kp + (t + 1) * kv_row, k_cache + writes[t] * kv_row);
-      std::copy(vp + t * kv_row, vp + (t + 1) * kv_row, v_cache + writes[t] * kv_row);
+      if (slot_per_head) {
+        for (int64_t hh = 0; hh < kv_heads; ++hh) {
+          const int64_t slot = writes[layer_groups[hh] * total + t];
+          std::copy(kp + t * kv_row + hh * hd, kp + t * kv_row + (hh + 1) * hd,
+                    k_cache + slot * hd);
+          std::copy(vp + t * kv_row + hh * hd, vp + t * kv_row + (hh + 1) * hd,
+                    v_cache + slot * hd);
+        }
+      } else {
+        const int64_t slot = writes[layer_groups[0] * total + t];
+        std::copy(kp + t * kv_row, kp + (t + 1) * kv_row, k_cache + slot * kv_row);
+        std::copy(vp + t * kv_row, vp + (t + 1) * kv_row, v_cache + slot * kv_row);
+      }
     }
+    attn_batch.head_group = layer_groups;
     attn_batch.q = qp;
     attn_batch.k_cache = k_cache;
     attn_batch.v_cache = v_cache;
@@ -406,9 +519,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     for (int64_t s : blas_seqs) {
       const int64_t begin = b.q_offsets[s], n = b.q_offsets[s + 1] - begin;
       attn.narrow(0, begin, n)
-          .copy_(AttendTorch(q.narrow(0, begin, n).view({n, heads, hd}), kv.k(li), kv.v(li),
-                             blas_gather_mask[s].first, blas_gather_mask[s].second, kv_heads,
-                             torch::kFloat32, b.num_signal[s], blas_signals[s].get()));
+          .copy_(AttendSeqLayer(q.narrow(0, begin, n).view({n, heads, hd}), kv, li, s, groups,
+                                blas_gather_mask, blas_signals, torch::kFloat32, b.num_signal[s]));
     }
     linear(attn, l.o, l.o_bias, x, /*accumulate=*/true);
     auto h2 = rms_norm(x, l.post_norm);

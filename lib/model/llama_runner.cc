@@ -43,10 +43,10 @@ LlamaRunner::LlamaRunner(LlamaModel model, KvTensors kv, bool async)
 StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::Create(LlamaModel model,
                                                            const LlamaRunnerOptions& options) {
   if (options.num_slots < 1) {
-    return InvalidArgumentError("num_slots must be >= 1, got " +
-                                std::to_string(options.num_slots));
+    return InvalidArgumentError("num_slots must be >= 1, got " + std::to_string(options.num_slots));
   }
-  VTOKEN_ASSIGN_OR_RETURN(KvTensors kv, KvTensors::Create(model.KvOptions(options.num_slots)));
+  VTOKEN_ASSIGN_OR_RETURN(
+      KvTensors kv, KvTensors::Create(model.KvOptions(options.num_slots, options.granularity)));
   return std::unique_ptr<LlamaRunner>(
       new LlamaRunner(std::move(model), std::move(kv), options.async_copies));
 }
@@ -65,6 +65,7 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
                                   .write_slots = in.write_slots,
                                   .context_slots = in.context_slots,
                                   .context_positions = in.context_positions,
+                                  .context_offsets = in.context_offsets,
                                   .obs_window = in.obs_window,
                                   .want_signals = in.want_signals});
   }

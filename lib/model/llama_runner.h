@@ -1,6 +1,6 @@
-// LlamaRunner: the libtorch ModelRunner. Owns a LlamaModel, its paged KV tensors
-// ([num_slots, num_kv_heads, head_dim] per layer for K and V), a TorchCopyEngine over them and one
-// sampler per request. LoadModel resolves a model spec: a Hugging Face directory, or
+// LlamaRunner: the libtorch ModelRunner. Owns a LlamaModel, its paged KV tensors (laid out for
+// the KV-group granularity, kv_tensors.h), a TorchCopyEngine over them and one sampler per
+// request. LoadModel resolves a model spec: a Hugging Face directory, or
 // "synthetic:NAME" (real shapes, seeded random weights; see model::SyntheticConfigNames()).
 #pragma once
 
@@ -25,8 +25,10 @@ StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
                                const LlamaOptions& options = {});
 
 struct LlamaRunnerOptions {
-  int64_t num_slots = 0;      // KV slots (num_blocks * block_size). Must be >= 1.
+  int64_t num_slots = 0;      // KV group slots (num_blocks * block_size). Must be >= 1.
   bool async_copies = false;  // Relocation copies on a worker thread.
+  // What a slot holds (lib/core/types.h); Forward then takes per-group slot lists (runner.h).
+  Granularity granularity = Granularity::kToken;
 };
 
 class LlamaRunner final : public ModelRunner {
@@ -45,6 +47,8 @@ class LlamaRunner final : public ModelRunner {
   }
   int64_t kv_bytes_per_token() const override;
   int64_t num_slots() const override { return kv_.num_slots(); }
+  int32_t num_kv_groups() const override { return kv_.num_kv_groups(); }
+  Granularity granularity() const override { return kv_.granularity(); }
   StatusOr<std::vector<RunnerOutput>> Forward(const std::vector<RunnerInput>& inputs) override;
   CopyEngine& copy_engine() override { return *copy_engine_; }
   uint64_t TokenKvHash(SlotIndex slot) override { return model::TokenKvHash(kv_, slot); }

@@ -5,8 +5,8 @@
 namespace vtoken::model {
 
 TorchCopyEngine::TorchCopyEngine(KvTensors& kv, bool async)
-    : QueuedCopyEngine([this, &kv](const std::vector<SlotCopy>& c) { return Copy(kv, c); },
-                       async) {}
+    : QueuedCopyEngine([this, &kv](const std::vector<SlotCopy>& c) { return Copy(kv, c); }, async) {
+}
 
 int64_t TorchCopyEngine::Copy(KvTensors& kv, const std::vector<SlotCopy>& copies) {
   std::vector<int64_t> src, dst;
@@ -22,9 +22,7 @@ int64_t TorchCopyEngine::Copy(KvTensors& kv, const std::vector<SlotCopy>& copies
     if (status_.ok()) status_ = s;
     return 0;
   }
-  const KvTensorsOptions& o = kv.options();
-  return static_cast<int64_t>(copies.size()) * 2 * o.num_layers * o.num_kv_heads * o.head_dim *
-         static_cast<int64_t>(c10::elementSize(o.dtype));
+  return static_cast<int64_t>(copies.size()) * kv.bytes_per_slot();
 }
 
 Status TorchCopyEngine::status() const {
@@ -36,8 +34,8 @@ uint64_t TokenKvHash(KvTensors& kv, SlotIndex slot) {
   torch::NoGradGuard no_grad;
   XXH64_state_t* state = XXH64_createState();
   XXH64_reset(state, 0);
-  for (int64_t layer = 0; layer < kv.options().num_layers; ++layer) {
-    for (const torch::Tensor* t : {&kv.k(layer), &kv.v(layer)}) {
+  for (size_t i = 0; i < kv.k_tensors().size(); ++i) {
+    for (const torch::Tensor* t : {&kv.k_tensors()[i], &kv.v_tensors()[i]}) {
       torch::Tensor row = (*t)[slot].to(torch::kCPU).contiguous();
       XXH64_update(state, row.data_ptr(), row.numel() * row.element_size());
     }

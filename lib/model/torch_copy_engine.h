@@ -1,6 +1,7 @@
 // TorchCopyEngine: a vtoken::CopyEngine over a KvTensors store. Each ticket is one batched
-// relocation: per layer, one index_select of the source rows and one index_copy_ into the
-// destinations for K and for V (never a loop of per-token copies). Synchronous (copies inside
+// relocation: per distinct KV tensor (KvTensors: one per layer at token granularity, else one),
+// one index_select of the source rows and one index_copy_ into the destinations for K and for V
+// (never a loop of per-token copies); a slot copy moves KvTensors::bytes_per_slot() bytes. Synchronous (copies inside
 // Submit) or asynchronous (a worker thread copies in submission order while the scheduler thread
 // runs the next forward; the reads are fenced by the core's pending-slot tracking).
 //
@@ -31,7 +32,9 @@ class TorchCopyEngine final : public QueuedCopyEngine {
   Status status_;
 };
 
-// xxhash64 over a token's K row then V row bytes in every layer (as lib/cuda's hash kernel).
+// xxhash64 over the slot's K rows then V rows in every distinct tensor, in layer order (as
+// lib/cuda's hash kernel): at token granularity a token's rows of every layer; else the one
+// group's rows.
 uint64_t TokenKvHash(KvTensors& kv, SlotIndex slot);
 
 }  // namespace vtoken::model
