@@ -49,9 +49,10 @@ struct PagedSeqInput {
   // RoPE positions of the context tokens, same layout (needed with a sliding window; else may be
   // empty).
   std::vector<int64_t> context_positions;
-  std::vector<int64_t> context_offsets;  // [G + 1]; may be empty when G == 1.
-  int obs_window = 32;                   // Signals come from the last min(obs_window, n) queries.
-  bool want_signals = true;              // false: attn and key_norm are left empty.
+  int obs_window = 32;       // Signals come from the last min(obs_window, n) queries.
+  bool want_signals = true;  // false: attn and key_norm are left empty.
+  // [G + 1]; may be empty when G == 1. Last, so that positional initializers stay valid.
+  std::vector<int64_t> context_offsets;
 };
 
 struct PagedSeqOutput {

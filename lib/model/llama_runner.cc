@@ -65,9 +65,9 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
                                   .write_slots = in.write_slots,
                                   .context_slots = in.context_slots,
                                   .context_positions = in.context_positions,
-                                  .context_offsets = in.context_offsets,
                                   .obs_window = in.obs_window,
-                                  .want_signals = in.want_signals});
+                                  .want_signals = in.want_signals,
+                                  .context_offsets = in.context_offsets});
   }
   VTOKEN_ASSIGN_OR_RETURN(std::vector<PagedSeqOutput> outs, model_.ForwardPaged(paged, kv_));
   std::vector<RunnerOutput> results(inputs.size());
