@@ -57,16 +57,17 @@ const StatusOr<LlamaModel>& VtTiny() {
 
 // A KV store of vt-tiny's shape filled with normal noise, so softmax and norms see real values.
 std::optional<KvTensors> FilledKv(const LlamaModel& model, int64_t num_slots,
-                                  benchmark::State& state) {
-  StatusOr<KvTensors> kv = KvTensors::Create(model.KvOptions(num_slots));
+                                  benchmark::State& state,
+                                  Granularity granularity = Granularity::kToken) {
+  StatusOr<KvTensors> kv = KvTensors::Create(model.KvOptions(num_slots, granularity));
   if (!kv.ok()) {
     state.SkipWithError(kv.status().ToString().c_str());
     return std::nullopt;
   }
   torch::NoGradGuard no_grad;
-  for (int64_t l = 0; l < kv->options().num_layers; ++l) {
-    kv->k(l).normal_();
-    kv->v(l).normal_();
+  for (size_t i = 0; i < kv->k_tensors().size(); ++i) {
+    kv->k_tensors()[i].normal_();
+    kv->v_tensors()[i].normal_();
   }
   return std::move(*kv);
 }
@@ -76,10 +77,12 @@ std::optional<KvTensors> FilledKv(const LlamaModel& model, int64_t num_slots,
 // its new token is written to. `scattered` applies one random permutation to all those slots, the
 // layout left behind by evictions and relocations; otherwise every context is contiguous, which is
 // what a dense cache reads. Positions go up to `context`, past vt-tiny's trained 1024 for the
-// larger contexts: RoPE is defined there and the cost does not depend on it.
+// larger contexts: RoPE is defined there and the cost does not depend on it. With `groups` > 1
+// KV groups (a store of groups * batch * (context + 1) slots) every group holds the same live
+// tokens, group g of sequence s in the (context + 1) slots from (g * batch + s) * (context + 1).
 std::vector<PagedSeqInput> DecodeInputs(int64_t batch, int64_t context, int64_t vocab,
-                                        bool scattered, uint64_t seed) {
-  std::vector<int64_t> slots(static_cast<size_t>(batch * (context + 1)));
+                                        bool scattered, uint64_t seed, int64_t groups = 1) {
+  std::vector<int64_t> slots(static_cast<size_t>(groups * batch * (context + 1)));
   std::iota(slots.begin(), slots.end(), 0);
   if (scattered) {
     std::mt19937_64 rng(seed);
@@ -88,9 +91,13 @@ std::vector<PagedSeqInput> DecodeInputs(int64_t batch, int64_t context, int64_t 
   std::vector<PagedSeqInput> inputs(static_cast<size_t>(batch));
   for (int64_t s = 0; s < batch; ++s) {
     PagedSeqInput& in = inputs[s];
-    auto first = slots.begin() + s * (context + 1);
-    in.context_slots.assign(first, first + context);
-    in.write_slots = {*(first + context)};
+    for (int64_t g = 0; g < groups; ++g) {
+      auto first = slots.begin() + (g * batch + s) * (context + 1);
+      in.context_slots.insert(in.context_slots.end(), first, first + context);
+      in.write_slots.push_back(*(first + context));
+      if (groups > 1) in.context_offsets.push_back(g * context);
+    }
+    if (groups > 1) in.context_offsets.push_back(groups * context);
     in.tokens = {static_cast<int32_t>((s * 7919 + 1) % vocab)};
     in.positions = {context};
   }
@@ -169,6 +176,58 @@ BENCHMARK(BM_DecodeScatteredVsContiguous)
     ->Args({8, 2048})
     ->Args({32, 2048})
     ->Args({32, 8192})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+
+// The price of KV groups: the same decode step (same model, same live tokens, scattered slots) at
+// token granularity and at range(2) = 1 layer or 2 head granularity, both in every iteration,
+// alternating which goes first; each reads the same KV bytes, the group store through one slot
+// list per group. The reported time is the group step; counters give both step times and
+// ratio = group / token. vt-tiny has 1 KV head, so its layer and head groups coincide (6 each).
+void BM_DecodeTokenVsGroups(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  const Granularity granularity = state.range(2) == 1 ? Granularity::kLayer : Granularity::kHead;
+  if (!VtTiny().ok()) return state.SkipWithError(VtTiny().status().ToString().c_str());
+  const LlamaModel& model = *VtTiny();
+  const ModelConfig& c = model.config();
+  const int64_t groups = NumKvGroups(granularity, c.num_hidden_layers, c.num_key_value_heads);
+  std::optional<KvTensors> token_kv = FilledKv(model, batch * (context + 1), state);
+  std::optional<KvTensors> group_kv =
+      FilledKv(model, groups * batch * (context + 1), state, granularity);
+  if (!token_kv || !group_kv) return;
+  const auto token_inputs = DecodeInputs(batch, context, c.vocab_size, true, 6);
+  const auto group_inputs = DecodeInputs(batch, context, c.vocab_size, true, 6, groups);
+  double token_s = 0, group_s = 0;
+  auto timed = [&](const std::vector<PagedSeqInput>& inputs, KvTensors& kv) {
+    const double begin = CpuSeconds();
+    auto out = model.ForwardPaged(inputs, kv);
+    benchmark::DoNotOptimize(out);
+    if (!out.ok()) state.SkipWithError(out.status().ToString().c_str());
+    return CpuSeconds() - begin;
+  };
+  bool token_first = true;
+  for (auto _ : state) {
+    double t, g;
+    if (token_first) {
+      t = timed(token_inputs, *token_kv);
+      g = timed(group_inputs, *group_kv);
+    } else {
+      g = timed(group_inputs, *group_kv);
+      t = timed(token_inputs, *token_kv);
+    }
+    token_first = !token_first;
+    token_s += t;
+    group_s += g;
+    state.SetIterationTime(g);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["token_ms"] = 1e3 * token_s / n;
+  state.counters["group_ms"] = 1e3 * group_s / n;
+  state.counters["ratio"] = group_s / token_s;
+}
+BENCHMARK(BM_DecodeTokenVsGroups)
+    ->ArgNames({"batch", "context", "granularity"})
+    ->ArgsProduct({{8, 32}, {512, 2048}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
@@ -358,9 +417,9 @@ void BM_TorchRelocate(benchmark::State& state) {
     for (int64_t o = 0; o < kBlockSize / 2; ++o) copies.push_back({b * kBlockSize + o, dst++});
   }
   TorchCopyEngine engine(*kv, /*async=*/false);
-  const int64_t bytes_per_token =
-      2 * kv->options().num_layers * kv->options().num_kv_heads * kv->options().head_dim *
-      static_cast<int64_t>(c10::elementSize(kv->options().dtype));
+  const int64_t bytes_per_token = 2 * kv->options().num_layers * kv->options().num_kv_heads *
+                                  kv->options().head_dim *
+                                  static_cast<int64_t>(c10::elementSize(kv->options().dtype));
   const int64_t bytes = moves * bytes_per_token;
   auto flat_src = torch::ones({bytes}, torch::kUInt8);
   auto flat_dst = torch::empty({bytes}, torch::kUInt8);
