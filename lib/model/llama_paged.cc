@@ -2,18 +2,23 @@
 // the fused CPU path (fp32 on the CPU) or the torch reference path (any device and dtype).
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <memory>
 
 #include "lib/model/cpu_ops.h"
 #include "lib/model/cpu_paged_attention.h"
 #include "lib/model/llama.h"
 #include "lib/model/llama_ops.h"
+#include "lib/model/paged_torch_attention.h"
 
 namespace vtoken::model {
 
 using internal::ApplyRope;
+using internal::AttendSeqLayer;
+using internal::BatchView;
+using internal::FlushSignals;
+using internal::GatherAndMask;
+using internal::GatherMask;
 using internal::Linear;
+using internal::SignalAccumulators;
 
 namespace {
 
@@ -21,133 +26,6 @@ namespace {
 // fused kernel's per-query loop wins for decode, GEMMs win for long query blocks
 // (BM_PrefillFusedVsReference in bench/torch_model_bench.cc).
 constexpr int64_t kBlasAttentionMinQueries = 16;
-
-// The CSR arrays of a batch (LlamaModel::PagedBatch), read-only.
-struct BatchView {
-  int64_t num_groups;
-  const int64_t* q_offsets;
-  const int64_t* key_offsets;
-  const int64_t* key_slots;
-  const int64_t* key_positions;
-};
-
-// The gather index and the additive mask (causal among the new tokens, sliding window) of unit
-// u = s * num_groups + g of a batch (sequence s, group g); the mask is undefined when nothing is
-// masked.
-using GatherMask = std::pair<torch::Tensor, torch::Tensor>;
-GatherMask GatherAndMask(const BatchView& b, int64_t u, int64_t sliding_window,
-                         const torch::Device& device) {
-  auto idx = torch::TensorOptions().dtype(torch::kInt64).device(device);
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  const int64_t s = u / b.num_groups;
-  const int64_t k0 = b.key_offsets[u], keys = b.key_offsets[u + 1] - k0;
-  const int64_t n = b.q_offsets[s + 1] - b.q_offsets[s], ctx = keys - n;
-  auto gather = torch::tensor(std::vector<int64_t>(b.key_slots + k0, b.key_slots + k0 + keys), idx);
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  torch::Tensor mask;
-  if (n > 1) mask = torch::full({n, keys}, neg_inf, f32).triu(ctx + 1);
-  if (sliding_window > 0) {
-    if (!mask.defined()) mask = torch::zeros({n, keys}, f32);
-    auto kp =
-        torch::tensor(std::vector<int64_t>(b.key_positions + k0, b.key_positions + k0 + keys), idx);
-    auto qp = kp.narrow(0, ctx, n).unsqueeze(1);
-    mask = mask.masked_fill((qp - kp.unsqueeze(0)) >= sliding_window, neg_inf);
-  }
-  return {gather, mask};
-}
-
-// One sequence's attention with torch ops: q [n, H, hd] over the layer's K/V gathered at
-// `gather`; returns [n, H * hd] and, when `signals` is non-null, adds the sequence's signals to
-// its accumulators (two fp32 tensors [keys] on the model's device, summed over layers).
-struct SignalTensors {
-  torch::Tensor attn, norm;
-};
-torch::Tensor AttendTorch(const torch::Tensor& q, const torch::Tensor& k_layer,
-                          const torch::Tensor& v_layer, const torch::Tensor& gather,
-                          const torch::Tensor& mask, int64_t kv_heads, torch::Dtype dtype,
-                          int64_t num_signal, SignalTensors* signals) {
-  const int64_t n = q.size(0), heads = q.size(1), hd = q.size(2), group = heads / kv_heads;
-  const int64_t keys = gather.size(0);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  auto ks = k_layer.index_select(0, gather).to(dtype);  // [S, KVH, hd]
-  auto vs = v_layer.index_select(0, gather).to(dtype);
-  // [n, H, hd] -> [KVH, G*n, hd]: query head h reads KV head h / G (HF repeat_kv).
-  auto qs =
-      q.view({n, kv_heads, group, hd}).permute({1, 2, 0, 3}).reshape({kv_heads, group * n, hd});
-  auto scores = torch::bmm(qs, ks.permute({1, 2, 0})) * scale;  // [KVH, G*n, S]
-  scores = scores.view({kv_heads, group, n, keys});
-  if (mask.defined()) scores = scores + mask;
-  auto probs = torch::softmax(scores, -1, torch::kFloat32);  // [KVH, G, n, S]
-  auto out = torch::bmm(probs.to(dtype).view({kv_heads, group * n, keys}),
-                        vs.permute({1, 0, 2}));  // [KVH, G*n, hd]
-  if (signals != nullptr) {
-    signals->attn += probs.narrow(2, n - num_signal, num_signal).sum({0, 1, 2});
-    signals->norm += ks.to(torch::kFloat32).norm(2, -1).mean(-1);
-  }
-  return out.view({kv_heads, group, n, hd}).permute({2, 0, 1, 3}).reshape({n, heads * hd});
-}
-
-// Zeroed signal accumulators for every unit (sequence, group) of the sequences `seqs` that want
-// signals (null entries otherwise), indexed by unit.
-std::vector<std::unique_ptr<SignalTensors>> SignalAccumulators(const std::vector<int64_t>& seqs,
-                                                               const BatchView& b,
-                                                               const uint8_t* want,
-                                                               const torch::Device& device,
-                                                               int64_t num_seqs) {
-  std::vector<std::unique_ptr<SignalTensors>> acc(static_cast<size_t>(num_seqs * b.num_groups));
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  for (int64_t s : seqs) {
-    if (want[s] == 0) continue;
-    for (int64_t u = s * b.num_groups; u < (s + 1) * b.num_groups; ++u) {
-      const int64_t keys = b.key_offsets[u + 1] - b.key_offsets[u];
-      acc[u] = std::make_unique<SignalTensors>(
-          SignalTensors{torch::zeros({keys}, f32), torch::zeros({keys}, f32)});
-    }
-  }
-  return acc;
-}
-
-// One sequence's attention in layer `layer` with torch ops: q [n, H, hd] over the K/V of the
-// groups its KV heads read (gather_mask and signals indexed by unit); returns [n, H * hd]. At
-// token and layer granularity every KV head of a layer reads one group: one AttendTorch; at head
-// granularity one per KV head.
-torch::Tensor AttendSeqLayer(const torch::Tensor& q, KvTensors& kv, int64_t layer, int64_t s,
-                             int64_t num_groups, const std::vector<GatherMask>& gather_mask,
-                             const std::vector<std::unique_ptr<SignalTensors>>& signals,
-                             torch::Dtype dtype, int64_t num_signal) {
-  const Granularity gran = kv.granularity();
-  const int64_t kv_heads = kv.options().num_kv_heads;
-  if (gran != Granularity::kHead) {
-    const int64_t u = s * num_groups + KvGroupOf(gran, layer, 0, kv_heads);
-    return AttendTorch(q, kv.k(layer), kv.v(layer), gather_mask[u].first, gather_mask[u].second,
-                       kv_heads, dtype, num_signal, signals[u].get());
-  }
-  const int64_t per_kv_head = q.size(1) / kv_heads;
-  std::vector<torch::Tensor> parts;
-  parts.reserve(kv_heads);
-  for (int64_t h = 0; h < kv_heads; ++h) {
-    const int64_t u = s * num_groups + KvGroupOf(gran, layer, h, kv_heads);
-    parts.push_back(AttendTorch(q.narrow(1, h * per_kv_head, per_kv_head), kv.k(layer), kv.v(layer),
-                                gather_mask[u].first, gather_mask[u].second, 1, dtype, num_signal,
-                                signals[u].get()));
-  }
-  return torch::cat(parts, 1);
-}
-
-// Adds the accumulated signal tensors (indexed by unit) into the batch's host sums.
-void FlushSignals(const std::vector<std::unique_ptr<SignalTensors>>& acc,
-                  const int64_t* key_offsets, float* attn_sum, float* norm_sum) {
-  for (size_t s = 0; s < acc.size(); ++s) {
-    if (acc[s] == nullptr) continue;
-    auto a = acc[s]->attn.cpu().contiguous();
-    auto n = acc[s]->norm.cpu().contiguous();
-    const int64_t k0 = key_offsets[s];
-    for (int64_t j = 0; j < a.numel(); ++j) {
-      attn_sum[k0 + j] += a.data_ptr<float>()[j];
-      norm_sum[k0 + j] += n.data_ptr<float>()[j];
-    }
-  }
-}
 
 }  // namespace
 
