@@ -9,6 +9,7 @@
 #include "apps/vtoken-cli/cli_checks.h"
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/model_check.h"
+#include "lib/core/budget_allocation.h"
 #include "lib/core/check_harness.h"
 #include "lib/core/memory_budget.h"
 #include "lib/core/policy_evictor.h"
@@ -26,6 +27,9 @@ struct CheckArgs {
   EvictorOptions evictor{.budget_tokens = 32};
   std::string model;  // With a model: the check runs on its real K/V tensors.
   int64_t num_requests = 8;
+  std::string granularity = "token";
+  int32_t kv_heads = 2;
+  std::string allocation = "uniform";
 };
 
 int RunModelCheckCommand(const CheckArgs& args) {
@@ -75,9 +79,34 @@ int RunCheckCommand(CheckArgs& args) {
     std::fprintf(stderr, "vtoken-cli: error: %s\n", trigger.status().message().c_str());
     return 2;
   }
+  StatusOr<Granularity> granularity = ParseGranularity(args.granularity);
+  if (!granularity.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: --granularity: %s\n",
+                 granularity.status().message().c_str());
+    return 2;
+  }
+  StatusOr<BudgetAllocation> allocation = ParseBudgetAllocation(args.allocation);
+  if (!allocation.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: --budget-allocation: %s\n",
+                 allocation.status().message().c_str());
+    return 2;
+  }
   args.options.mode = *mode;
   args.options.reclaim.trigger = *trigger;
   args.evictor.seed = args.options.seed;
+  // KV groups: at token granularity a slot holds every layer's row; otherwise one group's row.
+  const int64_t groups = int64_t{NumKvGroups(*granularity, args.options.num_layers, args.kv_heads)};
+  if (groups > kMaxKvGroups) {
+    std::fprintf(stderr, "vtoken-cli: error: --layers x --kv-heads = %lld KV groups, at most %d\n",
+                 static_cast<long long>(groups), kMaxKvGroups);
+    return 2;
+  }
+  args.evictor.granularity = *granularity;
+  args.evictor.num_layers = args.options.num_layers;
+  args.evictor.num_kv_heads = args.kv_heads;
+  args.evictor.allocation = *allocation;
+  args.options.num_groups = static_cast<int32_t>(groups);
+  if (*granularity != Granularity::kToken) args.options.num_layers = 1;
   std::unique_ptr<PolicyEvictor> evictor;
   std::unique_ptr<SyntheticSignalDriver> driver;
   if (!args.policy.empty()) {
@@ -111,10 +140,11 @@ int RunCheckCommand(CheckArgs& args) {
   }
   const CheckReport& r = *report;
   const CheckOptions& o = args.options;
-  std::printf("vtoken check: seed %llu, mode %s, %s copies, %d blocks x %d slots, headroom %d\n",
+  std::printf("vtoken check: seed %llu, mode %s, %s copies, %d blocks x %d slots, headroom %d, "
+              "granularity %s (%d KV groups)\n",
               static_cast<unsigned long long>(o.seed), ModeName(o.mode),
               o.async_copies ? "async" : "sync", o.pool.num_blocks, o.pool.block_size,
-              o.pool.headroom_blocks);
+              o.pool.headroom_blocks, args.granularity.c_str(), o.num_groups);
   std::printf("  steps              %12lld\n", static_cast<long long>(r.steps));
   std::printf("  tokens appended    %12lld\n", static_cast<long long>(r.appended_tokens));
   std::printf("  evictions          %12lld\n", static_cast<long long>(r.evictions));
@@ -137,9 +167,10 @@ int RunCheckCommand(CheckArgs& args) {
     } else {
       std::snprintf(budget, sizeof(budget), "%g of the prompt", e.keep_ratio);
     }
-    std::printf("  policy %s: budget %s, %lld sink, %lld recent, evict every %lld steps\n",
-                args.policy.c_str(), budget, static_cast<long long>(e.num_sink),
-                static_cast<long long>(e.num_recent), static_cast<long long>(e.evict_interval));
+    std::printf("  policy %s: budget %s (%s), %lld sink, %lld recent, evict every %lld steps\n",
+                args.policy.c_str(), budget, BudgetAllocationName(e.allocation),
+                static_cast<long long>(e.num_sink), static_cast<long long>(e.num_recent),
+                static_cast<long long>(e.evict_interval));
     std::printf("  policy steps       %12lld\n", static_cast<long long>(driver->policy_steps()));
     std::printf("  policy victims     %12lld\n", static_cast<long long>(driver->victims()));
     if (!driver->status().ok()) {
@@ -179,6 +210,16 @@ CLI::App* SetupCheck(CLI::App& app) {
   cmd->add_option("--layers", o.num_layers, "KV layers")
       ->capture_default_str()
       ->check(IntIn(1));
+  cmd->add_option("--granularity", args->granularity,
+                  "What one liveness bit covers: token (every layer and head), layer or head; "
+                  "layer and head give each sequence --layers (x --kv-heads) token tables")
+      ->capture_default_str();
+  cmd->add_option("--kv-heads", args->kv_heads, "KV heads per layer (--granularity head)")
+      ->capture_default_str()
+      ->check(IntIn(1));
+  cmd->add_option("--budget-allocation", args->allocation,
+                  "With --policy: uniform, pyramid (layer/head) or adaptive (head)")
+      ->capture_default_str();
   cmd->add_option("--bytes-per-token", o.bytes_per_token, "KV bytes per token per layer")
       ->capture_default_str()
       ->check(IntIn(1));

@@ -423,9 +423,44 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(pol.Int("num_sink", e.evictor.num_sink));
   VTOKEN_RETURN_IF_ERROR(pol.Int("num_recent", e.evictor.num_recent));
   VTOKEN_RETURN_IF_ERROR(pol.Int("evict_interval", e.evictor.evict_interval));
+  std::string allocation = "uniform";
+  VTOKEN_RETURN_IF_ERROR(pol.String("budget_allocation", allocation));
+  StatusOr<BudgetAllocation> parsed_allocation = ParseBudgetAllocation(allocation);
+  if (!parsed_allocation.ok()) {
+    return pol.Error("budget_allocation", "must be \"uniform\", \"pyramid\" or \"adaptive\"");
+  }
+  e.evictor.allocation = *parsed_allocation;
+  VTOKEN_RETURN_IF_ERROR(pol.Double("pyramid_beta", e.evictor.pyramid_beta));
+  VTOKEN_RETURN_IF_ERROR(pol.Double("adaptive_floor", e.evictor.adaptive_floor));
   VTOKEN_ASSIGN_OR_RETURN(const toml::table* params_t, pol.Table("params"));
   VTOKEN_RETURN_IF_ERROR(ParsePolicyParams(params_t, f, e.policy_params));
   VTOKEN_RETURN_IF_ERROR(pol.Finish());
+
+  VTOKEN_ASSIGN_OR_RETURN(const toml::table* cache_t, top.Table("cache"));
+  Section cache(cache_t, "cache", f);
+  std::string granularity = "token";
+  VTOKEN_RETURN_IF_ERROR(cache.String("granularity", granularity));
+  StatusOr<Granularity> parsed_granularity = ParseGranularity(granularity);
+  if (!parsed_granularity.ok()) {
+    return cache.Error("granularity", "must be \"token\", \"layer\" or \"head\"");
+  }
+  c.granularity = *parsed_granularity;
+  e.evictor.granularity = c.granularity;
+  VTOKEN_RETURN_IF_ERROR(cache.Finish());
+  if (e.evictor.allocation == BudgetAllocation::kPyramid && c.granularity == Granularity::kToken) {
+    return pol.Error("budget_allocation",
+                     "\"pyramid\" gives each layer its own budget: it needs cache.granularity "
+                     "\"layer\" or \"head\"");
+  }
+  if (e.evictor.allocation == BudgetAllocation::kAdaptive && c.granularity != Granularity::kHead) {
+    return pol.Error("budget_allocation",
+                     "\"adaptive\" shares a layer's budget across its KV heads: it needs "
+                     "cache.granularity \"head\"");
+  }
+  if (!(e.evictor.pyramid_beta >= 1)) return pol.Error("pyramid_beta", "must be >= 1");
+  if (!(e.evictor.adaptive_floor >= 0 && e.evictor.adaptive_floor <= 1)) {
+    return pol.Error("adaptive_floor", "must be in [0, 1]");
+  }
 
   VTOKEN_ASSIGN_OR_RETURN(const toml::table* rec_t, top.Table("reclaim"));
   Section rec(rec_t, "reclaim", f);
@@ -582,6 +617,20 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
   }
   if (e.max_batched_tokens != 0) {
     resolved["engine"].as_table()->insert("max_batched_tokens", e.max_batched_tokens);
+  }
+  // Per-layer / per-head KV groups (token granularity records nothing, as before they existed).
+  if (c.granularity != Granularity::kToken) {
+    resolved.insert("cache", toml::table{{"granularity", GranularityName(c.granularity)}});
+  }
+  toml::table& policy = *resolved["policy"].as_table();
+  if (e.evictor.allocation != BudgetAllocation::kUniform) {
+    policy.insert("budget_allocation", BudgetAllocationName(e.evictor.allocation));
+  }
+  if (e.evictor.allocation == BudgetAllocation::kPyramid) {
+    policy.insert("pyramid_beta", e.evictor.pyramid_beta);
+  }
+  if (e.evictor.allocation == BudgetAllocation::kAdaptive) {
+    policy.insert("adaptive_floor", e.evictor.adaptive_floor);
   }
   if (sim::IsSimSpec(c.model)) {
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;

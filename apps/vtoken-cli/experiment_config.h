@@ -36,6 +36,10 @@ struct ExperimentConfig {
   double gpu_memory_utilization = 0;
   std::string pool_sizing;
   bool async_copies = true;            // Relocation copies on a worker thread.
+  // [cache] granularity: what one liveness bit covers. engine.num_blocks counts blocks of
+  // block_size tokens in every layer and head at any granularity (the same KV bytes); a run
+  // splits them into NumKvGroups blocks of one group each (ApplyKvGroups).
+  Granularity granularity = Granularity::kToken;
   engine::WorkloadOptions workload;
   engine::EngineOptions engine;        // `mode` is set per run.
   // The [sweep] table, read only by `sweep` (`run` ignores it): `name` (default: the

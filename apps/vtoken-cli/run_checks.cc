@@ -1,9 +1,11 @@
 #include "apps/vtoken-cli/run_checks.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 
 #include "lib/core/memory_budget.h"
+#include "lib/core/virtual_kv_cache.h"
 #include "lib/sim/sim_spec.h"
 
 namespace vtoken::cli {
@@ -20,6 +22,25 @@ StatusOr<model::ModelConfig> PeekModelConfig(const std::string& model) {
   if (sim::IsSimSpec(model)) return sim::SimModelConfig(model);
   if (model.rfind("synthetic:", 0) == 0) return model::SyntheticConfig(model.substr(10));
   return model::ParseConfigJson(model + "/config.json");
+}
+
+Status ApplyKvGroups(ExperimentConfig& c, const model::ModelConfig& m) {
+  EvictorOptions& e = c.engine.evictor;
+  e.granularity = c.granularity;
+  e.num_layers = static_cast<int32_t>(m.num_hidden_layers);
+  e.num_kv_heads = static_cast<int32_t>(m.num_key_value_heads);
+  const int64_t groups = NumKvGroups(c.granularity, m.num_hidden_layers, m.num_key_value_heads);
+  const int64_t blocks = SaturatingMul(c.engine.pool.num_blocks, groups);
+  if (blocks > INT32_MAX || groups > kMaxKvGroups) {
+    return InvalidArgumentError(c.file + ": engine.num_blocks = " +
+                                std::to_string(c.engine.pool.num_blocks) + " at cache.granularity " +
+                                GranularityName(c.granularity) + " is " + std::to_string(blocks) +
+                                " blocks of one KV group (" + std::to_string(groups) +
+                                " groups); at most 2147483647");
+  }
+  c.engine.pool.num_blocks = static_cast<int32_t>(blocks);
+  c.engine.pool.headroom_blocks = static_cast<int32_t>(c.engine.pool.headroom_blocks * groups);
+  return Status::Ok();
 }
 
 Status CheckRunMemory(const ExperimentConfig& c, const model::ModelConfig& m,

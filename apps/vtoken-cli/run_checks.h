@@ -18,6 +18,11 @@ namespace vtoken::cli {
 // shape of synthetic:NAME and sim:NAME.
 StatusOr<model::ModelConfig> PeekModelConfig(const std::string& model);
 
+// cache.granularity: splits engine.num_blocks and engine.headroom_blocks (blocks of every layer
+// and head) into NumKvGroups blocks of one KV group each, and gives the evictor the model's
+// layout. InvalidArgument when the split pool would exceed 2^31 - 1 blocks.
+Status ApplyKvGroups(ExperimentConfig& c, const model::ModelConfig& m);
+
 // Bytes the run allocates: KV store (float32 K and V per layer for real and synthetic models,
 // one 8-byte tag per slot for sim:), pool metadata, weights (not for sim:), the workload.
 // kResourceExhausted naming engine.num_blocks or workload.num_requests and the size when it

@@ -77,7 +77,9 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
   VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed, options));
   VTOKEN_ASSIGN_OR_RETURN(
       std::unique_ptr<model::LlamaRunner> r,
-      model::LlamaRunner::Create(std::move(m), {.num_slots = slots, .async_copies = c.async_copies}));
+      model::LlamaRunner::Create(std::move(m), {.num_slots = slots,
+                                                .async_copies = c.async_copies,
+                                                .granularity = c.granularity}));
   return std::unique_ptr<model::ModelRunner>(std::move(r));
 }
 
@@ -131,9 +133,10 @@ class Progress {
 
 }  // namespace
 
-StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string& db_path,
+StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::string& db_path,
                                    const std::string& sweep, bool dry_run,
                                    const std::string& record_signals) {
+  ExperimentConfig c = config;  // With the pool split into KV-group blocks (ApplyKvGroups).
   // Everything that can fail on bad input fails here, before the database is touched.
   std::optional<model::Tokenizer> tokenizer;
   if (!IsSynthetic(c.model)) {
@@ -153,6 +156,9 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     if (shape.ok()) {
       VTOKEN_RETURN_IF_ERROR(CheckRunMemory(c, *shape));
       VTOKEN_RETURN_IF_ERROR(CheckPolicyAgainstContext(c, shape->max_position_embeddings));
+      VTOKEN_RETURN_IF_ERROR(ApplyKvGroups(c, *shape));
+    } else if (c.granularity != Granularity::kToken) {
+      return shape.status();
     }
   }
   // One runner serves every mode: each run writes every KV slot before reading it, and a
@@ -187,10 +193,16 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
   }
   std::fprintf(stderr,
                "experiment %s: model %s, %zu requests (%s, %lld prompt / %lld output tokens), "
-               "pool %d x %d slots, modes:",
+               "pool %d x %d slots%s, modes:",
                c.name.c_str(), c.model.c_str(), requests.size(), c.workload.kind.c_str(),
                static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens),
-               c.engine.pool.num_blocks, c.engine.pool.block_size);
+               c.engine.pool.num_blocks, c.engine.pool.block_size,
+               c.granularity == Granularity::kToken
+                   ? ""
+                   : (std::string(" of one KV group (granularity ") +
+                      GranularityName(c.granularity) + ", " +
+                      std::to_string(runner->num_kv_groups()) + " groups)")
+                         .c_str());
   for (Mode m : c.modes) std::fprintf(stderr, " %s", ModeName(m));
   std::fprintf(stderr, "\n");
   if (sim_runner != nullptr) {
@@ -255,7 +267,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& c, const std::string&
     rec.budget = o.evictor.budget_tokens > 0 ? static_cast<double>(o.evictor.budget_tokens)
                                              : o.evictor.keep_ratio;
     rec.block_size = o.pool.block_size;
-    rec.num_blocks = o.pool.num_blocks;
+    rec.num_blocks = config.engine.pool.num_blocks;  // As configured (blocks of every group).
     rec.workload = c.workload.kind == "jsonl" ? c.workload.jsonl_path : c.workload.kind;
     rec.seed = o.seed;
     if (InterruptSignal() != 0) {

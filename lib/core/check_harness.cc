@@ -33,6 +33,9 @@ Status ValidateCheckOptions(const CheckOptions& o) {
   if (o.max_seqs < 1) return InvalidArgumentError("max_seqs must be >= 1");
   if (o.max_prompt_tokens < 1) return InvalidArgumentError("max_prompt_tokens must be >= 1");
   if (o.copy_delay_us < 0) return InvalidArgumentError("copy_delay_us must be >= 0");
+  if (o.num_groups < 1 || o.num_groups > kMaxKvGroups) {
+    return InvalidArgumentError("num_groups must be in [1, " + std::to_string(kMaxKvGroups) + "]");
+  }
   return Status::Ok();
 }
 
@@ -47,7 +50,8 @@ std::unique_ptr<CopyEngine> MakeEngine(const CheckOptions& o, HostKvStore& store
 
 CheckHarness::CheckHarness(const CheckOptions& options)
     : options_(options),
-      cache_(CacheOptions{.mode = options.mode, .pool = options.pool}),
+      cache_(CacheOptions{
+          .mode = options.mode, .pool = options.pool, .num_groups = options.num_groups}),
       store_(options.num_layers, int64_t{options.pool.num_blocks} * options.pool.block_size,
              options.bytes_per_token),
       engine_(MakeEngine(options, store_)),
@@ -97,7 +101,7 @@ void CheckHarness::Step(uint64_t op_word, uint64_t arg1, uint64_t arg2) {
 void CheckHarness::AddSequence(uint64_t arg) {
   if (static_cast<int32_t>(reference_.size()) >= options_.max_seqs) return;
   const SeqId seq = cache_.AddSequence();
-  reference_[seq];
+  reference_[seq].resize(static_cast<size_t>(options_.num_groups));
   evicted_from_[seq] = false;
   Append(seq, 1 + static_cast<int64_t>(arg % options_.max_prompt_tokens));
 }
@@ -117,8 +121,11 @@ void CheckHarness::ForkSequence(uint64_t arg1, uint64_t arg2) {
   ++report_.forks;
   if (!fork->copies.empty()) engine_->Wait(engine_->Submit(fork->copies));
   auto& ref = reference_[fork->child];
-  for (const auto& [token, content] : reference_[parent]) {
-    if (token < n) ref[token] = content;
+  ref.resize(static_cast<size_t>(options_.num_groups));
+  for (int32_t g = 0; g < options_.num_groups; ++g) {
+    for (const auto& [token, content] : reference_[parent][g]) {
+      if (token < n) ref[g][token] = content;
+    }
   }
   evicted_from_[fork->child] = evicted_from_[parent];
 }
@@ -146,10 +153,13 @@ void CheckHarness::Append(SeqId seq, int64_t n) {
   auto& ref = reference_[seq];
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t content = next_content_++;
-    for (int32_t layer = 0; layer < options_.num_layers; ++layer) {
-      FillContent(content, layer, store_.Token(layer, (*slots)[i]));
+    for (int32_t g = 0; g < options_.num_groups; ++g) {
+      for (int32_t layer = 0; layer < options_.num_layers; ++layer) {
+        FillContent(content, g * options_.num_layers + layer,
+                    store_.Token(layer, (*slots)[g * n + i]));
+      }
+      ref[g][first + i] = content;
     }
-    ref[first + i] = content;
   }
   report_.appended_tokens += n;
 }
@@ -157,27 +167,32 @@ void CheckHarness::Append(SeqId seq, int64_t n) {
 void CheckHarness::Evict(SeqId seq, uint64_t arg) {
   if (cache_.mode() == Mode::kNative) return;
   auto& ref = reference_[seq];
-  std::vector<TokenId> victims;
+  std::vector<std::vector<TokenId>> victims(static_cast<size_t>(options_.num_groups));
   if (driver_ != nullptr) {
     victims = driver_->ChooseVictims(cache_, seq, arg);
-  } else if (!ref.empty()) {
+  } else {
     uint64_t state = arg;
+    const int32_t g = static_cast<int32_t>(SplitMix64(state) % options_.num_groups);
     const int64_t count = 1 + static_cast<int64_t>(SplitMix64(state) % 6);
-    for (int64_t i = 0; i < count && i < static_cast<int64_t>(ref.size()); ++i) {
-      auto it = ref.begin();
-      std::advance(it, static_cast<long>(SplitMix64(state) % ref.size()));
-      victims.push_back(it->first);
+    for (int64_t i = 0; i < count && !ref[g].empty(); ++i) {
+      auto it = ref[g].begin();
+      std::advance(it, static_cast<long>(SplitMix64(state) % ref[g].size()));
+      victims[g].push_back(it->first);
       // Erase now so the same token is not drawn twice; re-checked against the cache below.
-      ref.erase(it);
+      ref[g].erase(it);
     }
   }
-  for (TokenId t : victims) {
-    Status s = cache_.EvictToken(seq, t);
-    if (!s.ok()) Violation("evict: " + s.ToString());
-    ref.erase(t);
-    ++report_.evictions;
+  bool any = false;
+  for (int32_t g = 0; g < static_cast<int32_t>(victims.size()); ++g) {
+    for (TokenId t : victims[g]) {
+      Status s = cache_.EvictToken(seq, g, t);
+      if (!s.ok()) Violation("evict: " + s.ToString());
+      ref[g].erase(t);
+      ++report_.evictions;
+      any = true;
+    }
   }
-  if (!victims.empty()) evicted_from_[seq] = true;
+  if (any) evicted_from_[seq] = true;
 }
 
 void CheckHarness::Reclaim() {
@@ -207,38 +222,43 @@ void CheckHarness::Read(SeqId seq) {
 }
 
 void CheckHarness::VerifySeq(SeqId seq, bool require_no_pending) {
-  const auto& ref = reference_.at(seq);
-  const TokenTable& table = cache_.table(seq);
-  if (table.num_live() != static_cast<int64_t>(ref.size())) {
-    Violation("sequence " + std::to_string(seq) + " has " + std::to_string(table.num_live()) +
-              " live tokens, reference has " + std::to_string(ref.size()));
-    return;
-  }
+  const std::string name = "sequence " + std::to_string(seq);
   std::vector<std::byte> expected(options_.bytes_per_token);
-  for (const auto& [token, content] : ref) {
-    const TokenTable::Entry& e = table.entry(token);
-    if (!e.live) {
-      Violation("token " + std::to_string(token) + " of sequence " + std::to_string(seq) +
-                " is dead but the reference holds it");
-      continue;
+  for (int32_t g = 0; g < options_.num_groups; ++g) {
+    const auto& ref = reference_.at(seq)[g];
+    const TokenTable& table = cache_.table(seq, g);
+    const std::string where =
+        options_.num_groups > 1 ? name + " group " + std::to_string(g) : name;
+    if (table.num_live() != static_cast<int64_t>(ref.size())) {
+      Violation(where + " has " + std::to_string(table.num_live()) +
+                " live tokens, reference has " + std::to_string(ref.size()));
+      return;
     }
-    if (cache_.IsSlotPending(e.slot)) {
-      if (require_no_pending) {
-        Violation("read-after-copy: slot " + std::to_string(e.slot) + " read while pending");
+    for (const auto& [token, content] : ref) {
+      const TokenTable::Entry& e = table.entry(token);
+      if (!e.live) {
+        Violation("token " + std::to_string(token) + " of " + where +
+                  " is dead but the reference holds it");
+        continue;
       }
-      continue;
-    }
-    for (int32_t layer = 0; layer < options_.num_layers; ++layer) {
-      FillContent(content, layer, expected);
-      std::span<const std::byte> got = store_.Token(layer, e.slot);
-      if (std::memcmp(got.data(), expected.data(), expected.size()) != 0) {
-        Violation("token " + std::to_string(token) + " of sequence " + std::to_string(seq) +
-                  " holds wrong bytes in layer " + std::to_string(layer) + " at slot " +
-                  std::to_string(e.slot));
-        break;
+      if (cache_.IsSlotPending(e.slot)) {
+        if (require_no_pending) {
+          Violation("read-after-copy: slot " + std::to_string(e.slot) + " read while pending");
+        }
+        continue;
       }
+      for (int32_t layer = 0; layer < options_.num_layers; ++layer) {
+        FillContent(content, g * options_.num_layers + layer, expected);
+        std::span<const std::byte> got = store_.Token(layer, e.slot);
+        if (std::memcmp(got.data(), expected.data(), expected.size()) != 0) {
+          Violation("token " + std::to_string(token) + " of " + where +
+                    " holds wrong bytes in row " + std::to_string(layer) + " at slot " +
+                    std::to_string(e.slot));
+          break;
+        }
+      }
+      ++report_.tokens_verified;
     }
-    ++report_.tokens_verified;
   }
 }
 

@@ -1,7 +1,7 @@
 // CheckHarness: a model-based verifier for the virtualization layer. It applies operations
 // (add / fork / free sequences, append tokens, evict, reclaim, poll, read) to a real
-// VirtualKvCache + HostKvStore + CopyEngine + Reclaimer, and to a naive reference: per sequence, a
-// map of logical token -> the content its KV bytes must hold. After every operation it checks the
+// VirtualKvCache + HostKvStore + CopyEngine + Reclaimer, and to a naive reference: per sequence
+// and KV group, a map of logical token -> the content its KV bytes must hold. After every operation it checks the
 // cache's invariants and that every live token whose slot is not awaiting a copy holds its
 // reference bytes; around every relocation it compares per-token KV hashes before and after.
 //
@@ -30,8 +30,12 @@ struct CheckOptions {
   int64_t steps = 20000;           // Operations to run (RunCheck).
   Mode mode = Mode::kVtoken;
   BlockPoolOptions pool{.num_blocks = 64, .block_size = 16, .headroom_blocks = 8};
-  int32_t num_layers = 2;          // KV layers in the HostKvStore.
-  int64_t bytes_per_token = 32;    // Per layer, K and V together.
+  int32_t num_layers = 2;          // KV rows per slot in the HostKvStore.
+  int64_t bytes_per_token = 32;    // Per row, K and V together.
+  // KV groups per sequence (cache.granularity): each group has its own liveness and slots; the
+  // reference holds, per group, logical token -> content, and a slot of group g holds the
+  // content's rows g * num_layers ... (g + 1) * num_layers - 1. In [1, kMaxKvGroups].
+  int32_t num_groups = 1;
   bool async_copies = false;       // Copy on a worker thread (AsyncHostCopyEngine).
   int64_t copy_delay_us = 0;       // Async only: stall each copy, so reads meet pending slots.
   int32_t max_seqs = 8;            // Live sequences at most.
@@ -105,8 +109,8 @@ class CheckHarness final : public RelocationObserver {
   std::unique_ptr<CopyEngine> engine_;
   Reclaimer reclaimer_;
   EvictionDriver* driver_ = nullptr;
-  // Reference model: seq -> (logical token -> content id of its KV bytes).
-  std::map<SeqId, std::map<TokenId, uint64_t>> reference_;
+  // Reference model: seq -> per group (logical token -> content id of its KV bytes).
+  std::map<SeqId, std::vector<std::map<TokenId, uint64_t>>> reference_;
   std::map<SeqId, bool> evicted_from_;
   std::map<SlotIndex, uint64_t> hashes_before_;  // Destination slot -> source hash.
   uint64_t next_content_ = 1;
@@ -117,7 +121,8 @@ class CheckHarness final : public RelocationObserver {
 // violations are counted in it, not returned as errors.
 StatusOr<CheckReport> RunCheck(const CheckOptions& options, EvictionDriver* driver = nullptr);
 
-// Fills `out` with the deterministic bytes of `content` in `layer`.
+// Fills `out` with the deterministic bytes of `content` in row `layer` (of group 0; group g's
+// rows are numbered from g * num_layers).
 void FillContent(uint64_t content, int32_t layer, std::span<std::byte> out);
 
 // splitmix64: the harness's deterministic random source.

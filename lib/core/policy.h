@@ -7,14 +7,16 @@
 // it with VTOKEN_REGISTER_POLICY; rebuilding makes `--policy NAME` available everywhere.
 //
 // Signals arrive for the live tokens in logical order (increasing position), aggregated over
-// layers and KV heads:
+// the KV group being scored: every layer and KV head at token granularity (cache.granularity),
+// one layer's heads at layer granularity, one KV head's query heads at head granularity. A policy
+// scores one group at a time and needs no change for any granularity:
 //   position  logical token id = the RoPE position its KV was computed with;
 //   age       steps since the token was written (0 for tokens written this step);
-//   attn      attention mass the token received this step, averaged over layers, KV heads and
-//             the step's queries (prefill: the last obs_window queries; decode: the new one);
-//             it sums to 1 over the live tokens;
+//   attn      attention mass the token received this step, averaged over the group's query
+//             heads and the step's queries (prefill: the last obs_window queries; decode: the
+//             new one); it sums to 1 over the group's live tokens;
 //   attn_sum  attn accumulated over every step since the token was written;
-//   key_norm  L2 norm of the token's key, averaged over layers and KV heads;
+//   key_norm  L2 norm of the token's key, averaged over the group's layers and KV heads;
 //   state     state_size() floats owned by the policy, zero when the token is written. State is
 //             stored by logical token id, so it follows its token through relocations.
 //
@@ -71,8 +73,11 @@ class PolicyRng {
 // Per-sequence facts of the current step.
 struct PolicyContext {
   int64_t step = 0;    // Steps this sequence has seen before this one (0: prefill).
-  int64_t budget = 0;  // Live tokens the sequence keeps after an eviction.
+  int64_t budget = 0;  // Live tokens the sequence (this group) keeps after an eviction.
   PolicyRng& rng;
+  // The KV group being scored (0 at token granularity; the layer, or layer * num_kv_heads +
+  // kv_head). Signals and state are that group's.
+  int32_t group = 0;
 };
 
 class Policy {

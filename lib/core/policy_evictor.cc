@@ -49,7 +49,32 @@ Status ValidateEvictorOptions(const EvictorOptions& o) {
     return InvalidArgumentError("evict_interval must be >= 1, got " +
                                 std::to_string(o.evict_interval));
   }
+  if (o.num_layers < 1 || o.num_kv_heads < 1) {
+    return InvalidArgumentError("num_layers and num_kv_heads must be >= 1");
+  }
+  if (o.allocation == BudgetAllocation::kPyramid && o.granularity == Granularity::kToken) {
+    return InvalidArgumentError(
+        "budget_allocation \"pyramid\" needs per-layer budgets: cache.granularity \"layer\" or "
+        "\"head\"");
+  }
+  if (o.allocation == BudgetAllocation::kAdaptive && o.granularity != Granularity::kHead) {
+    return InvalidArgumentError(
+        "budget_allocation \"adaptive\" shares a layer's budget across its heads: it needs "
+        "cache.granularity \"head\"");
+  }
+  if (!(o.pyramid_beta >= 1)) {
+    return InvalidArgumentError("pyramid_beta must be >= 1, got " +
+                                std::to_string(o.pyramid_beta));
+  }
+  if (!(o.adaptive_floor >= 0 && o.adaptive_floor <= 1)) {
+    return InvalidArgumentError("adaptive_floor must be in [0, 1], got " +
+                                std::to_string(o.adaptive_floor));
+  }
   return Status::Ok();
+}
+
+int32_t NumGroups(const EvictorOptions& o) {
+  return NumKvGroups(o.granularity, o.num_layers, o.num_kv_heads);
 }
 
 StatusOr<std::unique_ptr<PolicyEvictor>> PolicyEvictor::Create(std::string_view policy,
@@ -65,7 +90,8 @@ PolicyEvictor::PolicyEvictor(std::string name, std::unique_ptr<Policy> policy,
     : name_(std::move(name)),
       policy_(std::move(policy)),
       state_size_(policy_->state_size()),
-      options_(options) {}
+      options_(options),
+      num_groups_(NumGroups(options)) {}
 
 std::vector<TokenView> PolicyEvictor::Views(SeqState& s) {
   std::vector<TokenView> views(s.live.size());
@@ -110,16 +136,30 @@ Status PolicyEvictor::CheckObservation(SeqId seq, const SeqState& s, std::span<c
   return Status::Ok();
 }
 
-Status PolicyEvictor::Observe(SeqId seq, std::span<const TokenId> live, std::span<const float> attn,
-                              std::span<const float> key_norm) {
-  auto [it, first] = seqs_.try_emplace(
-      seq, options_.seed ^ Mix(static_cast<uint64_t>(seq) + 0x9e3779b97f4a7c15ULL));
-  SeqState& s = it->second;
+Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId> live,
+                              std::span<const float> attn, std::span<const float> key_norm) {
+  if (group < 0 || group >= num_groups_) {
+    return InvalidArgumentError("observe " + SeqText(seq) + ": group " + std::to_string(group) +
+                                " outside [0, " + std::to_string(num_groups_) + ")");
+  }
+  auto it = seqs_.find(seq);
+  const bool created = it == seqs_.end();
+  if (created) {
+    std::vector<SeqState> states;
+    states.reserve(static_cast<size_t>(num_groups_));
+    const uint64_t base = options_.seed ^ Mix(static_cast<uint64_t>(seq) + 0x9e3779b97f4a7c15ULL);
+    for (int32_t g = 0; g < num_groups_; ++g) {
+      states.emplace_back(g == 0 ? base : base ^ Mix(static_cast<uint64_t>(g) * 0x632be59bd9b4e019ULL));
+    }
+    it = seqs_.emplace(seq, std::move(states)).first;
+  }
+  SeqState& s = it->second[group];
   Status valid = CheckObservation(seq, s, live, attn, key_norm);
   if (!valid.ok()) {
-    if (first) seqs_.erase(it);
+    if (created) seqs_.erase(it);
     return valid;
   }
+  const bool first = s.step < 0;
   const TokenId known = static_cast<TokenId>(s.alive.size());
   ++s.step;
   if (!live.empty() && live.back() >= known) {
@@ -142,33 +182,48 @@ Status PolicyEvictor::Observe(SeqId seq, std::span<const TokenId> live, std::spa
   s.live.assign(live.begin(), live.end());
   if (first) {
     const double prompt = static_cast<double>(live.size());
-    s.budget = options_.budget_tokens > 0
-                   ? options_.budget_tokens
-                   : std::max<int64_t>(1, static_cast<int64_t>(options_.keep_ratio * prompt));
+    const int64_t budget =
+        options_.budget_tokens > 0
+            ? options_.budget_tokens
+            : std::max<int64_t>(1, static_cast<int64_t>(options_.keep_ratio * prompt));
+    s.budget = budget;
+    if (options_.allocation == BudgetAllocation::kPyramid) {
+      const int32_t layer =
+          options_.granularity == Granularity::kHead ? group / options_.num_kv_heads : group;
+      s.budget = PyramidBudgets(budget, options_.num_layers, options_.pyramid_beta)[layer];
+    }
   }
   std::vector<TokenView> views = Views(s);
-  PolicyContext ctx{.step = s.step, .budget = s.budget, .rng = s.rng};
+  PolicyContext ctx{.step = s.step, .budget = s.budget, .rng = s.rng, .group = group};
   policy_->Observe(views, ctx);
   return Status::Ok();
 }
 
-StatusOr<std::vector<TokenId>> PolicyEvictor::Victims(SeqId seq) {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return NotFoundError("victims: " + SeqText(seq) + " was never observed");
-  SeqState& s = it->second;
-  const int64_t n = static_cast<int64_t>(s.live.size());
-  if (s.step % options_.evict_interval != 0 || s.evicted_step == s.step || n <= s.budget) {
-    return std::vector<TokenId>{};
-  }
+bool PolicyEvictor::Due(const SeqState& s, int64_t keep) const {
+  return s.step % options_.evict_interval == 0 && s.evicted_step != s.step &&
+         static_cast<int64_t>(s.live.size()) > keep;
+}
+
+std::vector<float> PolicyEvictor::Score(SeqState& s, int32_t group) {
   s.evicted_step = s.step;
   std::vector<TokenView> views = Views(s);
   std::vector<float> scores(views.size(), 0.0f);
-  PolicyContext ctx{.step = s.step, .budget = s.budget, .rng = s.rng};
+  PolicyContext ctx{.step = s.step, .budget = s.budget, .rng = s.rng, .group = group};
   policy_->Score(views, ctx, scores);
+  return scores;
+}
 
+std::pair<int64_t, int64_t> PolicyEvictor::Protected(int64_t keep) const {
   // Protection never takes more than the budget: sinks first, then the most recent tokens.
-  const int64_t sinks = std::min(options_.num_sink, s.budget);
-  const int64_t recent = std::min(options_.num_recent, s.budget - sinks);
+  const int64_t sinks = std::min(options_.num_sink, keep);
+  return {sinks, std::min(options_.num_recent, keep - sinks)};
+}
+
+std::vector<TokenId> PolicyEvictor::Pick(SeqState& s, const std::vector<float>& scores,
+                                         int64_t keep) const {
+  const int64_t n = static_cast<int64_t>(s.live.size());
+  if (n <= keep) return {};
+  const auto [sinks, recent] = Protected(keep);
   std::vector<int64_t> candidates;
   candidates.reserve(static_cast<size_t>(n - sinks - recent));
   for (int64_t i = sinks; i < n - recent; ++i) candidates.push_back(i);
@@ -176,7 +231,7 @@ StatusOr<std::vector<TokenId>> PolicyEvictor::Victims(SeqId seq) {
     const float score = scores[i];
     return std::isnan(score) ? -std::numeric_limits<float>::infinity() : score;
   };
-  const int64_t num_victims = n - s.budget;
+  const int64_t num_victims = n - keep;
   std::nth_element(candidates.begin(), candidates.begin() + (num_victims - 1), candidates.end(),
                    [&](int64_t a, int64_t b) {
                      const float ka = key(a), kb = key(b);
@@ -188,7 +243,7 @@ StatusOr<std::vector<TokenId>> PolicyEvictor::Victims(SeqId seq) {
   std::sort(victims.begin(), victims.end());
 
   std::vector<TokenId> kept;
-  kept.reserve(static_cast<size_t>(s.budget));
+  kept.reserve(static_cast<size_t>(keep));
   size_t v = 0;
   for (TokenId t : s.live) {
     if (v < victims.size() && victims[v] == t) {
@@ -202,62 +257,153 @@ StatusOr<std::vector<TokenId>> PolicyEvictor::Victims(SeqId seq) {
   return victims;
 }
 
-void PolicyEvictor::Forget(SeqId seq) { seqs_.erase(seq); }
-
-StatusOr<int64_t> PolicyEvictor::Budget(SeqId seq) const {
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end()) return NotFoundError("budget: " + SeqText(seq) + " was never observed");
-  return it->second.budget;
+void PolicyEvictor::AdaptiveLayer(std::vector<SeqState>& groups, int32_t first,
+                                  std::vector<std::vector<TokenId>>& victims) {
+  const int32_t heads = options_.num_kv_heads;
+  const int64_t budget = groups[first].budget;
+  int64_t live = 0;
+  for (int32_t h = 0; h < heads; ++h) {
+    const SeqState& s = groups[first + h];
+    if (s.step % options_.evict_interval != 0 || s.evicted_step == s.step) return;
+    live += static_cast<int64_t>(s.live.size());
+  }
+  if (live <= budget * heads) return;
+  const auto [sinks, recent] = Protected(budget);
+  const int64_t floor = static_cast<int64_t>(options_.adaptive_floor * static_cast<double>(budget));
+  std::vector<std::vector<float>> scores(static_cast<size_t>(heads));
+  std::vector<HeadCandidates> candidates(static_cast<size_t>(heads));
+  for (int32_t h = 0; h < heads; ++h) {
+    scores[h] = Score(groups[first + h], first + h);
+    const int64_t n = static_cast<int64_t>(scores[h].size());
+    const int64_t front = std::min(sinks, n), back = std::min(recent, n - front);
+    candidates[h] = HeadCandidates{
+        .scores = std::span<const float>(scores[h]).subspan(front, n - front - back),
+        .kept = front + back,
+        .min_keep = std::max<int64_t>(0, floor - front - back)};
+  }
+  const std::vector<int64_t> keep = AdaptiveKeepCounts(candidates, budget * heads);
+  for (int32_t h = 0; h < heads; ++h) {
+    victims[first + h] = Pick(groups[first + h], scores[h], candidates[h].kept + keep[h]);
+  }
 }
 
-std::vector<TokenId> SyntheticSignalDriver::ChooseVictims(const VirtualKvCache& cache, SeqId seq,
-                                                          uint64_t entropy) {
-  if (!status_.ok()) return {};
-  const std::vector<TokenId> live = cache.table(seq).LiveTokens();
-  attn_.resize(live.size());
-  key_norm_.resize(live.size());
-  double total = 0;
-  uint64_t noise = entropy;
-  for (size_t i = 0; i < live.size(); ++i) {
-    const uint64_t h = Mix((static_cast<uint64_t>(seq) << 40) ^ static_cast<uint64_t>(live[i]));
-    const bool heavy = h % 8 == 0;
-    const bool sink = live[i] == 0;
-    double w = 0.5 + static_cast<double>(Mix(noise += 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
-    if (heavy) w *= 16;
-    if (sink) w *= 8;
-    if (i + 4 >= live.size()) w *= 4;
-    attn_[i] = static_cast<float>(w);
-    total += w;
-    const float norm = 1.0f + static_cast<float>((h >> 8) % 1000) / 500.0f;
-    key_norm_[i] = heavy || sink ? norm / 2 : norm;
+StatusOr<std::vector<TokenId>> PolicyEvictor::Victims(SeqId seq) {
+  if (num_groups_ > 1) {
+    return FailedPreconditionError("victims: the evictor has " + std::to_string(num_groups_) +
+                                   " KV groups; use GroupVictims");
   }
-  for (float& a : attn_) a = static_cast<float>(a / total);
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<std::vector<TokenId>> victims, GroupVictims(seq));
+  return std::move(victims[0]);
+}
 
-  ++policy_steps_;
-  status_ = evictor_.Observe(seq, live, attn_, key_norm_);
-  if (!status_.ok()) return {};
-  StatusOr<std::vector<TokenId>> victims = evictor_.Victims(seq);
-  if (!victims.ok()) {
-    status_ = victims.status();
-    return {};
-  }
-  const StatusOr<int64_t> budget = evictor_.Budget(seq);
-  const int64_t left = static_cast<int64_t>(live.size() - victims->size());
-  if (!victims->empty() && left != *budget) {
-    status_ =
-        InternalError("policy '" + evictor_.policy_name() + "' left " + std::to_string(left) +
-                      " live tokens in " + SeqText(seq) + ", budget " + std::to_string(*budget));
-  }
-  for (size_t j = 0; j < victims->size(); ++j) {
-    const TokenId t = (*victims)[j];
-    if (!std::binary_search(live.begin(), live.end(), t) || (j > 0 && t <= (*victims)[j - 1])) {
-      status_ =
-          InternalError("policy '" + evictor_.policy_name() + "' chose token " + std::to_string(t) +
-                        " of " + SeqText(seq) + ", which is not a distinct live token");
+StatusOr<std::vector<std::vector<TokenId>>> PolicyEvictor::GroupVictims(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return NotFoundError("victims: " + SeqText(seq) + " was never observed");
+  std::vector<SeqState>& groups = it->second;
+  for (int32_t g = 1; g < num_groups_; ++g) {
+    if (groups[g].step != groups[0].step) {
+      return FailedPreconditionError("victims: " + SeqText(seq) + " group " + std::to_string(g) +
+                                     " was observed " + std::to_string(groups[g].step + 1) +
+                                     " times, group 0 " + std::to_string(groups[0].step + 1));
     }
   }
-  if (!status_.ok()) return {};
-  victims_ += static_cast<int64_t>(victims->size());
+  std::vector<std::vector<TokenId>> victims(static_cast<size_t>(num_groups_));
+  if (options_.allocation == BudgetAllocation::kAdaptive) {
+    for (int32_t first = 0; first < num_groups_; first += options_.num_kv_heads) {
+      AdaptiveLayer(groups, first, victims);
+    }
+    return victims;
+  }
+  for (int32_t g = 0; g < num_groups_; ++g) {
+    SeqState& s = groups[g];
+    if (!Due(s, s.budget)) continue;
+    const std::vector<float> scores = Score(s, g);
+    victims[g] = Pick(s, scores, s.budget);
+  }
+  return victims;
+}
+
+void PolicyEvictor::Forget(SeqId seq) { seqs_.erase(seq); }
+
+StatusOr<int64_t> PolicyEvictor::Budget(SeqId seq, int32_t group) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || group < 0 || group >= num_groups_ || it->second[group].step < 0) {
+    return NotFoundError("budget: " + SeqText(seq) +
+                         (num_groups_ > 1 ? " group " + std::to_string(group) : std::string()) +
+                         " was never observed");
+  }
+  return it->second[group].budget;
+}
+
+std::vector<std::vector<TokenId>> SyntheticSignalDriver::ChooseVictims(
+    const VirtualKvCache& cache, SeqId seq, uint64_t entropy) {
+  const int32_t groups = cache.num_groups();
+  if (!status_.ok()) return std::vector<std::vector<TokenId>>(static_cast<size_t>(groups));
+  std::vector<std::vector<TokenId>> live(static_cast<size_t>(groups));
+  uint64_t noise = entropy;
+  ++policy_steps_;
+  for (int32_t g = 0; g < groups; ++g) {
+    live[g] = cache.table(seq, g).LiveTokens();
+    attn_.resize(live[g].size());
+    key_norm_.resize(live[g].size());
+    double total = 0;
+    const uint64_t salt = g == 0 ? 0 : Mix(static_cast<uint64_t>(g) * 0x632be59bd9b4e019ULL);
+    for (size_t i = 0; i < live[g].size(); ++i) {
+      const uint64_t h =
+          Mix(((static_cast<uint64_t>(seq) << 40) ^ static_cast<uint64_t>(live[g][i])) ^ salt);
+      const bool heavy = h % 8 == 0;
+      const bool sink = live[g][i] == 0;
+      double w = 0.5 + static_cast<double>(Mix(noise += 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
+      if (heavy) w *= 16;
+      if (sink) w *= 8;
+      if (i + 4 >= live[g].size()) w *= 4;
+      attn_[i] = static_cast<float>(w);
+      total += w;
+      const float norm = 1.0f + static_cast<float>((h >> 8) % 1000) / 500.0f;
+      key_norm_[i] = heavy || sink ? norm / 2 : norm;
+    }
+    for (float& a : attn_) a = static_cast<float>(a / total);
+    status_ = evictor_.Observe(seq, g, live[g], attn_, key_norm_);
+    if (!status_.ok()) return std::vector<std::vector<TokenId>>(static_cast<size_t>(groups));
+  }
+  StatusOr<std::vector<std::vector<TokenId>>> victims = evictor_.GroupVictims(seq);
+  if (!victims.ok()) {
+    status_ = victims.status();
+    return std::vector<std::vector<TokenId>>(static_cast<size_t>(groups));
+  }
+  const EvictorOptions& o = evictor_.options();
+  const bool adaptive = o.allocation == BudgetAllocation::kAdaptive;
+  const int32_t span = adaptive ? o.num_kv_heads : 1;  // Groups sharing one budget.
+  for (int32_t first = 0; first < groups && status_.ok(); first += span) {
+    int64_t left = 0, budget = 0;
+    bool evicted = false;
+    for (int32_t g = first; g < first + span; ++g) {
+      left += static_cast<int64_t>(live[g].size() - (*victims)[g].size());
+      const StatusOr<int64_t> b = evictor_.Budget(seq, g);
+      budget += b.ok() ? *b : -1;
+      evicted = evicted || !(*victims)[g].empty();
+    }
+    if (evicted && left != budget) {
+      status_ = InternalError("policy '" + evictor_.policy_name() + "' left " +
+                              std::to_string(left) + " live tokens in " + SeqText(seq) +
+                              " group " + std::to_string(first) + ", budget " +
+                              std::to_string(budget));
+    }
+  }
+  for (int32_t g = 0; g < groups && status_.ok(); ++g) {
+    const std::vector<TokenId>& v = (*victims)[g];
+    for (size_t j = 0; j < v.size(); ++j) {
+      const TokenId t = v[j];
+      if (!std::binary_search(live[g].begin(), live[g].end(), t) || (j > 0 && t <= v[j - 1])) {
+        status_ = InternalError("policy '" + evictor_.policy_name() + "' chose token " +
+                                std::to_string(t) + " of " + SeqText(seq) + " group " +
+                                std::to_string(g) + ", which is not a distinct live token");
+        break;
+      }
+    }
+    victims_ += static_cast<int64_t>(v.size());
+  }
+  if (!status_.ok()) return std::vector<std::vector<TokenId>>(static_cast<size_t>(groups));
   return std::move(victims).value();
 }
 

@@ -12,6 +12,14 @@
 // them); a chunked prefill is observed once, after its last chunk. Because everything is keyed
 // by logical token id, a relocation (which changes slots, never ids) is invisible here.
 //
+// KV groups (EvictorOptions::granularity): with G > 1 groups the caller observes every group of
+// a sequence each step (Observe(seq, group, ...)), then asks GroupVictims(seq) for each group's
+// victims and evicts them with VirtualKvCache::EvictToken(seq, group, token). Each group has its
+// own signals, policy state, step count and random stream; the policy scores one group at a time
+// (PolicyContext::group). How many tokens each group keeps is the budget allocation
+// (budget_allocation.h): uniform (every group the budget), pyramid (per layer) or adaptive
+// (shared by a layer's heads).
+//
 // Victim selection: when eviction is due (the prefill step, then every evict_interval-th decode
 // step) and the sequence holds more live tokens than its budget, the first num_sink and last
 // num_recent live tokens are protected and the lowest-scoring other tokens are evicted until
@@ -28,6 +36,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "lib/core/budget_allocation.h"
 #include "lib/core/eviction_driver.h"
 #include "lib/core/policy.h"
 #include "lib/core/status.h"
@@ -48,12 +57,23 @@ struct EvictorOptions {
   int64_t num_recent = 0;
   // Eviction runs after prefill and then every evict_interval decode steps. Default 1.
   int64_t evict_interval = 1;
-  // Seeds the PolicyRng of each sequence (together with its seq id).
+  // Seeds the PolicyRng of each sequence (together with its seq id and group).
   uint64_t seed = 0;
+  // KV groups of the cache and their layout (NumKvGroups(granularity, num_layers, num_kv_heads)).
+  Granularity granularity = Granularity::kToken;
+  int32_t num_layers = 1;
+  int32_t num_kv_heads = 1;
+  // How the budget is split over groups. pyramid needs layer or head granularity, adaptive head.
+  BudgetAllocation allocation = BudgetAllocation::kUniform;
+  double pyramid_beta = 20;     // pyramid: the last layer keeps budget / beta; >= 1.
+  double adaptive_floor = 0.2;  // adaptive: each head keeps >= floor * budget; in [0, 1].
 };
 
+int32_t NumGroups(const EvictorOptions& options);
+
 // InvalidArgument naming the field for impossible options (negative counts, neither or both of
-// budget_tokens and keep_ratio, keep_ratio outside (0, 1], protection above budget_tokens).
+// budget_tokens and keep_ratio, keep_ratio outside (0, 1], protection above budget_tokens, an
+// allocation the granularity cannot express).
 Status ValidateEvictorOptions(const EvictorOptions& options);
 
 class PolicyEvictor {
@@ -75,21 +95,32 @@ class PolicyEvictor {
   // InvalidArgument for mismatched lengths, ids not strictly increasing, a non-finite signal, or
   // a token that was evicted and is listed as live again.
   Status Observe(SeqId seq, std::span<const TokenId> live, std::span<const float> attn,
-                 std::span<const float> key_norm);
+                 std::span<const float> key_norm) {
+    return Observe(seq, 0, live, attn, key_norm);
+  }
+  // The same for one group of a sequence (0 <= group < NumGroups(options), else InvalidArgument).
+  Status Observe(SeqId seq, int32_t group, std::span<const TokenId> live,
+                 std::span<const float> attn, std::span<const float> key_norm);
   // Returns the tokens to evict now, in increasing order (empty when eviction is not due this
   // step, already ran this step, or the sequence is within budget). The evictor treats them as
   // evicted at once; the caller must evict each from the cache. NotFound for a sequence never
-  // observed.
+  // observed; FailedPrecondition with more than one group (use GroupVictims).
   StatusOr<std::vector<TokenId>> Victims(SeqId seq);
+  // Per group (result[g]), the tokens to evict now, as Victims does for one group. Every group
+  // of the sequence must have been observed this step (FailedPrecondition otherwise).
+  StatusOr<std::vector<std::vector<TokenId>>> GroupVictims(SeqId seq);
   // Drops everything kept for `seq` (no-op for an unknown seq).
   void Forget(SeqId seq);
 
   bool HasSequence(SeqId seq) const { return seqs_.count(seq) > 0; }
   // The budget of `seq`, fixed at its first Observe. NotFound for an unknown seq.
-  StatusOr<int64_t> Budget(SeqId seq) const;
+  StatusOr<int64_t> Budget(SeqId seq) const { return Budget(seq, 0); }
+  // The tokens `group` keeps after an eviction: the budget under uniform, its layer's under
+  // pyramid; under adaptive the mean (the layer's heads share num_kv_heads times it).
+  StatusOr<int64_t> Budget(SeqId seq, int32_t group) const;
 
  private:
-  struct SeqState {
+  struct SeqState {  // One group of one sequence.
     explicit SeqState(uint64_t seed) : rng(seed) {}
     int64_t step = -1;          // Observe calls so far minus one.
     int64_t evicted_step = -1;  // Step of the last eviction.
@@ -108,12 +139,24 @@ class PolicyEvictor {
   Status CheckObservation(SeqId seq, const SeqState& s, std::span<const TokenId> live,
                           std::span<const float> attn, std::span<const float> key_norm) const;
   std::vector<TokenView> Views(SeqState& s);
+  // True when group state `s` evicts this step (due, not yet run, above `keep`).
+  bool Due(const SeqState& s, int64_t keep) const;
+  // The policy's scores for s's live tokens (marks the step as evicted).
+  std::vector<float> Score(SeqState& s, int32_t group);
+  // Protected tokens at the front (sinks) and back (recent) of s.live for a group keeping `keep`.
+  std::pair<int64_t, int64_t> Protected(int64_t keep) const;
+  // Evicts the lowest-scoring unprotected tokens until `keep` remain; returns them, increasing.
+  std::vector<TokenId> Pick(SeqState& s, const std::vector<float>& scores, int64_t keep) const;
+  // adaptive: the victims of one layer's heads (groups [first, first + num_kv_heads)).
+  void AdaptiveLayer(std::vector<SeqState>& groups, int32_t first,
+                     std::vector<std::vector<TokenId>>& victims);
 
   std::string name_;
   std::unique_ptr<Policy> policy_;
   int32_t state_size_;
   EvictorOptions options_;
-  std::unordered_map<SeqId, SeqState> seqs_;
+  int32_t num_groups_;
+  std::unordered_map<SeqId, std::vector<SeqState>> seqs_;  // One state per group.
 };
 
 // Drives a PolicyEvictor from CheckHarness (`vtoken-cli check --policy NAME`). Each
@@ -122,16 +165,18 @@ class PolicyEvictor {
 // Zipf-like and persistent: a stable eighth of the tokens (by hash of seq and token) are heavy
 // hitters with 16x weight, the first token is a sink with 8x, the four newest tokens get 4x,
 // and every weight carries per-step noise; it is normalized to sum 1. Key norms are stable per
-// token in [1, 3), halved for heavy hitters and the sink.
+// token in [1, 3), halved for heavy hitters and the sink. With KV groups each group draws its own
+// heavy hitters (by hash of seq, group and token) and noise.
 //
 // It also checks the evictor's contract on every step (victims are live and distinct, an
-// eviction leaves exactly the budget); the first breach or evictor error is kept in status().
+// eviction leaves exactly the budget: per group, or per layer under adaptive allocation); the
+// first breach or evictor error is kept in status().
 class SyntheticSignalDriver final : public EvictionDriver {
  public:
   explicit SyntheticSignalDriver(PolicyEvictor& evictor) : evictor_(evictor) {}
 
-  std::vector<TokenId> ChooseVictims(const VirtualKvCache& cache, SeqId seq,
-                                     uint64_t entropy) override;
+  std::vector<std::vector<TokenId>> ChooseVictims(const VirtualKvCache& cache, SeqId seq,
+                                                  uint64_t entropy) override;
   void ForgetSequence(SeqId seq) override { evictor_.Forget(seq); }
 
   const Status& status() const { return status_; }

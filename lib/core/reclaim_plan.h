@@ -17,10 +17,12 @@ struct BlockSnapshot {
   bool busy = false;     // Touched by an in-flight copy: its bytes may not be read yet.
 };
 
+// One KV group of one sequence (lib/core/types.h, Granularity; group 0 at token granularity).
 struct SeqSnapshot {
   SeqId seq = kNoSeq;
   int64_t num_live = 0;
   std::vector<BlockSnapshot> blocks;  // Sorted by block id.
+  int32_t group = 0;
 };
 
 struct CacheSnapshot {
@@ -31,16 +33,17 @@ struct CacheSnapshot {
   int32_t headroom_blocks = 0;
   int64_t allocated_blocks = 0;
   int64_t live_slots = 0;
-  std::vector<SeqSnapshot> seqs;  // Sorted by seq id.
+  std::vector<SeqSnapshot> seqs;  // Sorted by (seq id, group).
 };
 
-// Per sequence: move every live token out of `src_blocks` into `num_dst_blocks` fresh blocks,
-// keeping logical order. Accepted only when src_blocks.size() > num_dst_blocks.
+// Per sequence and KV group: move every live token out of `src_blocks` into `num_dst_blocks`
+// fresh blocks, keeping logical order. Accepted only when src_blocks.size() > num_dst_blocks.
 struct SeqPlan {
   SeqId seq = kNoSeq;
   std::vector<BlockId> src_blocks;
   int64_t num_moves = 0;
   int32_t num_dst_blocks = 0;
+  int32_t group = 0;
 };
 
 struct ReclaimPlan {

@@ -72,8 +72,8 @@ std::vector<const BlockSnapshot*> SortedCandidates(const SeqSnapshot& seq, int32
 }
 
 // Best plan over the sparsest-first prefix within `max_moves` moves and `max_dst` destinations.
-SeqPlan BestPrefix(SeqId seq, const std::vector<const BlockSnapshot*>& blocks, int32_t block_size,
-                   int64_t max_moves, int64_t max_dst) {
+SeqPlan BestPrefix(const SeqSnapshot& seq, const std::vector<const BlockSnapshot*>& blocks,
+                   int32_t block_size, int64_t max_moves, int64_t max_dst) {
   int64_t live = 0;
   int64_t best_gain = 0;
   size_t best_k = 0;
@@ -88,7 +88,8 @@ SeqPlan BestPrefix(SeqId seq, const std::vector<const BlockSnapshot*>& blocks, i
       best_k = k;
     }
   }
-  SeqPlan plan{.seq = seq, .src_blocks = {}, .num_moves = 0, .num_dst_blocks = 0};
+  SeqPlan plan{
+      .seq = seq.seq, .src_blocks = {}, .num_moves = 0, .num_dst_blocks = 0, .group = seq.group};
   if (best_gain <= 0) return plan;
   plan.src_blocks.reserve(best_k);
   for (size_t i = 0; i < best_k; ++i) {
@@ -113,13 +114,14 @@ ReclaimPlan ReclaimPlanner::Plan(const CacheSnapshot& snap) const {
     Candidate c;
     c.seq = &seq;
     c.blocks = SortedCandidates(seq, bs, counts);
-    c.plan = BestPrefix(seq.seq, c.blocks, bs, INT64_MAX, INT64_MAX);
+    c.plan = BestPrefix(seq, c.blocks, bs, INT64_MAX, INT64_MAX);
     if (c.plan.src_blocks.empty()) continue;
     c.waste = int64_t{bs} * static_cast<int64_t>(c.plan.src_blocks.size()) - c.plan.num_moves;
     ranked.push_back(std::move(c));
   }
   std::sort(ranked.begin(), ranked.end(), [](const Candidate& a, const Candidate& b) {
-    return a.waste != b.waste ? a.waste > b.waste : a.plan.seq < b.plan.seq;
+    if (a.waste != b.waste) return a.waste > b.waste;
+    return a.plan.seq != b.plan.seq ? a.plan.seq < b.plan.seq : a.plan.group < b.plan.group;
   });
   int64_t moves_left = options_.max_moves_per_step;
   int64_t dst_left = snap.num_free_blocks;
@@ -127,7 +129,7 @@ ReclaimPlan ReclaimPlanner::Plan(const CacheSnapshot& snap) const {
     if (moves_left <= 0 || dst_left <= 0) break;
     SeqPlan p = std::move(c.plan);
     if (p.num_moves > moves_left || p.num_dst_blocks > dst_left) {
-      p = BestPrefix(c.seq->seq, c.blocks, bs, moves_left, dst_left);
+      p = BestPrefix(*c.seq, c.blocks, bs, moves_left, dst_left);
       if (p.src_blocks.empty()) continue;
     }
     moves_left -= p.num_moves;
@@ -138,7 +140,9 @@ ReclaimPlan ReclaimPlanner::Plan(const CacheSnapshot& snap) const {
     plan.seqs.push_back(std::move(p));
   }
   std::sort(plan.seqs.begin(), plan.seqs.end(),
-            [](const SeqPlan& a, const SeqPlan& b) { return a.seq < b.seq; });
+            [](const SeqPlan& a, const SeqPlan& b) {
+              return a.seq != b.seq ? a.seq < b.seq : a.group < b.group;
+            });
   return plan;
 }
 

@@ -6,7 +6,8 @@
 // settled (not the open tail, not touched by an in-flight copy) blocks that are not full, lowest
 // utilization first. Taking the k sparsest candidates with T live tokens needs ceil(T / block_size)
 // destination blocks; the planner picks the k that frees the most blocks (fewest moves on ties)
-// and keeps a sequence's plan only if it frees strictly more blocks than it takes. Sequences
+// and keeps a sequence's plan only if it frees strictly more blocks than it takes. With KV
+// groups every (sequence, group) is planned on its own, as if it were a sequence. Sequences
 // with the most reclaimable waste go first; the plan stops at max_moves_per_step moves and at the
 // free blocks available for destinations. Thread-compatible (const).
 #pragma once

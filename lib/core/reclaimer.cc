@@ -12,7 +12,7 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 Reclaimer::Reclaimer(VirtualKvCache& cache, CopyEngine& engine, const ReclaimOptions& options,
-                     int64_t bytes_per_token_all_layers)
+                     int64_t bytes_per_slot)
     : cache_(cache),
       engine_(engine),
       planner_(options),
@@ -21,7 +21,7 @@ Reclaimer::Reclaimer(VirtualKvCache& cache, CopyEngine& engine, const ReclaimOpt
         o.trigger = ReclaimOptions::Trigger::kAlways;
         return o;
       }()),
-      bytes_per_token_(bytes_per_token_all_layers) {}
+      bytes_per_slot_(bytes_per_slot) {}
 
 StatusOr<int64_t> Reclaimer::Step(bool force) {
   const auto start = std::chrono::steady_clock::now();
@@ -39,12 +39,12 @@ StatusOr<int64_t> Reclaimer::Step(bool force) {
   if (observer_ != nullptr) observer_->BeforeCopy(relocation);
   const CopyTicket ticket = engine_.Submit(relocation.Copies());
   for (const SeqRelocation& s : relocation.seqs) {
-    VTOKEN_RETURN_IF_ERROR(cache_.ApplyMoves(s.seq, s.moves));
+    VTOKEN_RETURN_IF_ERROR(cache_.ApplyMoves(s.seq, s.moves, s.group));
   }
   const int64_t moves = relocation.num_moves();
   ++stats_.plans;
   stats_.moves += moves;
-  stats_.bytes += moves * bytes_per_token_;
+  stats_.bytes += moves * bytes_per_slot_;
   stats_.blocks_freed += plan.blocks_freed();
   in_flight_.push_back({std::move(relocation), ticket});
   if (force_sync_) VTOKEN_RETURN_IF_ERROR(Drain());

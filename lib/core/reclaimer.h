@@ -41,9 +41,10 @@ class RelocationObserver {
 
 class Reclaimer {
  public:
-  // `bytes_per_token_all_layers` only feeds ReclaimStats::bytes. REQUIRES: valid options.
+  // `bytes_per_slot` (KV bytes one slot holds: a token's over all layers at token granularity)
+  // only feeds ReclaimStats::bytes. REQUIRES: valid options.
   Reclaimer(VirtualKvCache& cache, CopyEngine& engine, const ReclaimOptions& options,
-            int64_t bytes_per_token_all_layers);
+            int64_t bytes_per_slot);
 
   void set_observer(RelocationObserver* observer) { observer_ = observer; }
   // Waits for each copy right after submitting it (the paper's force-sync ablation).
@@ -75,7 +76,7 @@ class Reclaimer {
   CopyEngine& engine_;
   ReclaimPlanner planner_;
   ReclaimPlanner forced_planner_;  // Same limits, trigger always.
-  int64_t bytes_per_token_;
+  int64_t bytes_per_slot_;
   RelocationObserver* observer_ = nullptr;
   bool force_sync_ = false;
   std::deque<InFlight> in_flight_;

@@ -2,8 +2,11 @@
 
 #include <cassert>
 #include <string>
+#include <utility>
 
 namespace vtoken {
+
+static_assert(sizeof(TokenTable::Entry) == 8, "a token table entry must stay 8 bytes");
 
 void TokenTable::Append(SlotIndex slot, BlockId block) {
   auto it = held_.find(block);
@@ -66,6 +69,15 @@ std::vector<TokenId> TokenTable::LiveTokens() const {
     if (entries_[t].live) tokens.push_back(t);
   }
   return tokens;
+}
+
+int64_t TokenTable::MemoryBytes() const {
+  // An unordered_map node holds the pair and a next pointer; the bucket array one pointer each.
+  const int64_t node = static_cast<int64_t>(sizeof(std::pair<const BlockId, Held>) + sizeof(void*));
+  return static_cast<int64_t>(entries_.capacity() * sizeof(Entry) +
+                              blocks_.capacity() * sizeof(BlockId) +
+                              held_.bucket_count() * sizeof(void*)) +
+         static_cast<int64_t>(held_.size()) * node;
 }
 
 Status TokenTable::CheckInvariants(int32_t block_size) const {

@@ -17,9 +17,11 @@ namespace vtoken {
 
 class TokenTable {
  public:
+  // 8 bytes: a per-head table of an 8B model describes 512 KV bytes per entry (bf16 K and V of
+  // one head), so the entry size is the table's memory overhead.
   struct Entry {
-    SlotIndex slot = kNoSlot;  // kNoSlot when dead.
-    bool live = false;
+    SlotIndex slot : 63 = kNoSlot;  // kNoSlot when dead.
+    bool live : 1 = false;
   };
 
   int64_t num_tokens() const { return static_cast<int64_t>(entries_.size()); }
@@ -61,6 +63,9 @@ class TokenTable {
   std::vector<SlotIndex> LiveSlots() const;
   // Logical ids of live tokens in increasing order.
   std::vector<TokenId> LiveTokens() const;
+
+  // Heap bytes of this table: entries, block list and per-block counts.
+  int64_t MemoryBytes() const;
 
   // Recounts per-block live tokens from the entries; Internal on any disagreement.
   Status CheckInvariants(int32_t block_size) const;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <climits>
 #include <set>
 #include <string>
 #include <unordered_set>
@@ -14,6 +15,10 @@ std::string SeqName(SeqId seq) { return "sequence " + std::to_string(seq); }
 }  // namespace
 
 Status ValidateCacheOptions(const CacheOptions& options) {
+  if (options.num_groups < 1 || options.num_groups > kMaxKvGroups) {
+    return InvalidArgumentError("num_groups must be in [1, " + std::to_string(kMaxKvGroups) +
+                                "], got " + std::to_string(options.num_groups));
+  }
   return ValidateBlockPoolOptions(options.pool);
 }
 
@@ -35,17 +40,46 @@ std::vector<SlotCopy> Relocation::Copies() const {
 VirtualKvCache::VirtualKvCache(const CacheOptions& options)
     : options_(options), pool_(options.pool) {}
 
-StatusOr<TokenTable*> VirtualKvCache::MutableTable(SeqId seq) {
+StatusOr<std::vector<TokenTable>*> VirtualKvCache::MutableTables(SeqId seq) {
   auto it = tables_.find(seq);
   if (it == tables_.end()) return NotFoundError("unknown " + SeqName(seq));
-  return it->second.get();
+  return &it->second;
 }
 
 SeqId VirtualKvCache::AddSequence() {
   const SeqId seq = next_seq_++;
-  tables_.emplace(seq, std::make_unique<TokenTable>());
+  tables_.emplace(seq, std::vector<TokenTable>(static_cast<size_t>(options_.num_groups)));
   ++version_;
   return seq;
+}
+
+int64_t VirtualKvCache::num_live(SeqId seq) const {
+  int64_t n = 0;
+  for (const TokenTable& t : tables_.at(seq)) n += t.num_live();
+  return n;
+}
+
+int32_t VirtualKvCache::num_blocks_held(SeqId seq) const {
+  int32_t n = 0;
+  for (const TokenTable& t : tables_.at(seq)) n += t.num_blocks();
+  return n;
+}
+
+int64_t VirtualKvCache::IdealBlocks(SeqId seq) const {
+  int64_t n = 0;
+  for (const TokenTable& t : tables_.at(seq)) {
+    n += (t.num_live() + block_size() - 1) / block_size();
+  }
+  return n;
+}
+
+int64_t VirtualKvCache::TableMemoryBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [seq, groups] : tables_) {
+    bytes += static_cast<int64_t>(groups.capacity() * sizeof(TokenTable));
+    for (const TokenTable& t : groups) bytes += t.MemoryBytes();
+  }
+  return bytes;
 }
 
 std::vector<SeqId> VirtualKvCache::Sequences() const {
@@ -61,30 +95,39 @@ void VirtualKvCache::ReleaseBlock(TokenTable& table, BlockId block) {
 }
 
 StatusOr<ForkResult> VirtualKvCache::ForkSequence(SeqId parent_id, int64_t num_tokens) {
-  VTOKEN_ASSIGN_OR_RETURN(TokenTable * parent, MutableTable(parent_id));
-  if (num_tokens < 0 || num_tokens > parent->num_tokens()) {
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<TokenTable> * parents, MutableTables(parent_id));
+  const int64_t parent_tokens = (*parents)[0].num_tokens();
+  if (num_tokens < 0 || num_tokens > parent_tokens) {
     return InvalidArgumentError("cannot fork " + std::to_string(num_tokens) + " tokens of " +
                                 SeqName(parent_id) + " which has " +
-                                std::to_string(parent->num_tokens()));
+                                std::to_string(parent_tokens));
   }
   const int32_t bs = block_size();
+  const int32_t groups = num_groups();
   // A block is shareable when every live parent token in it precedes the fork point and the
   // parent will not append into it again.
-  std::unordered_map<BlockId, TokenId> max_token;
-  for (TokenId t = 0; t < parent->num_tokens(); ++t) {
-    const TokenTable::Entry& e = parent->entry(t);
-    if (e.live) max_token[pool_.BlockOf(e.slot)] = t;
+  std::vector<std::unordered_map<BlockId, TokenId>> max_token(static_cast<size_t>(groups));
+  int64_t blocks_needed = 0;
+  for (int32_t g = 0; g < groups; ++g) {
+    const TokenTable& parent = (*parents)[g];
+    for (TokenId t = 0; t < parent.num_tokens(); ++t) {
+      const TokenTable::Entry& e = parent.entry(t);
+      if (e.live) max_token[g][pool_.BlockOf(e.slot)] = t;
+    }
   }
-  auto shareable = [&](BlockId block) {
-    if (max_token.at(block) >= num_tokens) return false;
-    return block != parent->tail_block() || parent->tail_used() == bs;
+  auto shareable = [&](int32_t g, BlockId block) {
+    const TokenTable& parent = (*parents)[g];
+    if (max_token[g].at(block) >= num_tokens) return false;
+    return block != parent.tail_block() || parent.tail_used() == bs;
   };
-  int64_t num_fresh = 0;
-  for (TokenId t = 0; t < num_tokens; ++t) {
-    const TokenTable::Entry& e = parent->entry(t);
-    if (e.live && !shareable(pool_.BlockOf(e.slot))) ++num_fresh;
+  for (int32_t g = 0; g < groups; ++g) {
+    int64_t num_fresh = 0;
+    for (TokenId t = 0; t < num_tokens; ++t) {
+      const TokenTable::Entry& e = (*parents)[g].entry(t);
+      if (e.live && !shareable(g, pool_.BlockOf(e.slot))) ++num_fresh;
+    }
+    blocks_needed += (num_fresh + bs - 1) / bs;
   }
-  const int64_t blocks_needed = (num_fresh + bs - 1) / bs;
   if (blocks_needed > pool_.num_allocatable_blocks()) {
     return ResourceExhaustedError("fork of " + SeqName(parent_id) + " needs " +
                                   std::to_string(blocks_needed) + " blocks, " +
@@ -92,61 +135,68 @@ StatusOr<ForkResult> VirtualKvCache::ForkSequence(SeqId parent_id, int64_t num_t
   }
 
   const SeqId child_id = AddSequence();
-  TokenTable& child = *tables_.at(child_id);
   ForkResult result{.child = child_id, .copies = {}};
-  for (TokenId t = 0; t < num_tokens; ++t) {
-    const TokenTable::Entry& e = parent->entry(t);
-    if (!e.live) {
-      child.AppendDead();
-      continue;
-    }
-    const BlockId block = pool_.BlockOf(e.slot);
-    if (shareable(block)) {
-      if (!child.holds(block)) {
-        child.AddBlock(block);
-        pool_.AddRef(block);
+  for (int32_t g = 0; g < groups; ++g) {
+    const TokenTable& parent = tables_.at(parent_id)[g];
+    TokenTable& child = tables_.at(child_id)[g];
+    for (TokenId t = 0; t < num_tokens; ++t) {
+      const TokenTable::Entry& e = parent.entry(t);
+      if (!e.live) {
+        child.AppendDead();
+        continue;
       }
-      child.Append(e.slot, block);
-      pool_.AddSlotRef(e.slot);
-      continue;
+      const BlockId block = pool_.BlockOf(e.slot);
+      if (shareable(g, block)) {
+        if (!child.holds(block)) {
+          child.AddBlock(block);
+          pool_.AddRef(block);
+        }
+        child.Append(e.slot, block);
+        pool_.AddSlotRef(e.slot);
+        continue;
+      }
+      if (child.tail_block() == kNoBlock || child.tail_used() == bs) {
+        StatusOr<BlockId> fresh = pool_.Allocate(child_id, AllocClass::kNormal);
+        assert(fresh.ok());  // Checked above.
+        child.AddBlock(*fresh);
+        child.SetTail(*fresh, 0);
+      }
+      const SlotIndex slot = pool_.FirstSlot(child.tail_block()) + child.tail_used();
+      child.Append(slot, child.tail_block());
+      child.SetTail(child.tail_block(), child.tail_used() + 1);
+      pool_.AddSlotRef(slot);
+      result.copies.push_back({e.slot, slot});
     }
-    if (child.tail_block() == kNoBlock || child.tail_used() == bs) {
-      StatusOr<BlockId> fresh = pool_.Allocate(child_id, AllocClass::kNormal);
-      assert(fresh.ok());  // Checked above.
-      child.AddBlock(*fresh);
-      child.SetTail(*fresh, 0);
-    }
-    const SlotIndex slot = pool_.FirstSlot(child.tail_block()) + child.tail_used();
-    child.Append(slot, child.tail_block());
-    child.SetTail(child.tail_block(), child.tail_used() + 1);
-    pool_.AddSlotRef(slot);
-    result.copies.push_back({e.slot, slot});
   }
   ++version_;
   return result;
 }
 
 Status VirtualKvCache::FreeSequence(SeqId seq) {
-  VTOKEN_ASSIGN_OR_RETURN(TokenTable * table, MutableTable(seq));
-  for (TokenId t = 0; t < table->num_tokens(); ++t) {
-    const TokenTable::Entry& e = table->entry(t);
-    if (e.live) pool_.DropSlotRef(e.slot);
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<TokenTable> * tables, MutableTables(seq));
+  for (const TokenTable& table : *tables) {
+    for (TokenId t = 0; t < table.num_tokens(); ++t) {
+      const TokenTable::Entry& e = table.entry(t);
+      if (e.live) pool_.DropSlotRef(e.slot);
+    }
+    for (BlockId block : table.blocks()) pool_.Release(block);
   }
-  for (BlockId block : table->blocks()) pool_.Release(block);
   tables_.erase(seq);
   ++version_;
   return Status::Ok();
 }
 
 int32_t VirtualKvCache::BlocksNeededFor(SeqId seq, int64_t n) const {
-  const TokenTable& t = table(seq);
-  const int64_t room = t.tail_block() == kNoBlock ? 0 : block_size() - t.tail_used();
-  if (n <= room) return 0;
-  return static_cast<int32_t>((n - room + block_size() - 1) / block_size());
+  int64_t needed = 0;
+  for (const TokenTable& t : tables_.at(seq)) {
+    const int64_t room = t.tail_block() == kNoBlock ? 0 : block_size() - t.tail_used();
+    if (n > room) needed += (n - room + block_size() - 1) / block_size();
+  }
+  return static_cast<int32_t>(std::min<int64_t>(needed, INT32_MAX));
 }
 
 StatusOr<std::vector<SlotIndex>> VirtualKvCache::SyncNewTokens(SeqId seq, int64_t n) {
-  VTOKEN_ASSIGN_OR_RETURN(TokenTable * table, MutableTable(seq));
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<TokenTable> * tables, MutableTables(seq));
   if (n < 0) return InvalidArgumentError("cannot sync a negative number of tokens");
   const int32_t needed = BlocksNeededFor(seq, n);
   if (needed > pool_.num_allocatable_blocks()) {
@@ -155,42 +205,76 @@ StatusOr<std::vector<SlotIndex>> VirtualKvCache::SyncNewTokens(SeqId seq, int64_
                                   std::to_string(pool_.num_allocatable_blocks()) + " available");
   }
   std::vector<SlotIndex> slots;
-  slots.reserve(n);
-  for (int64_t i = 0; i < n; ++i) {
-    if (table->tail_block() == kNoBlock || table->tail_used() == block_size()) {
-      StatusOr<BlockId> block = pool_.Allocate(seq, AllocClass::kNormal);
-      assert(block.ok());  // Checked above.
-      table->AddBlock(*block);
-      table->SetTail(*block, 0);
+  slots.reserve(static_cast<size_t>(n) * tables->size());
+  for (TokenTable& table : *tables) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (table.tail_block() == kNoBlock || table.tail_used() == block_size()) {
+        StatusOr<BlockId> block = pool_.Allocate(seq, AllocClass::kNormal);
+        assert(block.ok());  // Checked above.
+        table.AddBlock(*block);
+        table.SetTail(*block, 0);
+      }
+      const SlotIndex slot = pool_.FirstSlot(table.tail_block()) + table.tail_used();
+      table.Append(slot, table.tail_block());
+      table.SetTail(table.tail_block(), table.tail_used() + 1);
+      pool_.AddSlotRef(slot);
+      slots.push_back(slot);
     }
-    const SlotIndex slot = pool_.FirstSlot(table->tail_block()) + table->tail_used();
-    table->Append(slot, table->tail_block());
-    table->SetTail(table->tail_block(), table->tail_used() + 1);
-    pool_.AddSlotRef(slot);
-    slots.push_back(slot);
   }
   ++version_;
   return slots;
 }
 
-Status VirtualKvCache::EvictToken(SeqId seq, TokenId token) {
-  if (mode() == Mode::kNative) {
-    return FailedPreconditionError("eviction is disabled in native mode");
-  }
-  VTOKEN_ASSIGN_OR_RETURN(TokenTable * table, MutableTable(seq));
-  if (token < 0 || token >= table->num_tokens()) {
+Status VirtualKvCache::EvictFrom(SeqId seq, int32_t group, TokenTable& table, TokenId token) {
+  if (token < 0 || token >= table.num_tokens()) {
     return NotFoundError("unknown token " + std::to_string(token) + " of " + SeqName(seq) +
-                         " (" + std::to_string(table->num_tokens()) + " tokens)");
+                         " (" + std::to_string(table.num_tokens()) + " tokens)");
   }
-  const TokenTable::Entry& e = table->entry(token);
+  const TokenTable::Entry& e = table.entry(token);
   if (!e.live) {
-    return FailedPreconditionError("token " + std::to_string(token) + " of " + SeqName(seq) +
-                                   " is already evicted");
+    return FailedPreconditionError(
+        "token " + std::to_string(token) + " of " + SeqName(seq) +
+        (num_groups() > 1 ? " group " + std::to_string(group) : std::string()) +
+        " is already evicted");
   }
   const SlotIndex slot = e.slot;
   const BlockId block = pool_.BlockOf(slot);
   pool_.DropSlotRef(slot);
-  if (table->MarkDead(token, block) == 0) ReleaseBlock(*table, block);
+  if (table.MarkDead(token, block) == 0) ReleaseBlock(table, block);
+  return Status::Ok();
+}
+
+Status VirtualKvCache::EvictToken(SeqId seq, int32_t group, TokenId token) {
+  if (mode() == Mode::kNative) {
+    return FailedPreconditionError("eviction is disabled in native mode");
+  }
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<TokenTable> * tables, MutableTables(seq));
+  if (group < 0 || group >= num_groups()) {
+    return NotFoundError("unknown group " + std::to_string(group) + " of " + SeqName(seq) +
+                         " (" + std::to_string(num_groups()) + " groups)");
+  }
+  VTOKEN_RETURN_IF_ERROR(EvictFrom(seq, group, (*tables)[group], token));
+  ++version_;
+  return Status::Ok();
+}
+
+Status VirtualKvCache::EvictToken(SeqId seq, TokenId token) {
+  if (num_groups() == 1) return EvictToken(seq, 0, token);
+  if (mode() == Mode::kNative) {
+    return FailedPreconditionError("eviction is disabled in native mode");
+  }
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<TokenTable> * tables, MutableTables(seq));
+  bool any = false;
+  for (int32_t g = 0; g < num_groups(); ++g) {
+    TokenTable& t = (*tables)[g];
+    if (token >= 0 && token < t.num_tokens() && !t.entry(token).live) continue;
+    VTOKEN_RETURN_IF_ERROR(EvictFrom(seq, g, t, token));
+    any = true;
+  }
+  if (!any) {
+    return FailedPreconditionError("token " + std::to_string(token) + " of " + SeqName(seq) +
+                                   " is already evicted in every group");
+  }
   ++version_;
   return Status::Ok();
 }
@@ -208,14 +292,19 @@ StatusOr<Relocation> VirtualKvCache::BeginRelocation(const ReclaimPlan& plan) {
   if (plan.empty()) return Relocation{};
   // Validate everything before mutating anything.
   int64_t total_dst = 0;
-  std::set<SeqId> seen;
+  std::set<std::pair<SeqId, int32_t>> seen;
   for (const SeqPlan& sp : plan.seqs) {
     auto it = tables_.find(sp.seq);
     if (it == tables_.end()) return NotFoundError("plan names unknown " + SeqName(sp.seq));
-    if (!seen.insert(sp.seq).second) {
-      return InvalidArgumentError("plan names " + SeqName(sp.seq) + " twice");
+    if (sp.group < 0 || sp.group >= num_groups()) {
+      return NotFoundError("plan names unknown group " + std::to_string(sp.group) + " of " +
+                           SeqName(sp.seq));
     }
-    const TokenTable& t = *it->second;
+    if (!seen.insert({sp.seq, sp.group}).second) {
+      return InvalidArgumentError("plan names " + SeqName(sp.seq) + " group " +
+                                  std::to_string(sp.group) + " twice");
+    }
+    const TokenTable& t = it->second[sp.group];
     int64_t live = 0;
     std::set<BlockId> distinct;
     for (BlockId b : sp.src_blocks) {
@@ -249,8 +338,12 @@ StatusOr<Relocation> VirtualKvCache::BeginRelocation(const ReclaimPlan& plan) {
   rel.id = next_relocation_++;
   InFlight& flight = in_flight_[rel.id];
   for (const SeqPlan& sp : plan.seqs) {
-    TokenTable& t = *tables_.at(sp.seq);
-    SeqRelocation sr{.seq = sp.seq, .moves = {}, .src_blocks = sp.src_blocks, .dst_blocks = {}};
+    TokenTable& t = tables_.at(sp.seq)[sp.group];
+    SeqRelocation sr{.seq = sp.seq,
+                     .moves = {},
+                     .src_blocks = sp.src_blocks,
+                     .dst_blocks = {},
+                     .group = sp.group};
     for (int32_t i = 0; i < sp.num_dst_blocks; ++i) {
       StatusOr<BlockId> block = pool_.Allocate(sp.seq, AllocClass::kReclaim);
       assert(block.ok());  // Checked above.
@@ -265,6 +358,7 @@ StatusOr<Relocation> VirtualKvCache::BeginRelocation(const ReclaimPlan& plan) {
       flight.pinned_blocks.push_back(b);
     }
     int64_t next = 0;
+    sr.moves.reserve(static_cast<size_t>(sp.num_moves));
     for (TokenId tok = 0; tok < t.num_tokens(); ++tok) {
       const TokenTable::Entry& e = t.entry(tok);
       if (!e.live || !sources.count(pool_.BlockOf(e.slot))) continue;
@@ -272,7 +366,7 @@ StatusOr<Relocation> VirtualKvCache::BeginRelocation(const ReclaimPlan& plan) {
           pool_.FirstSlot(sr.dst_blocks[next / block_size()]) + next % block_size();
       ++next;
       sr.moves.push_back({tok, e.slot, dst});
-      pending_slots_[dst] = sp.seq;
+      pending_slots_[dst] = PendingSlot{.seq = sp.seq, .group = sp.group};
       flight.dst_slots.push_back(dst);
     }
     rel.seqs.push_back(std::move(sr));
@@ -283,8 +377,8 @@ StatusOr<Relocation> VirtualKvCache::BeginRelocation(const ReclaimPlan& plan) {
 
 std::vector<Move> VirtualKvCache::LiveMoves(const SeqRelocation& rel) const {
   std::vector<Move> moves;
-  if (!HasSequence(rel.seq)) return moves;
-  const TokenTable& t = table(rel.seq);
+  if (!HasSequence(rel.seq) || rel.group < 0 || rel.group >= num_groups()) return moves;
+  const TokenTable& t = table(rel.seq, rel.group);
   for (const Move& m : rel.moves) {
     if (m.token < t.num_tokens() && t.entry(m.token).live && t.entry(m.token).slot == m.src) {
       moves.push_back(m);
@@ -293,8 +387,12 @@ std::vector<Move> VirtualKvCache::LiveMoves(const SeqRelocation& rel) const {
   return moves;
 }
 
-Status VirtualKvCache::ApplyMoves(SeqId seq, std::span<const Move> moves) {
-  VTOKEN_ASSIGN_OR_RETURN(TokenTable * table, MutableTable(seq));
+Status VirtualKvCache::ApplyMoves(SeqId seq, std::span<const Move> moves, int32_t group) {
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<TokenTable> * tables, MutableTables(seq));
+  if (group < 0 || group >= num_groups()) {
+    return NotFoundError("unknown group " + std::to_string(group) + " of " + SeqName(seq));
+  }
+  TokenTable* table = &(*tables)[group];
   std::unordered_set<SlotIndex> dsts;
   for (const Move& m : moves) {
     const std::string what = "move of token " + std::to_string(m.token) + " of " + SeqName(seq);
@@ -307,7 +405,7 @@ Status VirtualKvCache::ApplyMoves(SeqId seq, std::span<const Move> moves) {
                                      std::to_string(m.src));
     }
     auto it = pending_slots_.find(m.dst);
-    if (it == pending_slots_.end() || it->second != seq) {
+    if (it == pending_slots_.end() || it->second.seq != seq || it->second.group != group) {
       return FailedPreconditionError(what + ": destination slot " + std::to_string(m.dst) +
                                      " is not reserved for this sequence");
     }
@@ -340,10 +438,11 @@ Status VirtualKvCache::CompleteRelocation(uint64_t id) {
     auto p = pending_slots_.find(slot);
     // A destination its token never reached (evicted before ApplyMoves) leaves an empty block.
     if (p != pending_slots_.end()) {
-      auto t = tables_.find(p->second);
+      auto t = tables_.find(p->second.seq);
       const BlockId block = pool_.BlockOf(slot);
-      if (t != tables_.end() && t->second->holds(block) && t->second->live_in(block) == 0) {
-        ReleaseBlock(*t->second, block);
+      if (t != tables_.end()) {
+        TokenTable& table = t->second[p->second.group];
+        if (table.holds(block) && table.live_in(block) == 0) ReleaseBlock(table, block);
       }
       pending_slots_.erase(p);
     }
@@ -356,10 +455,11 @@ Status VirtualKvCache::CompleteRelocation(uint64_t id) {
 
 bool VirtualKvCache::HasPendingReads(SeqId seq) const {
   if (pending_slots_.empty()) return false;
-  const TokenTable& t = table(seq);
+  const std::vector<TokenTable>& tables = tables_.at(seq);
+  // Not only seq's own destinations: a fork may share a block whose copy is still in flight.
   for (const auto& [slot, owner] : pending_slots_) {
-    const BlockId block = pool_.BlockOf(slot);
-    if (pool_.slot_refs(slot) > 0 && t.holds(block)) return true;
+    if (pool_.slot_refs(slot) == 0) continue;
+    if (tables[owner.group].holds(pool_.BlockOf(slot))) return true;
   }
   return false;
 }
@@ -373,6 +473,7 @@ std::vector<uint64_t> VirtualKvCache::InFlightRelocations() const {
 FragStats VirtualKvCache::Stats() const {
   FragStats s;
   s.block_size = block_size();
+  s.num_groups = num_groups();
   s.allocated_blocks = pool_.num_allocated_blocks();
   s.live_slots = pool_.num_live_slots();
   s.waste_ratio = s.allocated_blocks == 0
@@ -384,9 +485,11 @@ FragStats VirtualKvCache::Stats() const {
     const int bin = std::min(3, pool_.live_count(b) * 4 / block_size());
     ++s.utilization_hist[bin];
   }
-  for (const auto& [seq, table] : tables_) {
-    s.ideal_blocks += (table->num_live() + block_size() - 1) / block_size();
-    s.held_blocks += table->num_blocks();
+  for (const auto& [seq, tables] : tables_) {
+    for (const TokenTable& table : tables) {
+      s.ideal_blocks += (table.num_live() + block_size() - 1) / block_size();
+      s.held_blocks += table.num_blocks();
+    }
   }
   s.num_seqs = static_cast<int32_t>(tables_.size());
   return s;
@@ -406,20 +509,23 @@ CacheSnapshot VirtualKvCache::PoolSnapshot() const {
 
 CacheSnapshot VirtualKvCache::Snapshot() const {
   CacheSnapshot snap = PoolSnapshot();
-  snap.seqs.reserve(tables_.size());
-  for (const auto& [seq, table] : tables_) {
-    SeqSnapshot ss{.seq = seq, .num_live = table->num_live(), .blocks = {}};
-    ss.blocks.reserve(table->num_blocks());
-    for (BlockId b : table->blocks()) {
-      ss.blocks.push_back(BlockSnapshot{.block = b,
-                                        .live = table->live_in(b),
-                                        .refcount = pool_.refcount(b),
-                                        .is_tail = b == table->tail_block(),
-                                        .busy = pool_.pinned(b)});
+  snap.seqs.reserve(tables_.size() * static_cast<size_t>(num_groups()));
+  for (const auto& [seq, tables] : tables_) {
+    for (int32_t g = 0; g < num_groups(); ++g) {
+      const TokenTable& table = tables[g];
+      SeqSnapshot ss{.seq = seq, .num_live = table.num_live(), .blocks = {}, .group = g};
+      ss.blocks.reserve(table.num_blocks());
+      for (BlockId b : table.blocks()) {
+        ss.blocks.push_back(BlockSnapshot{.block = b,
+                                          .live = table.live_in(b),
+                                          .refcount = pool_.refcount(b),
+                                          .is_tail = b == table.tail_block(),
+                                          .busy = pool_.pinned(b)});
+      }
+      std::sort(ss.blocks.begin(), ss.blocks.end(),
+                [](const BlockSnapshot& a, const BlockSnapshot& b) { return a.block < b.block; });
+      snap.seqs.push_back(std::move(ss));
     }
-    std::sort(ss.blocks.begin(), ss.blocks.end(),
-              [](const BlockSnapshot& a, const BlockSnapshot& b) { return a.block < b.block; });
-    snap.seqs.push_back(std::move(ss));
   }
   return snap;
 }
@@ -428,32 +534,54 @@ Status VirtualKvCache::CheckInvariants() const {
   VTOKEN_RETURN_IF_ERROR(pool_.CheckInvariants());
   const int32_t bs = block_size();
   std::vector<int32_t> holders(pool_.num_blocks(), 0);
-  // slot -> (readers, logical token of the first reader)
-  std::unordered_map<SlotIndex, std::pair<int32_t, TokenId>> readers;
-  for (const auto& [seq, table] : tables_) {
-    VTOKEN_RETURN_IF_ERROR(table->CheckInvariants(bs));
-    for (BlockId b : table->blocks()) {
-      if (pool_.is_free(b)) {
-        return InternalError(SeqName(seq) + " holds free block " + std::to_string(b));
-      }
-      ++holders[b];
+  // A block holds the slots of one group: the group of its first holder.
+  std::vector<int32_t> block_group(pool_.num_blocks(), -1);
+  struct Reader {
+    int32_t count = 0;
+    TokenId token = 0;  // Of the first reader.
+  };
+  std::unordered_map<SlotIndex, Reader> readers;
+  for (const auto& [seq, tables] : tables_) {
+    if (static_cast<int32_t>(tables.size()) != num_groups()) {
+      return InternalError(SeqName(seq) + " has " + std::to_string(tables.size()) +
+                           " token tables, the cache " + std::to_string(num_groups()) + " groups");
     }
-    if (table->tail_used() < 0 || table->tail_used() > bs) {
-      return InternalError(SeqName(seq) + " tail fill out of range");
-    }
-    std::unordered_set<SlotIndex> own;
-    for (TokenId t = 0; t < table->num_tokens(); ++t) {
-      const TokenTable::Entry& e = table->entry(t);
-      if (!e.live) continue;
-      if (!own.insert(e.slot).second) {
-        return InternalError(SeqName(seq) + ": two live tokens share slot " +
-                             std::to_string(e.slot));
+    for (int32_t g = 0; g < num_groups(); ++g) {
+      const TokenTable* table = &tables[g];
+      if (table->num_tokens() != tables[0].num_tokens()) {
+        return InternalError(SeqName(seq) + " group " + std::to_string(g) + " has " +
+                             std::to_string(table->num_tokens()) + " tokens, group 0 " +
+                             std::to_string(tables[0].num_tokens()));
       }
-      auto [it, inserted] = readers.try_emplace(e.slot, 0, t);
-      ++it->second.first;
-      if (!inserted && it->second.second != t) {
-        return InternalError("slot " + std::to_string(e.slot) +
-                             " holds different tokens for different sequences");
+      VTOKEN_RETURN_IF_ERROR(table->CheckInvariants(bs));
+      for (BlockId b : table->blocks()) {
+        if (pool_.is_free(b)) {
+          return InternalError(SeqName(seq) + " holds free block " + std::to_string(b));
+        }
+        if (block_group[b] >= 0 && block_group[b] != g) {
+          return InternalError("block " + std::to_string(b) + " is held by groups " +
+                               std::to_string(block_group[b]) + " and " + std::to_string(g));
+        }
+        block_group[b] = g;
+        ++holders[b];
+      }
+      if (table->tail_used() < 0 || table->tail_used() > bs) {
+        return InternalError(SeqName(seq) + " tail fill out of range");
+      }
+      std::unordered_set<SlotIndex> own;
+      for (TokenId t = 0; t < table->num_tokens(); ++t) {
+        const TokenTable::Entry& e = table->entry(t);
+        if (!e.live) continue;
+        if (!own.insert(e.slot).second) {
+          return InternalError(SeqName(seq) + ": two live tokens share slot " +
+                               std::to_string(e.slot));
+        }
+        auto [it, inserted] = readers.try_emplace(e.slot, Reader{.count = 0, .token = t});
+        ++it->second.count;
+        if (!inserted && it->second.token != t) {
+          return InternalError("slot " + std::to_string(e.slot) +
+                               " holds different tokens for different sequences");
+        }
       }
     }
   }
@@ -464,11 +592,11 @@ Status VirtualKvCache::CheckInvariants() const {
                            std::to_string(holders[b]) + " holding sequences");
     }
   }
-  for (const auto& [slot, count] : readers) {
-    if (count.first != pool_.slot_refs(slot)) {
+  for (const auto& [slot, reader] : readers) {
+    if (reader.count != pool_.slot_refs(slot)) {
       return InternalError("slot " + std::to_string(slot) + " reader count is stale");
     }
-    if (count.first > 1 && pool_.refcount(pool_.BlockOf(slot)) < 2) {
+    if (reader.count > 1 && pool_.refcount(pool_.BlockOf(slot)) < 2) {
       return InternalError("slot " + std::to_string(slot) + " read by several sequences " +
                            "in a private block");
     }

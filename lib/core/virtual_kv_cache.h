@@ -1,8 +1,13 @@
 // VirtualKvCache: the token-level virtualization layer over a paged KV cache. It owns the block
-// pool and every sequence's token table, and offers the paper's three calls:
+// pool and every sequence's token tables, and offers the paper's three calls:
 //   EvictToken(seq, token)  logical eviction, no data movement;
 //   SyncNewTokens(seq, n)   registers n new tokens and returns the slots to write their KV to;
 //   ApplyMoves(seq, moves)  commits a relocation atomically.
+// KV groups (CacheOptions::num_groups, see Granularity in types.h): a sequence has one token
+// table per group (one liveness bit per token and group); a pool block holds slots of one group of
+// one sequence (or of one group shared by forked sequences). Every group of a sequence receives
+// every new token; eviction, relocation, statistics and invariants are per group. With one group
+// (token granularity) everything below is the paper's model.
 // Relocation runs in three steps so that copies can overlap compute:
 //   BeginRelocation(plan)   validates the plan against the current version, allocates destination
 //                           blocks (may use the headroom reserve), pins source blocks and marks
@@ -35,8 +40,12 @@ namespace vtoken {
 
 struct CacheOptions {
   Mode mode = Mode::kVtoken;
-  BlockPoolOptions pool;
+  BlockPoolOptions pool;  // Blocks of group slots, shared by every group.
+  // KV groups per sequence, in [1, kMaxKvGroups]: 1 (token), L (layer) or L * H_kv (head).
+  int32_t num_groups = 1;
 };
+
+inline constexpr int32_t kMaxKvGroups = 1 << 16;
 
 Status ValidateCacheOptions(const CacheOptions& options);
 
@@ -48,17 +57,19 @@ struct FragStats {
   double waste_ratio = 0;        // F = 1 - live_slots / (allocated_blocks * block_size).
   // Allocated blocks by utilization: [0,25), [25,50), [50,75), [75,100] percent.
   std::array<int64_t, 4> utilization_hist{};
-  int64_t ideal_blocks = 0;      // Sum over sequences of ceil(live / block_size).
+  int64_t ideal_blocks = 0;      // Sum over sequences and groups of ceil(live / block_size).
   int64_t held_blocks = 0;       // Sum over sequences of blocks held (shared counted per holder).
   int32_t num_seqs = 0;
+  int32_t num_groups = 1;
 };
 
-// A relocation in flight, returned by BeginRelocation.
+// A relocation in flight, returned by BeginRelocation: one entry per (sequence, group).
 struct SeqRelocation {
   SeqId seq = kNoSeq;
   std::vector<Move> moves;          // In logical token order.
   std::vector<BlockId> src_blocks;
   std::vector<BlockId> dst_blocks;
+  int32_t group = 0;
 };
 
 struct Relocation {
@@ -82,6 +93,7 @@ class VirtualKvCache {
   explicit VirtualKvCache(const CacheOptions& options);
 
   Mode mode() const { return options_.mode; }
+  int32_t num_groups() const { return options_.num_groups; }
   const BlockPool& pool() const { return pool_; }
   int32_t block_size() const { return pool_.block_size(); }
   // Increases on every mutation; plans made from an older version are refused.
@@ -89,33 +101,38 @@ class VirtualKvCache {
 
   // Creates an empty sequence.
   SeqId AddSequence();
-  // Creates a sequence whose first `num_tokens` tokens are the parent's (same liveness). Blocks
-  // holding only parent tokens < num_tokens, other than the parent's open tail, are shared
-  // (refcount + 1); the remaining prefix tokens get fresh slots, listed in ForkResult::copies.
+  // Creates a sequence whose first `num_tokens` tokens are the parent's (same liveness, per
+  // group). Blocks holding only parent tokens < num_tokens, other than the parent's open tail,
+  // are shared (refcount + 1); the remaining prefix tokens get fresh slots, listed in
+  // ForkResult::copies.
   // Returns NotFound for an unknown parent, InvalidArgument when num_tokens exceeds its length,
   // ResourceExhausted when no block is left for the copied tokens (then nothing changed).
   StatusOr<ForkResult> ForkSequence(SeqId parent, int64_t num_tokens);
   // Drops the sequence and its references to blocks. NotFound for an unknown seq.
   Status FreeSequence(SeqId seq);
 
-  // Registers n new tokens (logical ids num_tokens(seq) ...) and returns their slots, appending
-  // into the open tail block and allocating blocks as needed. ResourceExhausted when the pool
+  // Registers n new tokens (logical ids num_tokens(seq) ...) in every group and returns their
+  // slots, group-major ([num_groups * n]: group g's at [g * n, (g + 1) * n)), appending into each
+  // group's open tail block and allocating blocks as needed. ResourceExhausted when the pool
   // cannot supply enough blocks (then nothing changed).
   StatusOr<std::vector<SlotIndex>> SyncNewTokens(SeqId seq, int64_t n);
-  // Marks a live token dead. In naive and vtoken modes a block this sequence no longer reads is
-  // released at once. FailedPrecondition in native mode or for a dead token; NotFound for an
-  // unknown seq or token.
+  // Marks a live token of one group dead. In naive and vtoken modes a block this sequence no
+  // longer reads is released at once. FailedPrecondition in native mode or for a dead token;
+  // NotFound for an unknown seq, group or token.
+  Status EvictToken(SeqId seq, int32_t group, TokenId token);
+  // Marks the token dead in every group where it is live (one group: the paper's call).
+  // FailedPrecondition when it is live in none.
   Status EvictToken(SeqId seq, TokenId token);
 
   // Relocation, see the file comment. BeginRelocation returns FailedPrecondition for a stale plan
   // or a plan naming a block it may not move, ResourceExhausted when destination blocks cannot be
   // allocated (then nothing changed), and an empty relocation for an empty plan.
   StatusOr<Relocation> BeginRelocation(const ReclaimPlan& plan);
-  // Commits moves of one sequence of a begun relocation, atomically: either every move is valid
-  // (token live at src, dst reserved for this seq) and all apply, or none does. Moves of tokens
-  // evicted since BeginRelocation must be left out (see LiveMoves).
-  Status ApplyMoves(SeqId seq, std::span<const Move> moves);
-  // The moves of `rel` for `seq` whose tokens are still live at their source.
+  // Commits moves of one sequence's group of a begun relocation, atomically: either every move is
+  // valid (token live at src, dst reserved for this seq and group) and all apply, or none does.
+  // Moves of tokens evicted since BeginRelocation must be left out (see LiveMoves).
+  Status ApplyMoves(SeqId seq, std::span<const Move> moves, int32_t group = 0);
+  // The moves of `rel` for its sequence and group whose tokens are still live at their source.
   std::vector<Move> LiveMoves(const SeqRelocation& rel) const;
   // Marks the copies of relocation `id` complete. NotFound for an unknown id.
   Status CompleteRelocation(uint64_t id);
@@ -126,16 +143,25 @@ class VirtualKvCache {
   std::vector<uint64_t> InFlightRelocations() const;
 
   bool HasSequence(SeqId seq) const { return tables_.count(seq) > 0; }
-  // REQUIRES: HasSequence(seq).
-  const TokenTable& table(SeqId seq) const { return *tables_.at(seq); }
+  // REQUIRES: HasSequence(seq), 0 <= group < num_groups().
+  const TokenTable& table(SeqId seq, int32_t group = 0) const { return tables_.at(seq)[group]; }
+  // Logical tokens (the same in every group).
   int64_t num_tokens(SeqId seq) const { return table(seq).num_tokens(); }
-  int64_t num_live(SeqId seq) const { return table(seq).num_live(); }
-  int32_t num_blocks_held(SeqId seq) const { return table(seq).num_blocks(); }
-  // Live slots in logical order (what attention reads). REQUIRES: HasSequence(seq).
-  std::vector<SlotIndex> LiveSlots(SeqId seq) const { return table(seq).LiveSlots(); }
+  // Live (token, group) entries, summed over groups.
+  int64_t num_live(SeqId seq) const;
+  // Blocks held, summed over groups.
+  int32_t num_blocks_held(SeqId seq) const;
+  // The per-group ideal packed bound: sum over groups of ceil(live / block_size).
+  int64_t IdealBlocks(SeqId seq) const;
+  // Live slots of one group in logical order (what attention reads). REQUIRES: HasSequence(seq).
+  std::vector<SlotIndex> LiveSlots(SeqId seq, int32_t group = 0) const {
+    return table(seq, group).LiveSlots();
+  }
   std::vector<SeqId> Sequences() const;
-  // Blocks a sequence needs allocated to append n tokens.
+  // Blocks a sequence needs allocated to append n tokens (in every group).
   int32_t BlocksNeededFor(SeqId seq, int64_t n) const;
+  // Heap bytes of every token table (the indirection's memory cost).
+  int64_t TableMemoryBytes() const;
 
   FragStats Stats() const;
   // The pool-level fields of Snapshot() only (seqs empty): O(1), enough for
@@ -153,18 +179,24 @@ class VirtualKvCache {
     std::vector<SlotIndex> dst_slots;    // Pending until complete.
   };
 
-  StatusOr<TokenTable*> MutableTable(SeqId seq);
+  struct PendingSlot {
+    SeqId seq = kNoSeq;
+    int32_t group = 0;
+  };
+
+  StatusOr<std::vector<TokenTable>*> MutableTables(SeqId seq);
   // Drops seq's hold on `block` (after its last live token there left).
   void ReleaseBlock(TokenTable& table, BlockId block);
+  Status EvictFrom(SeqId seq, int32_t group, TokenTable& table, TokenId token);
 
   CacheOptions options_;
   BlockPool pool_;
-  std::map<SeqId, std::unique_ptr<TokenTable>> tables_;
+  std::map<SeqId, std::vector<TokenTable>> tables_;  // One table per group.
   SeqId next_seq_ = 0;
   uint64_t version_ = 0;
   uint64_t next_relocation_ = 1;
   std::map<uint64_t, InFlight> in_flight_;
-  std::unordered_map<SlotIndex, SeqId> pending_slots_;  // Destination slot -> reserving seq.
+  std::unordered_map<SlotIndex, PendingSlot> pending_slots_;  // Destination -> reserving group.
 };
 
 }  // namespace vtoken

@@ -94,8 +94,10 @@ class Engine {
       : o_(o),
         runner_(runner),
         evictor_(std::move(ev)),
-        cache_(CacheOptions{.mode = o.mode, .pool = o.pool}),
-        reclaimer_(cache_, runner.copy_engine(), o.reclaim, runner.kv_bytes_per_token()),
+        groups_(runner.num_kv_groups()),
+        cache_(CacheOptions{.mode = o.mode, .pool = o.pool, .num_groups = groups_}),
+        reclaimer_(cache_, runner.copy_engine(), o.reclaim,
+                   runner.kv_bytes_per_token() / groups_),
         observer_(runner, result_),
         clock_(runner.clock() != nullptr ? *runner.clock() : wall_clock_) {
     reclaimer_.set_force_sync(o.force_sync);
@@ -140,6 +142,7 @@ class Engine {
     }
     VTOKEN_RETURN_IF_ERROR(reclaimer_.Drain());
     result_.wall_s = clock_.Now();
+    result_.kv_groups = groups_;
     const ReclaimStats& rs = reclaimer_.stats();
     result_.plans = rs.plans;
     result_.moves = rs.moves;
@@ -167,7 +170,7 @@ class Engine {
     if (o_.admission == EngineOptions::Admission::kReserve) {
       tokens += s.request->max_tokens - static_cast<int64_t>(s.result.output_tokens.size());
     }
-    if (s.seq == kNoSeq) return CeilDiv(tokens, o_.pool.block_size);
+    if (s.seq == kNoSeq) return CeilDiv(tokens, o_.pool.block_size) * groups_;
     return cache_.BlocksNeededFor(s.seq, tokens);
   }
 
@@ -266,7 +269,7 @@ class Engine {
     r.tpot_s = n > 1 ? (r.finish_s - r.first_token_s) / static_cast<double>(n - 1) : 0.0;
     r.blocks_final = cache_.num_blocks_held(s.seq);
     r.live_final = cache_.num_live(s.seq);
-    r.ideal_blocks_final = CeilDiv(r.live_final, o_.pool.block_size);
+    r.ideal_blocks_final = cache_.IdealBlocks(s.seq);
     r.blocks_mean = s.blocks_samples > 0 ? s.blocks_sum / static_cast<double>(s.blocks_samples)
                                          : r.blocks_final;
     ReleaseMembers(index);
@@ -281,9 +284,24 @@ class Engine {
   struct Planned {
     size_t index;
     int64_t n;
-    std::vector<SlotIndex> context;
-    std::vector<SlotIndex> slots;
+    std::vector<SlotIndex> context;         // Group-major (RunnerInput::context_slots).
+    std::vector<int64_t> context_offsets;   // [G + 1]; empty with one group.
+    std::vector<SlotIndex> slots;           // [G * n], group-major.
   };
+
+  // The live slots of every group of `seq`, group-major, with per-group offsets (G > 1).
+  std::pair<std::vector<SlotIndex>, std::vector<int64_t>> ContextSlots(SeqId seq) const {
+    if (groups_ == 1) return {cache_.LiveSlots(seq), {}};
+    std::vector<SlotIndex> slots;
+    std::vector<int64_t> offsets{0};
+    slots.reserve(static_cast<size_t>(cache_.num_live(seq)));
+    for (int32_t g = 0; g < groups_; ++g) {
+      const std::vector<SlotIndex> live = cache_.LiveSlots(seq, g);
+      slots.insert(slots.end(), live.begin(), live.end());
+      offsets.push_back(static_cast<int64_t>(slots.size()));
+    }
+    return {std::move(slots), std::move(offsets)};
+  }
 
   // Registers this step's new tokens for every running sequence, preempting the newest
   // sequences when the pool runs out.
@@ -308,11 +326,12 @@ class Engine {
       if (s.shared_tokens > 0 && s.num_computed < s.shared_tokens) {
         n = std::min(n, s.shared_tokens - s.num_computed);  // End a chunk at the shared prefix.
       }
-      std::vector<SlotIndex> context = cache_.LiveSlots(s.seq);
+      auto [context, context_offsets] = ContextSlots(s.seq);
       while (true) {
         StatusOr<std::vector<SlotIndex>> slots = cache_.SyncNewTokens(s.seq, n);
         if (slots.ok()) {
-          planned.push_back({index, n, std::move(context), std::move(*slots)});
+          planned.push_back(
+              {index, n, std::move(context), std::move(context_offsets), std::move(*slots)});
           budget -= n;
           break;
         }
@@ -349,6 +368,29 @@ class Engine {
     return planned;
   }
 
+  // Hands every group's signals of this step to the policy (RunnerOutput's group-major layout:
+  // group g's live tokens, n of them new, from offset (live tokens of groups < g)).
+  Status Observe(SeqId seq, const model::RunnerOutput& out) {
+    size_t offset = 0;
+    for (int32_t g = 0; g < groups_; ++g) {
+      const std::vector<TokenId> live = cache_.table(seq, g).LiveTokens();
+      if (offset + live.size() > out.attn.size() || out.attn.size() != out.key_norm.size()) {
+        return InternalError("the runner returned " + std::to_string(out.attn.size()) +
+                             " signals for " + std::to_string(cache_.num_live(seq)) +
+                             " live tokens in " + std::to_string(groups_) + " groups");
+      }
+      VTOKEN_RETURN_IF_ERROR(evictor_->Observe(
+          seq, g, live, std::span<const float>(out.attn).subspan(offset, live.size()),
+          std::span<const float>(out.key_norm).subspan(offset, live.size())));
+      offset += live.size();
+    }
+    if (offset != out.attn.size()) {
+      return InternalError("the runner returned " + std::to_string(out.attn.size()) +
+                           " signals for " + std::to_string(offset) + " live tokens");
+    }
+    return Status::Ok();
+  }
+
   Status Step() {
     StepRecord step;
     step.step = static_cast<int64_t>(result_.steps.size());
@@ -369,9 +411,14 @@ class Engine {
       for (int64_t i = 0; i < p.n; ++i) in.positions.push_back(s.num_computed + i);
       in.write_slots = p.slots;
       in.context_slots = std::move(p.context);
+      in.context_offsets = std::move(p.context_offsets);
       // The live tokens now include this step's new ones (registered by Reserve), last.
-      in.context_positions = cache_.table(s.seq).LiveTokens();
-      in.context_positions.resize(in.context_slots.size());
+      for (int32_t g = 0; g < groups_; ++g) {
+        std::vector<TokenId> live = cache_.table(s.seq, g).LiveTokens();
+        const int64_t ctx = groups_ == 1 ? static_cast<int64_t>(in.context_slots.size())
+                                         : in.context_offsets[g + 1] - in.context_offsets[g];
+        in.context_positions.insert(in.context_positions.end(), live.begin(), live.begin() + ctx);
+      }
       in.sample = s.num_computed + p.n == static_cast<int64_t>(s.tokens.size());
       in.sampling = o_.sampling;
       in.sampling.seed = o_.sampling.seed ^ (static_cast<uint64_t>(s.request->id) * 0x9e3779b9);
@@ -397,13 +444,14 @@ class Engine {
       }
       const bool complete = s.num_computed == static_cast<int64_t>(s.tokens.size());
       if (evictor_ && complete) {
-        const std::vector<TokenId> live = cache_.table(s.seq).LiveTokens();
-        VTOKEN_RETURN_IF_ERROR(
-            evictor_->Observe(s.seq, live, outputs[i].attn, outputs[i].key_norm));
+        VTOKEN_RETURN_IF_ERROR(Observe(s.seq, outputs[i]));
         s.observed = true;
-        VTOKEN_ASSIGN_OR_RETURN(std::vector<TokenId> victims, evictor_->Victims(s.seq));
-        for (TokenId t : victims) VTOKEN_RETURN_IF_ERROR(cache_.EvictToken(s.seq, t));
-        result_.evictions += static_cast<int64_t>(victims.size());
+        VTOKEN_ASSIGN_OR_RETURN(std::vector<std::vector<TokenId>> victims,
+                                evictor_->GroupVictims(s.seq));
+        for (int32_t g = 0; g < groups_; ++g) {
+          for (TokenId t : victims[g]) VTOKEN_RETURN_IF_ERROR(cache_.EvictToken(s.seq, g, t));
+          result_.evictions += static_cast<int64_t>(victims[g].size());
+        }
       }
       if (inputs[i].sample) {
         const int32_t token = outputs[i].next_token;
@@ -460,6 +508,7 @@ class Engine {
   const EngineOptions& o_;
   model::ModelRunner& runner_;
   std::unique_ptr<PolicyEvictor> evictor_;
+  const int32_t groups_;  // KV groups of the runner's store (1: token granularity).
   VirtualKvCache cache_;
   Reclaimer reclaimer_;
   EngineResult result_;
@@ -492,8 +541,15 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
   if (o.indirection_only && o.mode != Mode::kVtoken) {
     return InvalidArgumentError("indirection_only needs mode vtoken");
   }
+  const int32_t groups = runner.num_kv_groups();
   if (EvictionOn(o)) {  // Unknown policy, bad parameters, impossible budget.
     VTOKEN_RETURN_IF_ERROR(PolicyEvictor::Create(o.policy, o.policy_params, o.evictor).status());
+    if (NumGroups(o.evictor) != groups) {
+      return InvalidArgumentError(
+          "the policy's KV groups (" + std::string(GranularityName(o.evictor.granularity)) +
+          ": " + std::to_string(NumGroups(o.evictor)) + ") differ from the model's (" +
+          GranularityName(runner.granularity()) + ": " + std::to_string(groups) + ")");
+    }
   }
   const int64_t slots = int64_t{o.pool.num_blocks} * o.pool.block_size;
   if (slots != runner.num_slots()) {
@@ -521,7 +577,7 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
       }
     }
     const int64_t tokens = o.mode == Mode::kNative ? prompt + r.max_tokens : prompt;
-    const int64_t need = CeilDiv(tokens, o.pool.block_size) + 1;
+    const int64_t need = (CeilDiv(tokens, o.pool.block_size) + 1) * groups;
     if (need > usable) {
       return ResourceExhaustedError(
           "pool too small: request " + std::to_string(r.id) + " needs " + std::to_string(need) +

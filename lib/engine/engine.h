@@ -103,6 +103,9 @@ struct RequestResult {
 };
 
 struct EngineResult {
+  // KV groups of the run (1 at token granularity). Block counts (requests, steps) are in
+  // blocks of one group; a block of a token-granularity run holds num_groups times the bytes.
+  int32_t kv_groups = 1;
   std::vector<RequestResult> requests;  // In request order.
   std::vector<StepRecord> steps;  // One per step, as the result store keeps them.
   double wall_s = 0;

@@ -94,6 +94,13 @@ std::map<std::string, double> SummarizeRun(const EngineResult& r,
   }
   s["waste_ratio_mean"] = waste_steps > 0 ? waste / waste_steps : 0;
   s["peak_allocated_blocks"] = peak_allocated;
+  // Per-layer / per-head runs count blocks of one KV group; these put every granularity on the
+  // same scale (the bytes of a token-granularity block).
+  const double groups = static_cast<double>(std::max(1, r.kv_groups));
+  s["kv_groups"] = groups;
+  s["peak_allocated_token_blocks"] = peak_allocated / groups;
+  s["blocks_mean_token_blocks"] = MeanOf(blocks) / groups;
+  s["ideal_final_mean_token_blocks"] = MeanOf(ideal_final) / groups;
   for (int i = 0; i < 4; ++i) {
     s["util_hist_" + std::to_string(i)] = hist_total > 0 ? hist[i] / hist_total : 0;
   }

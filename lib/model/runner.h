@@ -23,13 +23,25 @@ struct SamplingParams {
 };
 
 // One sequence's part of a batched step.
+//
+// KV groups (lib/core/types.h, Granularity): a runner made for G = num_kv_groups() groups keeps
+// a separate slot list per group. Slots are group slots (one group's K and V rows); lists are
+// group-major. With n new tokens and ctx_g live context tokens in group g:
+//   write_slots        [G * n]: group g's slots for the new tokens at [g * n, (g + 1) * n);
+//   context_slots      group g's live context in logical order at
+//                      [context_offsets[g], context_offsets[g + 1]);
+//   context_positions  the same layout: their logical ids;
+//   context_offsets    [G + 1], or empty when G == 1 (all of context_slots is group 0).
+// Query head q of layer l reads KV head h = q / (num_heads / num_kv_heads) from the slots of group
+// KvGroupOf(granularity, l, h). At G == 1 every field means what it always meant.
 struct RunnerInput {
   int64_t request = 0;                   // Caller's id, keys per-request sampler state.
   std::vector<int32_t> tokens;           // New tokens (prefill chunk or 1 decode token).
   std::vector<int64_t> positions;        // Their RoPE positions (logical token ids).
-  std::vector<SlotIndex> write_slots;    // Where their KV goes.
+  std::vector<SlotIndex> write_slots;    // Where their KV goes (per group, see above).
   std::vector<SlotIndex> context_slots;  // Earlier live tokens' slots, logical order.
   std::vector<int64_t> context_positions;  // Their logical ids (= RoPE positions).
+  std::vector<int64_t> context_offsets;    // Per-group ranges of the two above; empty: G == 1.
   bool sample = true;                    // Sample a next token from the last position.
   SamplingParams sampling;
   int32_t obs_window = 32;  // Signals from the last min(obs_window, n) queries.
@@ -40,8 +52,11 @@ struct RunnerInput {
 
 struct RunnerOutput {
   int32_t next_token = -1;  // Sampled when RunnerInput::sample, else -1.
-  // Per token of context_slots then the new tokens: attention mass received (averaged over
-  // layers, heads, signal queries) and key norm.
+  // Per group g (group-major), per token of g's context then the new tokens (ctx_g + n values
+  // starting at context_offsets[g] + g * n): the attention mass it received, averaged over the
+  // group's query heads (token: every layer's; layer: that layer's; head: the query heads reading
+  // that KV head) and the signal queries, so it sums to 1 per group; and the L2 norm of its key
+  // averaged over the group's KV rows.
   std::vector<float> attn;
   std::vector<float> key_norm;
 };
@@ -73,12 +88,17 @@ class ModelRunner {
   virtual const std::vector<int64_t>& eos_token_ids() const = 0;
   // KV bytes of one token over all layers, K and V.
   virtual int64_t kv_bytes_per_token() const = 0;
+  // Group slots of the KV store (a slot holds kv_bytes_per_token() / num_kv_groups() bytes).
   virtual int64_t num_slots() const = 0;
+  // KV groups (RunnerInput): 1 at token granularity.
+  virtual int32_t num_kv_groups() const { return 1; }
+  virtual Granularity granularity() const { return Granularity::kToken; }
   // Runs one batched step. InvalidArgument for malformed inputs (slot out of range, ...).
   virtual StatusOr<std::vector<RunnerOutput>> Forward(const std::vector<RunnerInput>& inputs) = 0;
   // Copies KV rows between slots of this runner's cache (relocation, fork copy-on-write).
   virtual CopyEngine& copy_engine() = 0;
-  // xxhash64 over the token's K then V bytes of every layer (for verification).
+  // xxhash64 over the K then V bytes the group slot holds (token granularity: every layer's), for
+  // verification.
   virtual uint64_t TokenKvHash(SlotIndex slot) = 0;
   // Drops per-request state (sampler streams).
   virtual void ForgetRequest(int64_t request) = 0;

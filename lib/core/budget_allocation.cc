@@ -1,0 +1,91 @@
+#include "lib/core/budget_allocation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+
+namespace vtoken {
+
+const char* BudgetAllocationName(BudgetAllocation allocation) {
+  switch (allocation) {
+    case BudgetAllocation::kUniform: return "uniform";
+    case BudgetAllocation::kPyramid: return "pyramid";
+    case BudgetAllocation::kAdaptive: return "adaptive";
+  }
+  return "unknown";
+}
+
+StatusOr<BudgetAllocation> ParseBudgetAllocation(std::string_view name) {
+  if (name == "uniform") return BudgetAllocation::kUniform;
+  if (name == "pyramid") return BudgetAllocation::kPyramid;
+  if (name == "adaptive") return BudgetAllocation::kAdaptive;
+  return InvalidArgumentError("unknown budget allocation '" + std::string(name) +
+                              "' (expected uniform, pyramid or adaptive)");
+}
+
+std::vector<int64_t> PyramidBudgets(int64_t budget, int32_t num_layers, double beta) {
+  std::vector<int64_t> out(static_cast<size_t>(num_layers), budget);
+  if (num_layers == 1) return out;
+  const double b_min = static_cast<double>(budget) / beta;
+  const double b_max = 2.0 * static_cast<double>(budget) - b_min;
+  // Round the running sum, so the budgets add up to num_layers * budget exactly.
+  double cum = 0;
+  int64_t prev = 0;
+  for (int32_t l = 0; l < num_layers; ++l) {
+    cum += b_max - (b_max - b_min) * l / (num_layers - 1);
+    const int64_t next = l + 1 == num_layers ? budget * num_layers : std::llround(cum);
+    out[l] = next - prev;
+    prev = next;
+  }
+  // Rounding can leave a last layer at 0 when budget / beta < 1: borrow from the first layers.
+  for (int32_t l = num_layers - 1, donor = 0; l >= 0; --l) {
+    while (out[l] < 1 && donor < l) {
+      if (out[donor] > 1) {
+        --out[donor];
+        ++out[l];
+      } else {
+        ++donor;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> AdaptiveKeepCounts(std::span<const HeadCandidates> heads,
+                                        int64_t layer_budget) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  struct Entry {
+    double score;
+    size_t head;
+  };
+  std::vector<int64_t> keep(heads.size(), 0);
+  std::vector<Entry> pool;  // Candidates left after every head took its floor.
+  int64_t left = layer_budget;
+  for (size_t h = 0; h < heads.size(); ++h) {
+    const std::span<const float> s = heads[h].scores;
+    float lo = std::numeric_limits<float>::infinity();
+    double sum = 0;
+    for (float x : s) lo = std::isfinite(x) ? std::min(lo, x) : lo;
+    for (float x : s) sum += std::isfinite(x) ? x - lo : 0.0;
+    std::vector<double> norm;
+    for (float x : s) {
+      const double uniform = 1.0 / static_cast<double>(s.size());
+      norm.push_back(std::isnan(x) ? -kInf : !std::isfinite(x) ? x : sum > 0 ? (x - lo) / sum
+                                                                           : uniform);
+    }
+    std::sort(norm.begin(), norm.end(), std::greater<>());
+    keep[h] = std::clamp<int64_t>(heads[h].min_keep, 0, static_cast<int64_t>(norm.size()));
+    left -= heads[h].kept + keep[h];
+    for (size_t i = static_cast<size_t>(keep[h]); i < norm.size(); ++i) pool.push_back({norm[i], h});
+  }
+  left = std::clamp<int64_t>(left, 0, static_cast<int64_t>(pool.size()));
+  // Ties go to the head listed first (stable).
+  std::stable_sort(pool.begin(), pool.end(),
+                   [](const Entry& a, const Entry& b) { return a.score > b.score; });
+  for (int64_t i = 0; i < left; ++i) ++keep[pool[i].head];
+  return keep;
+}
+
+}  // namespace vtoken
