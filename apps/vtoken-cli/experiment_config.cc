@@ -292,6 +292,7 @@ Status ParseSim(const toml::table* t, const std::string& file, ExperimentConfig&
   VTOKEN_RETURN_IF_ERROR(par.Double("key_norm_median", p.key_norm_median));
   VTOKEN_RETURN_IF_ERROR(par.Double("key_norm_rho", p.key_norm_rho));
   VTOKEN_RETURN_IF_ERROR(par.Double("key_norm_sigma", p.key_norm_sigma));
+  VTOKEN_RETURN_IF_ERROR(par.Double("group_sigma", p.group_sigma));
   VTOKEN_RETURN_IF_ERROR(par.Uint("seed", p.seed));
   VTOKEN_RETURN_IF_ERROR(par.String("fitted_on", p.fitted_on));
   VTOKEN_RETURN_IF_ERROR(par.Finish());
@@ -667,6 +668,9 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
                                        {"key_norm_sigma", p.key_norm_sigma},
                                        {"seed", i64(p.seed)},
                                        {"fitted_on", p.fitted_on}}}});
+    if (c.granularity != Granularity::kToken) {
+      resolved["sim"]["parametric"].as_table()->insert("group_sigma", p.group_sigma);
+    }
   }
   return resolved;
 }

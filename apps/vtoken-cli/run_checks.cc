@@ -40,6 +40,8 @@ Status ApplyKvGroups(ExperimentConfig& c, const model::ModelConfig& m) {
   }
   c.engine.pool.num_blocks = static_cast<int32_t>(blocks);
   c.engine.pool.headroom_blocks = static_cast<int32_t>(c.engine.pool.headroom_blocks * groups);
+  // reclaim.max_moves_per_step counts tokens in every layer and head: the same copy bytes.
+  c.engine.reclaim.max_moves_per_step = SaturatingMul(c.engine.reclaim.max_moves_per_step, groups);
   return Status::Ok();
 }
 

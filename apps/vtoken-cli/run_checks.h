@@ -19,7 +19,8 @@ namespace vtoken::cli {
 StatusOr<model::ModelConfig> PeekModelConfig(const std::string& model);
 
 // cache.granularity: splits engine.num_blocks and engine.headroom_blocks (blocks of every layer
-// and head) into NumKvGroups blocks of one KV group each, and gives the evictor the model's
+// and head) into NumKvGroups blocks of one KV group each, scales reclaim.max_moves_per_step
+// (token moves) to group-slot moves of the same bytes, and gives the evictor the model's
 // layout. InvalidArgument when the split pool would exceed 2^31 - 1 blocks.
 Status ApplyKvGroups(ExperimentConfig& c, const model::ModelConfig& m);
 

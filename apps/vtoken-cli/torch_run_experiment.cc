@@ -49,7 +49,7 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
   const int64_t slots = int64_t{c.engine.pool.num_blocks} * c.engine.pool.block_size;
   if (sim::IsSimSpec(c.model)) {
     StatusOr<std::unique_ptr<sim::SimRunner>> r =
-        sim::MakeSimRunner(c.model, c.sim, slots, c.engine.force_sync);
+        sim::MakeSimRunner(c.model, c.sim, slots, c.engine.force_sync, c.granularity);
     if (!r.ok()) return Status(r.status().code(), c.file + ": " + r.status().message());
     return std::unique_ptr<model::ModelRunner>(std::move(*r));
   }
@@ -165,6 +165,11 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
   // finished run leaves no sampler state or pending copy behind.
   VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, MakeRunner(c));
   auto* sim_runner = dynamic_cast<sim::SimRunner*>(runner.get());
+  if (!record_signals.empty() && c.granularity != Granularity::kToken) {
+    return InvalidArgumentError("--record-signals records token-granularity signals; " + c.file +
+                                " sets cache.granularity \"" + GranularityName(c.granularity) +
+                                "\"");
+  }
   if (sim_runner != nullptr && !record_signals.empty()) {
     return InvalidArgumentError("--record-signals needs a real model, not " + c.model);
   }

@@ -21,7 +21,7 @@ double Normal(uint64_t h) {
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-constexpr uint64_t kImportance = 1, kNoise = 2, kKeyNorm = 3;
+constexpr uint64_t kImportance = 1, kNoise = 2, kKeyNorm = 3, kGroup = 4;
 
 }  // namespace
 
@@ -30,7 +30,7 @@ Status ParametricParams::Validate() const {
       {"sink_weight", sink_weight},         {"recency_weight", recency_weight},
       {"recency_exponent", recency_exponent}, {"importance_sigma", importance_sigma},
       {"noise_sigma", noise_sigma},         {"key_norm_rho", key_norm_rho},
-      {"key_norm_sigma", key_norm_sigma}};
+      {"key_norm_sigma", key_norm_sigma},   {"group_sigma", group_sigma}};
   for (const auto& [name, v] : non_negative) {
     if (!(v >= 0) || !std::isfinite(v)) {
       return InvalidArgumentError(std::string("sim.parametric.") + name + " must be >= 0");
@@ -80,6 +80,12 @@ ParametricSignals::ParametricSignals(const ParametricParams& params) : p_(params
     const double z = NormalQuantile((i + 0.5) / kNoiseLevels);
     noise_[i] = static_cast<float>(std::exp(ns * z - 0.5 * ns * ns));
   }
+  const double gs = p_.group_sigma;
+  group_.resize(kNoiseLevels);
+  for (int i = 0; i < kNoiseLevels; ++i) {
+    const double z = NormalQuantile((i + 0.5) / kNoiseLevels);
+    group_[i] = static_cast<float>(std::exp(gs * z - 0.5 * gs * gs));
+  }
 }
 
 double ParametricSignals::Importance(int64_t request, int64_t position) const {
@@ -113,7 +119,9 @@ StatusOr<int32_t> ParametricSignals::Fill(const SignalQuery& q, std::span<float>
   double total = 0;
   for (size_t i = 0; i < n; ++i) {
     const int64_t pos = q.positions[i];
-    float s = t.importance[pos] + recency_[query - pos];
+    float w = t.importance[pos];
+    if (q.num_groups > 1) w *= group_[Key(p_.seed, q.request, pos, q.group, kGroup) >> 52];
+    float s = w + recency_[query - pos];
     if (pos < p_.num_sinks) s += static_cast<float>(p_.sink_weight);
     s *= noise_[Key(p_.seed, q.request, pos, query, kNoise) >> 52];
     attn[i] = s;

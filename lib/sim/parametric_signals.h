@@ -41,6 +41,10 @@ struct ParametricParams {
   double key_norm_rho = 0;
   double key_norm_sigma = 0.1;
   uint64_t seed = 1;
+  // Per-layer / per-head runs: a group's importance of a token is the token's importance times a
+  // persistent lognormal factor of (token, group) with this sigma, so groups agree on the
+  // token-level trend and differ per head. An assumption, not fitted (traces are token-level).
+  double group_sigma = 1.0;
   std::string fitted_on;  // Where the values come from, for labels ("vt-tiny trace ...").
 
   // InvalidArgument naming the first parameter out of range (negative weights or sigmas,
@@ -72,6 +76,7 @@ class ParametricSignals final : public SignalSource {
 
   ParametricParams p_;
   std::vector<float> noise_;    // Lognormal noise factors at 4,096 quantiles.
+  std::vector<float> group_;    // Lognormal group factors (group_sigma) at 4,096 quantiles.
   std::vector<float> recency_;  // By distance, grown on demand.
   std::unordered_map<int64_t, TokenTables> tokens_;
 };

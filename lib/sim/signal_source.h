@@ -22,6 +22,10 @@ struct SignalQuery {
   std::span<const int64_t> positions;
   int64_t num_new = 0;
   int32_t obs_window = 32;
+  // KV groups (lib/core/types.h): signals of group `group` of `num_groups` (1: token granularity,
+  // aggregated over every layer and head).
+  int32_t group = 0;
+  int32_t num_groups = 1;
 };
 
 class SignalSource {

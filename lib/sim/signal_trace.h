@@ -94,6 +94,8 @@ class RecordingRunner final : public model::ModelRunner {
   const std::vector<int64_t>& eos_token_ids() const override { return inner_.eos_token_ids(); }
   int64_t kv_bytes_per_token() const override { return inner_.kv_bytes_per_token(); }
   int64_t num_slots() const override { return inner_.num_slots(); }
+  int32_t num_kv_groups() const override { return inner_.num_kv_groups(); }
+  Granularity granularity() const override { return inner_.granularity(); }
   StatusOr<std::vector<model::RunnerOutput>> Forward(
       const std::vector<model::RunnerInput>& inputs) override;
   CopyEngine& copy_engine() override { return inner_.copy_engine(); }

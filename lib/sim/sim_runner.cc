@@ -9,11 +9,14 @@
 namespace vtoken::sim {
 namespace {
 
-uint64_t Tag(int64_t request, int64_t position) {
-  return (static_cast<uint64_t>(request + 1) << 32) | static_cast<uint32_t>(position);
+// Positions below 2^28, groups below 2^16 (kMaxKvGroups), requests below 2^20 - 1.
+uint64_t Tag(int64_t request, int32_t group, int64_t position) {
+  return (static_cast<uint64_t>(request + 1) << 44) | (static_cast<uint64_t>(group) << 28) |
+         (static_cast<uint64_t>(position) & 0xfffffffULL);
 }
-int64_t TagPosition(uint64_t tag) { return static_cast<int64_t>(tag & 0xffffffffULL); }
-int64_t TagRequest(uint64_t tag) { return static_cast<int64_t>(tag >> 32) - 1; }
+int64_t TagPosition(uint64_t tag) { return static_cast<int64_t>(tag & 0xfffffffULL); }
+int32_t TagGroup(uint64_t tag) { return static_cast<int32_t>((tag >> 28) & 0xffffULL); }
+int64_t TagRequest(uint64_t tag) { return static_cast<int64_t>(tag >> 44) - 1; }
 
 }  // namespace
 
@@ -77,8 +80,10 @@ class SimRunner::TagCopyEngine final : public CopyEngine {
 
   CopyTicket Submit(std::vector<SlotCopy> copies) override {
     const CopyTicket t = next_++;
+    // A group slot holds 1 / groups of a token's KV bytes.
     const double seconds =
-        CopySeconds(r_.shape_, r_.o_.hardware, static_cast<int64_t>(copies.size()));
+        CopySeconds(r_.shape_, r_.o_.hardware, static_cast<int64_t>(copies.size())) /
+        static_cast<double>(r_.groups_);
     pending_.push_back({t, r_.timeline_->SubmitCopy(seconds), std::move(copies)});
     if (r_.o_.force_sync) Complete(r_.timeline_->Now());
     return t;
@@ -112,7 +117,8 @@ class SimRunner::TagCopyEngine final : public CopyEngine {
         }
         r_.tags_[c.dst] = tag;
       }
-      bytes_ += static_cast<int64_t>(pending_.front().copies.size()) * r_.shape_.kv_bytes_per_token;
+      bytes_ += static_cast<int64_t>(pending_.front().copies.size()) *
+                r_.shape_.kv_bytes_per_token / r_.groups_;
       pending_.pop_front();
     }
   }
@@ -133,6 +139,11 @@ StatusOr<std::unique_ptr<SimRunner>> SimRunner::Create(const SimOptions& options
     return InvalidArgumentError("sim: dtype must be 2 (bf16/fp16) or 4 (fp32) bytes");
   }
   if (signals == nullptr) return InvalidArgumentError("sim: a signal source is required");
+  const int64_t groups = NumKvGroups(options.granularity, options.config.num_hidden_layers,
+                                     options.config.num_key_value_heads);
+  if (groups > (int64_t{1} << 16)) {
+    return InvalidArgumentError("sim: " + std::to_string(groups) + " KV groups, at most 65536");
+  }
   return std::unique_ptr<SimRunner>(new SimRunner(options, std::move(signals)));
 }
 
@@ -140,6 +151,8 @@ SimRunner::SimRunner(const SimOptions& options, std::unique_ptr<SignalSource> si
     : o_(options),
       shape_(ShapeOf(options.config, options.dtype_bytes)),
       signals_(std::move(signals)),
+      groups_(NumKvGroups(options.granularity, options.config.num_hidden_layers,
+                          options.config.num_key_value_heads)),
       tags_(static_cast<size_t>(options.num_slots), 0),
       timeline_(std::make_unique<Timeline>(o_)),
       copies_(std::make_unique<TagCopyEngine>(*this)) {}
@@ -169,41 +182,73 @@ StatusOr<std::vector<model::RunnerOutput>> SimRunner::Forward(
     const model::RunnerInput& in = inputs[i];
     // Built only on an error path: Forward runs every step.
     auto who = [&] { return "sim: request " + std::to_string(in.request); };
-    if (in.tokens.empty() || in.positions.size() != in.tokens.size() ||
-        in.write_slots.size() != in.tokens.size() ||
-        in.context_positions.size() != in.context_slots.size()) {
-      return InvalidArgumentError(who() + ": malformed input (token, position and slot counts)");
+    const size_t n = in.tokens.size();
+    const size_t groups = static_cast<size_t>(groups_);
+    const bool offsets_ok =
+        groups == 1 ? in.context_offsets.empty() || (in.context_offsets.size() == 2 &&
+                                                     in.context_offsets[0] == 0 &&
+                                                     in.context_offsets[1] ==
+                                                         static_cast<int64_t>(in.context_slots.size()))
+                    : in.context_offsets.size() == groups + 1 && in.context_offsets[0] == 0 &&
+                          in.context_offsets.back() ==
+                              static_cast<int64_t>(in.context_slots.size()) &&
+                          std::is_sorted(in.context_offsets.begin(), in.context_offsets.end());
+    if (in.tokens.empty() || in.positions.size() != n || in.write_slots.size() != groups * n ||
+        in.context_positions.size() != in.context_slots.size() || !offsets_ok) {
+      return InvalidArgumentError(who() + ": malformed input (token, position, slot and group "
+                                  "offset counts)");
     }
-    for (size_t j = 0; j < in.context_slots.size(); ++j) {
-      const SlotIndex s = in.context_slots[j];
-      if (s < 0 || s >= o_.num_slots) return InvalidArgumentError(who() + ": slot out of range");
-      const uint64_t tag = tags_[s];
-      if (tag == 0 || TagPosition(tag) != in.context_positions[j]) {
-        return FailedPreconditionError(
-            who() + " reads token " + std::to_string(in.context_positions[j]) + " at slot " +
-            std::to_string(s) + ", which holds " +
-            (tag == 0 ? std::string("nothing")
-                      : "token " + std::to_string(TagPosition(tag)) + " of request " +
-                            std::to_string(TagRequest(tag))));
+    auto group_begin = [&](size_t g) {
+      return groups == 1 ? int64_t{0} : in.context_offsets[g];
+    };
+    auto group_end = [&](size_t g) {
+      return groups == 1 ? static_cast<int64_t>(in.context_slots.size()) : in.context_offsets[g + 1];
+    };
+    for (size_t g = 0; g < groups; ++g) {
+      for (int64_t j = group_begin(g); j < group_end(g); ++j) {
+        const SlotIndex s = in.context_slots[j];
+        if (s < 0 || s >= o_.num_slots) return InvalidArgumentError(who() + ": slot out of range");
+        const uint64_t tag = tags_[s];
+        if (tag == 0 || TagPosition(tag) != in.context_positions[j] ||
+            TagGroup(tag) != static_cast<int32_t>(g)) {
+          return FailedPreconditionError(
+              who() + " reads token " + std::to_string(in.context_positions[j]) +
+              (groups > 1 ? " of group " + std::to_string(g) : std::string()) + " at slot " +
+              std::to_string(s) + ", which holds " +
+              (tag == 0 ? std::string("nothing")
+                        : "token " + std::to_string(TagPosition(tag)) +
+                              (groups > 1 ? " of group " + std::to_string(TagGroup(tag))
+                                          : std::string()) +
+                              " of request " + std::to_string(TagRequest(tag))));
+        }
       }
-    }
-    for (size_t j = 0; j < in.write_slots.size(); ++j) {
-      const SlotIndex s = in.write_slots[j];
-      if (s < 0 || s >= o_.num_slots) return InvalidArgumentError(who() + ": slot out of range");
-      tags_[s] = Tag(in.request, in.positions[j]);
+      for (size_t j = 0; j < n; ++j) {
+        const SlotIndex s = in.write_slots[g * n + j];
+        if (s < 0 || s >= o_.num_slots) return InvalidArgumentError(who() + ": slot out of range");
+        tags_[s] = Tag(in.request, static_cast<int32_t>(g), in.positions[j]);
+      }
     }
     int32_t recorded = -1;
     if (in.want_signals) {
-      positions_.assign(in.context_positions.begin(), in.context_positions.end());
-      positions_.insert(positions_.end(), in.positions.begin(), in.positions.end());
-      outputs[i].attn.resize(positions_.size());
-      outputs[i].key_norm.resize(positions_.size());
-      VTOKEN_ASSIGN_OR_RETURN(
-          recorded, signals_->Fill({.request = in.request,
-                                    .positions = positions_,
-                                    .num_new = static_cast<int64_t>(in.tokens.size()),
-                                    .obs_window = in.obs_window},
-                                   outputs[i].attn, outputs[i].key_norm));
+      outputs[i].attn.resize(in.context_slots.size() + groups * n);
+      outputs[i].key_norm.resize(outputs[i].attn.size());
+      size_t offset = 0;
+      for (size_t g = 0; g < groups; ++g) {
+        positions_.assign(in.context_positions.begin() + group_begin(g),
+                          in.context_positions.begin() + group_end(g));
+        positions_.insert(positions_.end(), in.positions.begin(), in.positions.end());
+        VTOKEN_ASSIGN_OR_RETURN(
+            recorded,
+            signals_->Fill({.request = in.request,
+                            .positions = positions_,
+                            .num_new = static_cast<int64_t>(n),
+                            .obs_window = in.obs_window,
+                            .group = static_cast<int32_t>(g),
+                            .num_groups = groups_},
+                           std::span<float>(outputs[i].attn).subspan(offset, positions_.size()),
+                           std::span<float>(outputs[i].key_norm).subspan(offset, positions_.size())));
+        offset += positions_.size();
+      }
     }
     if (in.sample) {
       outputs[i].next_token =
@@ -213,7 +258,10 @@ StatusOr<std::vector<model::RunnerOutput>> SimRunner::Forward(
                                                 Mix(static_cast<uint64_t>(in.positions.back())))) %
                               static_cast<uint64_t>(o_.config.vocab_size));
     }
-    work.push_back({.context_tokens = static_cast<int64_t>(in.context_slots.size()),
+    // KV bytes read: every group's live slots, each 1 / groups of a token's bytes.
+    const int64_t context_tokens =
+        (static_cast<int64_t>(in.context_slots.size()) + groups_ / 2) / groups_;
+    work.push_back({.context_tokens = context_tokens,
                     .new_tokens = static_cast<int64_t>(in.tokens.size()),
                     .sampled = in.sample});
   }

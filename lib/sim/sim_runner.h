@@ -1,7 +1,8 @@
 // SimRunner: a ModelRunner without weights or KV tensors, so the real engine, scheduler,
 // policies, planner and reclaimer run at paper scale (8B-14B shapes, 16K contexts, thousands of
 // blocks) on any machine. Three things stand in for the GPU:
-//   - a tag store: one 64-bit tag per KV slot, (request, position) of the token written there.
+//   - a tag store: one 64-bit tag per KV slot, (request, KV group, position) of the token
+//     written there.
 //     The copy engine moves tags as a real copy moves bytes, when the copy completes on the
 //     virtual clock; TokenKvHash hashes the tag, so the engine's relocation verification
 //     compares tags where a real runner compares KV hashes. Every forward also checks that each
@@ -36,7 +37,10 @@ struct SimOptions {
   model::ModelConfig config;
   int64_t dtype_bytes = 2;  // bf16 / fp16
   HardwareSpec hardware;
-  int64_t num_slots = 0;  // num_blocks * block_size, >= 1.
+  int64_t num_slots = 0;  // Group slots: num_blocks * block_size, >= 1.
+  // What a slot holds (lib/core/types.h): per-layer / per-head runs keep one tag per group slot
+  // and draw signals per group.
+  Granularity granularity = Granularity::kToken;
   uint64_t seed = 1;      // Sampled tokens.
   bool force_sync = false;  // The engine's force-sync ablation: copies serialize the host.
   // Add the planner's measured CPU time to the host timeline (makes latencies vary slightly
@@ -59,6 +63,8 @@ class SimRunner final : public model::ModelRunner {
   const std::vector<int64_t>& eos_token_ids() const override { return o_.config.eos_token_ids; }
   int64_t kv_bytes_per_token() const override { return shape_.kv_bytes_per_token; }
   int64_t num_slots() const override { return o_.num_slots; }
+  int32_t num_kv_groups() const override { return groups_; }
+  Granularity granularity() const override { return o_.granularity; }
   StatusOr<std::vector<model::RunnerOutput>> Forward(
       const std::vector<model::RunnerInput>& inputs) override;
   CopyEngine& copy_engine() override;
@@ -89,7 +95,9 @@ class SimRunner final : public model::ModelRunner {
   SimOptions o_;
   ModelShape shape_;
   std::unique_ptr<SignalSource> signals_;
-  std::vector<uint64_t> tags_;  // Per slot: (request + 1) << 32 | position; 0 = never written.
+  int32_t groups_ = 1;           // KV groups (NumKvGroups of the granularity and the config).
+  // Per slot: (request + 1) << 44 | group << 28 | position; 0 = never written.
+  std::vector<uint64_t> tags_;
   std::unique_ptr<Timeline> timeline_;
   std::unique_ptr<TagCopyEngine> copies_;
   std::vector<int64_t> positions_;  // Scratch, reused across steps.

@@ -28,7 +28,8 @@ StatusOr<model::ModelConfig> SimModelConfig(const std::string& spec) {
 }
 
 StatusOr<std::unique_ptr<SimRunner>> MakeSimRunner(const std::string& spec, const SimConfig& sim,
-                                                   int64_t num_slots, bool force_sync) {
+                                                   int64_t num_slots, bool force_sync,
+                                                   Granularity granularity) {
   SimOptions o;
   VTOKEN_ASSIGN_OR_RETURN(o.config, SimModelConfig(spec));
   VTOKEN_ASSIGN_OR_RETURN(o.dtype_bytes, DtypeBytes(sim.dtype));
@@ -37,11 +38,18 @@ StatusOr<std::unique_ptr<SimRunner>> MakeSimRunner(const std::string& spec, cons
   o.seed = sim.seed;
   o.force_sync = force_sync;
   o.measured_planner_time = sim.measured_planner_time;
+  o.granularity = granularity;
   std::unique_ptr<SignalSource> signals;
   if (sim.attention == "parametric") {
     VTOKEN_RETURN_IF_ERROR(sim.parametric.Validate());
     signals = std::make_unique<ParametricSignals>(sim.parametric);
   } else if (sim.attention.rfind("trace:", 0) == 0) {
+    if (granularity != Granularity::kToken) {
+      return InvalidArgumentError(
+          "sim.attention = \"" + sim.attention + "\": a signal trace holds token-granularity "
+          "signals; cache.granularity \"" + GranularityName(granularity) +
+          "\" needs sim.attention = \"parametric\"");
+    }
     const std::string path = sim.attention.substr(6);
     VTOKEN_ASSIGN_OR_RETURN(SignalTrace trace, ReadSignalTrace(path));
     signals = std::make_unique<TraceSignals>(std::move(trace), path);

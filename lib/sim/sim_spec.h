@@ -40,6 +40,7 @@ StatusOr<model::ModelConfig> SimModelConfig(const std::string& spec);
 // A SimRunner for `spec` with `num_slots` KV slots. Errors: the spec's, a bad [sim] value, an
 // unreadable or malformed trace (NotFound / DataLoss naming the file).
 StatusOr<std::unique_ptr<SimRunner>> MakeSimRunner(const std::string& spec, const SimConfig& sim,
-                                                   int64_t num_slots, bool force_sync);
+                                                   int64_t num_slots, bool force_sync,
+                                                   Granularity granularity = Granularity::kToken);
 
 }  // namespace vtoken::sim
