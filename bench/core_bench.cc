@@ -111,6 +111,73 @@ void BM_Plan(benchmark::State& state) {
 }
 BENCHMARK(BM_Plan)->Arg(1000)->Arg(10000)->Arg(100000)->Unit(benchmark::kMicrosecond);
 
+// KV groups (cache.granularity): EvictToken(seq, group, token) with G groups (1: token
+// granularity, 256: Llama-3.1-8B per head, 32 layers x 8 KV heads) on a sequence of 64K tokens;
+// each iteration evicts one (token, group) entry, group by group as the engine evicts a step's
+// victims (Arg 1 = 1: cycling over the groups instead, the cache-hostile order).
+void BM_EvictTokenGroups(benchmark::State& state) {
+  const int32_t groups = static_cast<int32_t>(state.range(0));
+  const int64_t n = 1 << 16;
+  const int32_t blocks = static_cast<int32_t>(n / 16 * groups + groups);
+  VirtualKvCache cache(
+      {.mode = Mode::kNaive, .pool = {.num_blocks = blocks, .block_size = 16}, .num_groups = groups});
+  SeqId seq = cache.AddSequence();
+  (void)cache.SyncNewTokens(seq, n);
+  int64_t next = 0;
+  for (auto _ : state) {
+    if (next == n * groups) {
+      state.PauseTiming();
+      (void)cache.FreeSequence(seq);
+      seq = cache.AddSequence();
+      (void)cache.SyncNewTokens(seq, n);
+      next = 0;
+      state.ResumeTiming();
+    }
+    const bool cycle = state.range(1) != 0;
+    const int64_t group = cycle ? next % groups : next / n, token = cycle ? next / groups : next % n;
+    benchmark::DoNotOptimize(cache.EvictToken(seq, static_cast<int32_t>(group), token));
+    ++next;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_EvictTokenGroups)->Args({1, 0})->Args({256, 0})->Args({256, 1});
+
+// One planning step from a real cache: Snapshot() + Plan() over 100K blocks (plus the reserve) of
+// G groups (1 or 256), 16 sequences with every group's tokens 3/4 evicted (random per group,
+// seed 7), trigger always. Also reports the token tables' memory per KV byte they describe, with
+// 512 KV bytes per (token, head) slot (bf16 K and V of one 128-wide head; x G at token level).
+void BM_SnapshotAndPlanGroups(benchmark::State& state) {
+  const int32_t groups = static_cast<int32_t>(state.range(0));
+  const int32_t seqs = 16;
+  const int32_t blocks = 100000;
+  const int64_t tokens = int64_t{blocks} * 16 / (int64_t{seqs} * groups);
+  VirtualKvCache cache({.mode = Mode::kVtoken,
+                        .pool = {.num_blocks = blocks + 4096, .block_size = 16},
+                        .num_groups = groups});
+  uint64_t rng = 7;
+  for (int32_t i = 0; i < seqs; ++i) {
+    const SeqId seq = cache.AddSequence();
+    (void)cache.SyncNewTokens(seq, tokens);
+    for (int32_t g = 0; g < groups; ++g) {
+      for (TokenId t = 0; t < tokens; ++t) {
+        if (SplitMix64(rng) % 4 != 0) (void)cache.EvictToken(seq, g, t);
+      }
+    }
+  }
+  ReclaimPlanner planner({.trigger = ReclaimOptions::Trigger::kAlways, .max_moves_per_step = 4096});
+  int64_t moves = 0;
+  for (auto _ : state) {
+    ReclaimPlan plan = planner.Plan(cache.Snapshot());
+    moves = plan.num_moves;
+    benchmark::DoNotOptimize(plan);
+  }
+  state.counters["moves"] = static_cast<double>(moves);
+  state.counters["held_blocks"] = static_cast<double>(cache.Stats().held_blocks);
+  const double kv_bytes = static_cast<double>(seqs) * static_cast<double>(tokens) * 512.0 * 256;
+  state.counters["table_per_kv_byte"] = static_cast<double>(cache.TableMemoryBytes()) / kv_bytes;
+}
+BENCHMARK(BM_SnapshotAndPlanGroups)->Arg(1)->Arg(256)->Unit(benchmark::kMicrosecond);
+
 // Host relocation of 16-token blocks at 4 KiB per token per layer: every live token of half-full
 // blocks moves into dense blocks. Reported as bytes/s; compare with BM_Memcpy of the same bytes.
 constexpr int64_t kBytesPerToken = 4096;
