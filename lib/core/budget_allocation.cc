@@ -30,25 +30,24 @@ std::vector<int64_t> PyramidBudgets(int64_t budget, int32_t num_layers, double b
   if (num_layers == 1) return out;
   const double b_min = static_cast<double>(budget) / beta;
   const double b_max = 2.0 * static_cast<double>(budget) - b_min;
-  // Round the running sum, so the budgets add up to num_layers * budget exactly.
-  double cum = 0;
-  int64_t prev = 0;
+  // Floors of the (decreasing) schedule, at least 1; the tokens the floors lost go one each to
+  // the first layers, and tokens the minimum of 1 added come off the last of the largest layers:
+  // both keep the budgets non-increasing and their sum exactly num_layers * budget.
+  int64_t left = budget * num_layers;
   for (int32_t l = 0; l < num_layers; ++l) {
-    cum += b_max - (b_max - b_min) * l / (num_layers - 1);
-    const int64_t next = l + 1 == num_layers ? budget * num_layers : std::llround(cum);
-    out[l] = next - prev;
-    prev = next;
+    const double b = b_max - (b_max - b_min) * l / (num_layers - 1);
+    out[l] = std::max<int64_t>(1, static_cast<int64_t>(std::floor(b)));
+    left -= out[l];
   }
-  // Rounding can leave a last layer at 0 when budget / beta < 1: borrow from the first layers.
-  for (int32_t l = num_layers - 1, donor = 0; l >= 0; --l) {
-    while (out[l] < 1 && donor < l) {
-      if (out[donor] > 1) {
-        --out[donor];
-        ++out[l];
-      } else {
-        ++donor;
-      }
+  for (int32_t l = 0; left > 0; l = (l + 1) % num_layers, --left) ++out[l];
+  while (left < 0) {
+    int32_t last_max = 0;
+    for (int32_t l = 1; l < num_layers; ++l) {
+      if (out[l] >= out[last_max]) last_max = l;
     }
+    if (out[last_max] <= 1) break;  // budget >= 1 per layer: cannot happen.
+    --out[last_max];
+    ++left;
   }
   return out;
 }

@@ -25,8 +25,9 @@ StatusOr<BudgetAllocation> ParseBudgetAllocation(std::string_view name);
 
 // PyramidKV's per-layer budgets for a mean budget `budget` over `num_layers` layers: layer l gets
 // b_max - (b_max - b_min) * l / (num_layers - 1) with b_min = budget / beta and
-// b_max = 2 * budget - b_min, rounded so that the budgets sum to exactly num_layers * budget;
-// each is at least 1. REQUIRES: budget >= 1, num_layers >= 1, beta >= 1.
+// b_max = 2 * budget - b_min: each floored (at least 1), the tokens the floors lost given one
+// each to the first layers (and any the minimum of 1 added taken off the largest), so the budgets
+// are non-increasing and sum to exactly num_layers * budget. REQUIRES: budget >= 1, num_layers >= 1, beta >= 1.
 std::vector<int64_t> PyramidBudgets(int64_t budget, int32_t num_layers, double beta);
 
 // One head's part of an adaptive (AdaKV) allocation.

@@ -31,8 +31,8 @@ TEST(BudgetAllocationTest, NamesRoundTrip) {
 TEST(PyramidBudgetsTest, HandWorkedSchedules) {
   // b_min = 5, b_max = 15: 15, 10, 5.
   EXPECT_EQ(PyramidBudgets(10, 3, 2), (std::vector<int64_t>{15, 10, 5}));
-  // b_min = 1.6, b_max = 62.4: the running sum rounds 62.4 to 62, the last layer takes the rest.
-  EXPECT_EQ(PyramidBudgets(32, 2, 20), (std::vector<int64_t>{62, 2}));
+  // b_min = 1.6, b_max = 62.4: floors 62 and 1; the token the floors lost goes to the first layer.
+  EXPECT_EQ(PyramidBudgets(32, 2, 20), (std::vector<int64_t>{63, 1}));
   // b_min = 0.4 rounds the last layer to 0; it borrows one token from the first.
   EXPECT_EQ(PyramidBudgets(8, 2, 20), (std::vector<int64_t>{15, 1}));
   // beta = 1 is flat.
@@ -82,11 +82,9 @@ TEST(PyramidBudgetsTest, FirstAndLastFollowTheLinearSchedule) {
   });
 }
 
-// KNOWN BUG (lib/core/budget_allocation.cc, reported to the lead): the schedule is not
-// non-increasing. (1) Rounding the running sum gives +1 bumps when consecutive layers differ by
-// less than a token: PyramidBudgets(32, 32, 1.5) has ... 39, 40 ... at layers 4, 5. (2) Layers
-// rounded to 0 borrow from layer 0 down to 1 before layer 1 gives anything:
-// PyramidBudgets(2, 16, 20) = {2, 4, 3, ...}, PyramidBudgets(2, 32, 20) = {1, 3, 3, 4, ...}.
+// Regression: rounding a running sum once gave +1 bumps (PyramidBudgets(32, 32, 1.5) had 39, 40
+// at layers 4, 5) and layers rounded to 0 borrowed from layer 0 first (PyramidBudgets(2, 16, 20)
+// began 2, 4, 3).
 TEST(PyramidBudgetsTest, NonIncreasingAcrossLayers) {
   ForEachSchedule([](int64_t, int32_t layers, double, const std::vector<int64_t>& b) {
     for (int32_t l = 1; l < layers; ++l) EXPECT_LE(b[l], b[l - 1]) << "layer " << l << " grows";
