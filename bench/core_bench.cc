@@ -157,6 +157,7 @@ void BM_SnapshotAndPlanGroups(benchmark::State& state) {
   uint64_t rng = 7;
   for (int32_t i = 0; i < seqs; ++i) {
     const SeqId seq = cache.AddSequence();
+    cache.ReserveTokens(seq, tokens);  // As the engine does at admission.
     (void)cache.SyncNewTokens(seq, tokens);
     for (int32_t g = 0; g < groups; ++g) {
       for (TokenId t = 0; t < tokens; ++t) {

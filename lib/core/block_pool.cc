@@ -13,6 +13,11 @@ Status ValidateBlockPoolOptions(const BlockPoolOptions& o) {
     return InvalidArgumentError("block_size must be in [1, 4096], got " +
                                 std::to_string(o.block_size));
   }
+  if (int64_t{o.num_blocks} * o.block_size > kMaxSlots) {
+    return InvalidArgumentError("num_blocks x block_size = " +
+                                std::to_string(int64_t{o.num_blocks} * o.block_size) +
+                                " slots, at most " + std::to_string(kMaxSlots));
+  }
   if (o.headroom_blocks < 0 || o.headroom_blocks >= o.num_blocks) {
     return InvalidArgumentError("headroom_blocks must be in [0, num_blocks), got " +
                                 std::to_string(o.headroom_blocks));

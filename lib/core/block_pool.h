@@ -18,6 +18,9 @@
 
 namespace vtoken {
 
+// Slots a pool may have (num_blocks * block_size): token tables keep 31-bit slot indices.
+inline constexpr int64_t kMaxSlots = int64_t{1} << 30;
+
 struct BlockPoolOptions {
   // Number of physical blocks in the pool. Must be >= 1.
   int32_t num_blocks = 1024;

@@ -6,13 +6,13 @@
 
 namespace vtoken {
 
-static_assert(sizeof(TokenTable::Entry) == 8, "a token table entry must stay 8 bytes");
+static_assert(sizeof(TokenTable::Entry) == 4, "a token table entry must stay 4 bytes");
 
 void TokenTable::Append(SlotIndex slot, BlockId block) {
   auto it = held_.find(block);
   assert(it != held_.end());
   ++it->second.live;
-  entries_.push_back(Entry{.slot = slot, .live = true});
+  entries_.push_back(Entry{.slot = static_cast<int32_t>(slot), .live = true});
   ++num_live_;
 }
 

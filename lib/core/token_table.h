@@ -17,10 +17,11 @@ namespace vtoken {
 
 class TokenTable {
  public:
-  // 8 bytes: a per-head table of an 8B model describes 512 KV bytes per entry (bf16 K and V of
-  // one head), so the entry size is the table's memory overhead.
+  // 4 bytes: a per-head table of an 8B model describes 512 KV bytes per entry (bf16 K and V of
+  // one head), so the entry size is the table's memory overhead. Slots are below kMaxSlots
+  // (block_pool.h).
   struct Entry {
-    SlotIndex slot : 63 = kNoSlot;  // kNoSlot when dead.
+    int32_t slot : 31 = kNoSlot;  // kNoSlot when dead.
     bool live : 1 = false;
   };
 
@@ -64,6 +65,8 @@ class TokenTable {
   // Logical ids of live tokens in increasing order.
   std::vector<TokenId> LiveTokens() const;
 
+  // Capacity hint: the table will hold n tokens (no growth slack).
+  void ReserveTokens(int64_t n) { entries_.reserve(static_cast<size_t>(n)); }
   // Heap bytes of this table: entries, block list and per-block counts.
   int64_t MemoryBytes() const;
 

@@ -53,6 +53,12 @@ SeqId VirtualKvCache::AddSequence() {
   return seq;
 }
 
+void VirtualKvCache::ReserveTokens(SeqId seq, int64_t n) {
+  auto it = tables_.find(seq);
+  if (it == tables_.end() || n <= it->second[0].num_tokens()) return;
+  for (TokenTable& t : it->second) t.ReserveTokens(n);
+}
+
 int64_t VirtualKvCache::num_live(SeqId seq) const {
   int64_t n = 0;
   for (const TokenTable& t : tables_.at(seq)) n += t.num_live();

@@ -108,6 +108,10 @@ class VirtualKvCache {
   // Returns NotFound for an unknown parent, InvalidArgument when num_tokens exceeds its length,
   // ResourceExhausted when no block is left for the copied tokens (then nothing changed).
   StatusOr<ForkResult> ForkSequence(SeqId parent, int64_t num_tokens);
+  // Capacity hint: `seq` will hold up to n logical tokens; sizes every group's table once, so a
+  // per-head table carries no growth slack (the engine calls it at admission). No-op for an
+  // unknown seq or n below the current length.
+  void ReserveTokens(SeqId seq, int64_t n);
   // Drops the sequence and its references to blocks. NotFound for an unknown seq.
   Status FreeSequence(SeqId seq);
 

@@ -184,6 +184,8 @@ class Engine {
       reserved += need;
       waiting_.pop_front();
       s.seq = cache_.AddSequence();
+      cache_.ReserveTokens(s.seq, static_cast<int64_t>(s.tokens.size()) + s.request->max_tokens -
+                                      static_cast<int64_t>(s.result.output_tokens.size()));
       s.num_computed = 0;
       s.observed = false;
       s.admitted = next_admission_++;
@@ -223,6 +225,7 @@ class Engine {
         engine.Wait(engine.Submit(fork.copies));
       }
       m.seq = fork.child;
+      cache_.ReserveTokens(m.seq, static_cast<int64_t>(m.tokens.size()) + m.request->max_tokens);
       m.num_computed = l.num_computed;
       m.awaiting_fork = false;
       ++result_.forks;
