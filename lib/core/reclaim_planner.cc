@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 namespace vtoken {
 
@@ -44,41 +47,47 @@ namespace {
 
 struct Candidate {
   const SeqSnapshot* seq = nullptr;
-  std::vector<const BlockSnapshot*> blocks;  // Movable blocks, sparsest first.
-  SeqPlan plan;                              // Best plan without budget limits.
+  size_t begin = 0, end = 0;  // Its movable blocks in the flat array, sparsest first.
+  size_t k = 0;               // Best prefix without budget limits: k blocks, `moves` tokens.
+  int64_t moves = 0;
   int64_t waste = 0;  // Empty slots in the planned blocks: what repacking recovers.
 };
 
-// Movable blocks of `seq` ordered by live count, then block id (snapshot blocks are sorted by id,
-// and a counting sort over live counts keeps that order): O(blocks + block_size).
-std::vector<const BlockSnapshot*> SortedCandidates(const SeqSnapshot& seq, int32_t block_size,
-                                                   std::vector<int32_t>& counts) {
+bool Movable(const BlockSnapshot& b, int32_t block_size) {
+  return b.refcount == 1 && !b.is_tail && !b.busy && b.live < block_size;
+}
+
+// Appends the movable blocks of `seq` to `flat`, ordered by live count, then block id (snapshot
+// blocks are sorted by id, and a counting sort over live counts keeps that order):
+// O(blocks + block_size).
+void SortCandidates(const SeqSnapshot& seq, int32_t block_size, std::vector<int32_t>& counts,
+                    std::vector<const BlockSnapshot*>& flat) {
   counts.assign(block_size + 1, 0);
   int32_t total = 0;
   for (const BlockSnapshot& b : seq.blocks) {
-    if (b.refcount == 1 && !b.is_tail && !b.busy && b.live < block_size) {
+    if (Movable(b, block_size)) {
       ++counts[b.live + 1];
       ++total;
     }
   }
   for (int32_t i = 1; i <= block_size; ++i) counts[i] += counts[i - 1];
-  std::vector<const BlockSnapshot*> sorted(total);
+  const size_t base = flat.size();
+  flat.resize(base + static_cast<size_t>(total));
   for (const BlockSnapshot& b : seq.blocks) {
-    if (b.refcount == 1 && !b.is_tail && !b.busy && b.live < block_size) {
-      sorted[counts[b.live]++] = &b;
-    }
+    if (Movable(b, block_size)) flat[base + counts[b.live]++] = &b;
   }
-  return sorted;
 }
 
-// Best plan over the sparsest-first prefix within `max_moves` moves and `max_dst` destinations.
-SeqPlan BestPrefix(const SeqSnapshot& seq, const std::vector<const BlockSnapshot*>& blocks,
-                   int32_t block_size, int64_t max_moves, int64_t max_dst) {
-  int64_t live = 0;
-  int64_t best_gain = 0;
+// The best sparsest-first prefix [begin, begin + k) within `max_moves` moves and `max_dst`
+// destinations: the k that frees the most blocks (fewest moves on ties); k = 0 when none frees
+// a block.
+std::pair<size_t, int64_t> BestPrefix(const std::vector<const BlockSnapshot*>& flat, size_t begin,
+                                      size_t end, int32_t block_size, int64_t max_moves,
+                                      int64_t max_dst) {
+  int64_t live = 0, best_gain = 0, best_moves = 0;
   size_t best_k = 0;
-  for (size_t k = 1; k <= blocks.size(); ++k) {
-    live += blocks[k - 1]->live;
+  for (size_t k = 1; begin + k <= end; ++k) {
+    live += flat[begin + k - 1]->live;
     if (live > max_moves) break;
     const int64_t dst = (live + block_size - 1) / block_size;
     if (dst > max_dst) break;
@@ -86,18 +95,10 @@ SeqPlan BestPrefix(const SeqSnapshot& seq, const std::vector<const BlockSnapshot
     if (gain > best_gain) {
       best_gain = gain;
       best_k = k;
+      best_moves = live;
     }
   }
-  SeqPlan plan{
-      .seq = seq.seq, .src_blocks = {}, .num_moves = 0, .num_dst_blocks = 0, .group = seq.group};
-  if (best_gain <= 0) return plan;
-  plan.src_blocks.reserve(best_k);
-  for (size_t i = 0; i < best_k; ++i) {
-    plan.src_blocks.push_back(blocks[i]->block);
-    plan.num_moves += blocks[i]->live;
-  }
-  plan.num_dst_blocks = static_cast<int32_t>((plan.num_moves + block_size - 1) / block_size);
-  return plan;
+  return {best_k, best_moves};
 }
 
 }  // namespace
@@ -107,35 +108,53 @@ ReclaimPlan ReclaimPlanner::Plan(const CacheSnapshot& snap) const {
   plan.snapshot_version = snap.version;
   if (!Triggered(snap)) return plan;
   const int32_t bs = snap.block_size;
-  // Rank sequences by the waste their unbounded plan recovers.
+  // Rank (sequence, group)s by the waste their unbounded plan recovers.
+  std::vector<const BlockSnapshot*> flat;
+  flat.reserve(static_cast<size_t>(snap.allocated_blocks));
   std::vector<Candidate> ranked;
   std::vector<int32_t> counts;
   for (const SeqSnapshot& seq : snap.seqs) {
     Candidate c;
     c.seq = &seq;
-    c.blocks = SortedCandidates(seq, bs, counts);
-    c.plan = BestPrefix(seq, c.blocks, bs, INT64_MAX, INT64_MAX);
-    if (c.plan.src_blocks.empty()) continue;
-    c.waste = int64_t{bs} * static_cast<int64_t>(c.plan.src_blocks.size()) - c.plan.num_moves;
-    ranked.push_back(std::move(c));
+    c.begin = flat.size();
+    SortCandidates(seq, bs, counts, flat);
+    c.end = flat.size();
+    std::tie(c.k, c.moves) = BestPrefix(flat, c.begin, c.end, bs, INT64_MAX, INT64_MAX);
+    if (c.k == 0) {
+      flat.resize(c.begin);
+      continue;
+    }
+    c.waste = int64_t{bs} * static_cast<int64_t>(c.k) - c.moves;
+    ranked.push_back(c);
   }
   std::sort(ranked.begin(), ranked.end(), [](const Candidate& a, const Candidate& b) {
     if (a.waste != b.waste) return a.waste > b.waste;
-    return a.plan.seq != b.plan.seq ? a.plan.seq < b.plan.seq : a.plan.group < b.plan.group;
+    if (a.seq->seq != b.seq->seq) return a.seq->seq < b.seq->seq;
+    return a.seq->group < b.seq->group;
   });
   int64_t moves_left = options_.max_moves_per_step;
   int64_t dst_left = snap.num_free_blocks;
-  for (Candidate& c : ranked) {
+  for (const Candidate& c : ranked) {
     if (moves_left <= 0 || dst_left <= 0) break;
-    SeqPlan p = std::move(c.plan);
-    if (p.num_moves > moves_left || p.num_dst_blocks > dst_left) {
-      p = BestPrefix(*c.seq, c.blocks, bs, moves_left, dst_left);
-      if (p.src_blocks.empty()) continue;
+    size_t k = c.k;
+    int64_t moves = c.moves;
+    int64_t dst = (moves + bs - 1) / bs;
+    if (moves > moves_left || dst > dst_left) {
+      std::tie(k, moves) = BestPrefix(flat, c.begin, c.end, bs, moves_left, dst_left);
+      if (k == 0) continue;
+      dst = (moves + bs - 1) / bs;
     }
-    moves_left -= p.num_moves;
-    dst_left -= p.num_dst_blocks;
-    plan.num_moves += p.num_moves;
-    plan.num_src_blocks += static_cast<int32_t>(p.src_blocks.size());
+    SeqPlan p{.seq = c.seq->seq,
+              .src_blocks = {},
+              .num_moves = moves,
+              .num_dst_blocks = static_cast<int32_t>(dst),
+              .group = c.seq->group};
+    p.src_blocks.reserve(k);
+    for (size_t i = 0; i < k; ++i) p.src_blocks.push_back(flat[c.begin + i]->block);
+    moves_left -= moves;
+    dst_left -= dst;
+    plan.num_moves += moves;
+    plan.num_src_blocks += static_cast<int32_t>(k);
     plan.num_dst_blocks += p.num_dst_blocks;
     plan.seqs.push_back(std::move(p));
   }

@@ -12,6 +12,32 @@ namespace {
 
 std::string SeqName(SeqId seq) { return "sequence " + std::to_string(seq); }
 
+// Sorts snapshot blocks by block id (ids are distinct and >= 0): std::sort for short lists, an
+// LSD radix sort on 8-bit digits up to the largest id otherwise (Snapshot runs on every planning
+// step, over every held block).
+void SortByBlock(std::vector<BlockSnapshot>& blocks, std::vector<BlockSnapshot>& scratch) {
+  if (blocks.size() <= 64) {
+    std::sort(blocks.begin(), blocks.end(),
+              [](const BlockSnapshot& a, const BlockSnapshot& b) { return a.block < b.block; });
+    return;
+  }
+  uint32_t max_id = 0;
+  for (const BlockSnapshot& b : blocks) max_id = std::max(max_id, static_cast<uint32_t>(b.block));
+  scratch.resize(blocks.size());
+  for (int shift = 0; shift < 32 && (max_id >> shift) != 0; shift += 8) {
+    size_t counts[257] = {};
+    auto digit = [shift](const BlockSnapshot& b) {
+      return (static_cast<uint32_t>(b.block) >> shift) & 0xff;
+    };
+    for (const BlockSnapshot& b : blocks) ++counts[digit(b) + 1];
+    for (size_t i = 1; i <= 256; ++i) counts[i] += counts[i - 1];
+    for (const BlockSnapshot& b : blocks) {
+      scratch[counts[digit(b)]++] = b;
+    }
+    blocks.swap(scratch);
+  }
+}
+
 }  // namespace
 
 Status ValidateCacheOptions(const CacheOptions& options) {
@@ -515,6 +541,7 @@ CacheSnapshot VirtualKvCache::PoolSnapshot() const {
 
 CacheSnapshot VirtualKvCache::Snapshot() const {
   CacheSnapshot snap = PoolSnapshot();
+  std::vector<BlockSnapshot> scratch;
   snap.seqs.reserve(tables_.size() * static_cast<size_t>(num_groups()));
   for (const auto& [seq, tables] : tables_) {
     for (int32_t g = 0; g < num_groups(); ++g) {
@@ -528,8 +555,7 @@ CacheSnapshot VirtualKvCache::Snapshot() const {
                                           .is_tail = b == table.tail_block(),
                                           .busy = pool_.pinned(b)});
       }
-      std::sort(ss.blocks.begin(), ss.blocks.end(),
-                [](const BlockSnapshot& a, const BlockSnapshot& b) { return a.block < b.block; });
+      SortByBlock(ss.blocks, scratch);
       snap.seqs.push_back(std::move(ss));
     }
   }
