@@ -172,9 +172,12 @@ void CheckHarness::Evict(SeqId seq, uint64_t arg) {
     victims = driver_->ChooseVictims(cache_, seq, arg);
   } else {
     uint64_t state = arg;
-    const int32_t g = static_cast<int32_t>(SplitMix64(state) % options_.num_groups);
+    // One group draws no group (the token-granularity sequence of draws stays as it was).
+    const int32_t g = options_.num_groups == 1
+                          ? 0
+                          : static_cast<int32_t>(SplitMix64(state) % options_.num_groups);
     const int64_t count = 1 + static_cast<int64_t>(SplitMix64(state) % 6);
-    for (int64_t i = 0; i < count && !ref[g].empty(); ++i) {
+    for (int64_t i = 0; i < count && i < static_cast<int64_t>(ref[g].size()); ++i) {
       auto it = ref[g].begin();
       std::advance(it, static_cast<long>(SplitMix64(state) % ref[g].size()));
       victims[g].push_back(it->first);
