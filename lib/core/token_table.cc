@@ -19,10 +19,8 @@ void TokenTable::Append(SlotIndex slot, BlockId block) {
 void TokenTable::AppendDead() { entries_.push_back(Entry{}); }
 
 int32_t TokenTable::MarkDead(TokenId token, BlockId block) {
-  Entry& e = entries_[token];
-  assert(e.live);
-  e.live = false;
-  e.slot = kNoSlot;
+  assert(entries_[token].live);
+  entries_[token] = Entry{};  // Dead, no slot: one 4-byte store.
   --num_live_;
   return --held_.at(block).live;
 }

@@ -257,50 +257,66 @@ StatusOr<std::vector<SlotIndex>> VirtualKvCache::SyncNewTokens(SeqId seq, int64_
   return slots;
 }
 
-Status VirtualKvCache::EvictFrom(SeqId seq, int32_t group, TokenTable& table, TokenId token) {
-  if (token < 0 || token >= table.num_tokens()) {
-    return NotFoundError("unknown token " + std::to_string(token) + " of " + SeqName(seq) +
-                         " (" + std::to_string(table.num_tokens()) + " tokens)");
-  }
-  const TokenTable::Entry& e = table.entry(token);
-  if (!e.live) {
-    return FailedPreconditionError(
-        "token " + std::to_string(token) + " of " + SeqName(seq) +
-        (num_groups() > 1 ? " group " + std::to_string(group) : std::string()) +
-        " is already evicted");
-  }
-  const SlotIndex slot = e.slot;
-  const BlockId block = pool_.BlockOf(slot);
-  pool_.DropSlotRef(slot);
-  if (table.MarkDead(token, block) == 0) ReleaseBlock(table, block);
-  return Status::Ok();
-}
-
-Status VirtualKvCache::EvictToken(SeqId seq, int32_t group, TokenId token) {
+Status VirtualKvCache::EvictError(SeqId seq, int32_t group, TokenId token) const {
   if (mode() == Mode::kNative) {
     return FailedPreconditionError("eviction is disabled in native mode");
   }
-  VTOKEN_ASSIGN_OR_RETURN(std::vector<TokenTable> * tables, MutableTables(seq));
+  auto it = tables_.find(seq);
+  if (it == tables_.end()) return NotFoundError("unknown " + SeqName(seq));
   if (group < 0 || group >= num_groups()) {
     return NotFoundError("unknown group " + std::to_string(group) + " of " + SeqName(seq) +
                          " (" + std::to_string(num_groups()) + " groups)");
   }
-  VTOKEN_RETURN_IF_ERROR(EvictFrom(seq, group, (*tables)[group], token));
+  const TokenTable& table = it->second[group];
+  if (token < 0 || token >= table.num_tokens()) {
+    return NotFoundError("unknown token " + std::to_string(token) + " of " + SeqName(seq) +
+                         " (" + std::to_string(table.num_tokens()) + " tokens)");
+  }
+  return FailedPreconditionError(
+      "token " + std::to_string(token) + " of " + SeqName(seq) +
+      (num_groups() > 1 ? " group " + std::to_string(group) : std::string()) +
+      " is already evicted");
+}
+
+void VirtualKvCache::EvictLive(TokenTable& table, TokenId token) {
+  const SlotIndex slot = table.entry(token).slot;
+  const BlockId block = pool_.BlockOf(slot);
+  pool_.DropSlotRef(slot);
+  if (table.MarkDead(token, block) == 0) ReleaseBlock(table, block);
+}
+
+// The hot path of every eviction, inlined into both EvictToken overloads: checks first, messages
+// only on an error (EvictError).
+__attribute__((always_inline)) inline Status VirtualKvCache::EvictOne(SeqId seq, int32_t group,
+                                                                      TokenId token) {
+  auto it = tables_.find(seq);
+  if (mode() == Mode::kNative || it == tables_.end() || group < 0 || group >= num_groups()) {
+    return EvictError(seq, group, token);
+  }
+  TokenTable& table = it->second[group];
+  if (token < 0 || token >= table.num_tokens() || !table.entry(token).live) {
+    return EvictError(seq, group, token);
+  }
+  EvictLive(table, token);
   ++version_;
   return Status::Ok();
 }
 
+Status VirtualKvCache::EvictToken(SeqId seq, int32_t group, TokenId token) {
+  return EvictOne(seq, group, token);
+}
+
 Status VirtualKvCache::EvictToken(SeqId seq, TokenId token) {
-  if (num_groups() == 1) return EvictToken(seq, 0, token);
+  if (num_groups() == 1) return EvictOne(seq, 0, token);
   if (mode() == Mode::kNative) {
     return FailedPreconditionError("eviction is disabled in native mode");
   }
   VTOKEN_ASSIGN_OR_RETURN(std::vector<TokenTable> * tables, MutableTables(seq));
+  if (token < 0 || token >= (*tables)[0].num_tokens()) return EvictError(seq, 0, token);
   bool any = false;
-  for (int32_t g = 0; g < num_groups(); ++g) {
-    TokenTable& t = (*tables)[g];
-    if (token >= 0 && token < t.num_tokens() && !t.entry(token).live) continue;
-    VTOKEN_RETURN_IF_ERROR(EvictFrom(seq, g, t, token));
+  for (TokenTable& t : *tables) {
+    if (!t.entry(token).live) continue;
+    EvictLive(t, token);
     any = true;
   }
   if (!any) {

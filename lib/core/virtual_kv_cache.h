@@ -191,7 +191,12 @@ class VirtualKvCache {
   StatusOr<std::vector<TokenTable>*> MutableTables(SeqId seq);
   // Drops seq's hold on `block` (after its last live token there left).
   void ReleaseBlock(TokenTable& table, BlockId block);
-  Status EvictFrom(SeqId seq, int32_t group, TokenTable& table, TokenId token);
+  // The error EvictToken(seq, group, token) returns (native mode, unknown seq / group / token,
+  // a dead token).
+  Status EvictError(SeqId seq, int32_t group, TokenId token) const;
+  // Kills a live token's entry in `table`, releasing its block when it was the last live one.
+  void EvictLive(TokenTable& table, TokenId token);
+  Status EvictOne(SeqId seq, int32_t group, TokenId token);
 
   CacheOptions options_;
   BlockPool pool_;
