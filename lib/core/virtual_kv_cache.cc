@@ -218,19 +218,23 @@ Status VirtualKvCache::FreeSequence(SeqId seq) {
   return Status::Ok();
 }
 
-int32_t VirtualKvCache::BlocksNeededFor(SeqId seq, int64_t n) const {
+int32_t VirtualKvCache::BlocksNeeded(const std::vector<TokenTable>& tables, int64_t n) const {
   int64_t needed = 0;
-  for (const TokenTable& t : tables_.at(seq)) {
+  for (const TokenTable& t : tables) {
     const int64_t room = t.tail_block() == kNoBlock ? 0 : block_size() - t.tail_used();
     if (n > room) needed += (n - room + block_size() - 1) / block_size();
   }
   return static_cast<int32_t>(std::min<int64_t>(needed, INT32_MAX));
 }
 
+int32_t VirtualKvCache::BlocksNeededFor(SeqId seq, int64_t n) const {
+  return BlocksNeeded(tables_.at(seq), n);
+}
+
 StatusOr<std::vector<SlotIndex>> VirtualKvCache::SyncNewTokens(SeqId seq, int64_t n) {
   VTOKEN_ASSIGN_OR_RETURN(std::vector<TokenTable> * tables, MutableTables(seq));
   if (n < 0) return InvalidArgumentError("cannot sync a negative number of tokens");
-  const int32_t needed = BlocksNeededFor(seq, n);
+  const int32_t needed = BlocksNeeded(*tables, n);
   if (needed > pool_.num_allocatable_blocks()) {
     return ResourceExhaustedError(SeqName(seq) + " needs " + std::to_string(needed) +
                                   " more blocks, " +

@@ -197,6 +197,7 @@ class VirtualKvCache {
   // Kills a live token's entry in `table`, releasing its block when it was the last live one.
   void EvictLive(TokenTable& table, TokenId token);
   Status EvictOne(SeqId seq, int32_t group, TokenId token);
+  int32_t BlocksNeeded(const std::vector<TokenTable>& tables, int64_t n) const;
 
   CacheOptions options_;
   BlockPool pool_;
