@@ -121,8 +121,8 @@ INSTANTIATE_TEST_SUITE_P(Allocations, HeadPolicyCheckTest,
 // The issue's memory target at small scale.
 constexpr int32_t kGroups = 8;
 constexpr int32_t kSeqs = 4;
-constexpr int64_t kTokens = 512;
-constexpr int64_t kKeep = 128;  // 25%.
+constexpr int64_t kShortTokens = 512;  // 8 kept blocks per group: one open tail is 12.5%.
+constexpr int64_t kLongTokens = 8192;  // 128 kept blocks per group: one open tail is 0.8%.
 constexpr int32_t kBlockSize = 16;
 
 uint64_t Tag(SeqId seq, int32_t group, TokenId token) {
@@ -136,10 +136,11 @@ struct PackResult {
   int64_t tail_blocks = 0;
 };
 
-// Fills kSeqs sequences, evicts 75% of every group (a different random set per group, from
+// Fills kSeqs sequences of kTokens tokens, evicts 75% of every group (a different random set per group, from
 // `seed`), then in vtoken mode reclaims until nothing moves. Checks invariants and every live
 // token's bytes.
-PackResult EvictAndPack(Mode mode, uint64_t seed) {
+PackResult EvictAndPack(Mode mode, uint64_t seed, int64_t kTokens) {
+  const int64_t kKeep = kTokens / 4;  // 25%.
   const int32_t num_blocks = kSeqs * kGroups * (kTokens / kBlockSize) + 64;
   VirtualKvCache cache(
       {.mode = mode,
@@ -223,13 +224,13 @@ PackResult EvictAndPack(Mode mode, uint64_t seed) {
   return result;
 }
 
-TEST(KvGroupsMemoryTest, PerHeadEvictionToAQuarterPacksToTheIdealBlockCount) {
+void ExpectPacked(int64_t tokens, bool strict) {
   const uint64_t seed = std::random_device{}();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  const PackResult vtoken = EvictAndPack(Mode::kVtoken, seed);
-  const PackResult naive = EvictAndPack(Mode::kNaive, seed);
-  const int64_t ideal = int64_t{kSeqs} * kGroups * (kKeep / kBlockSize);
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", " + std::to_string(tokens) + " tokens");
+  const PackResult vtoken = EvictAndPack(Mode::kVtoken, seed, tokens);
+  const PackResult naive = EvictAndPack(Mode::kNaive, seed, tokens);
+  const int64_t ideal = int64_t{kSeqs} * kGroups * (tokens / 4 / kBlockSize);
   ASSERT_EQ(vtoken.stats.ideal_blocks, ideal);
   ASSERT_EQ(naive.stats.ideal_blocks, ideal);
   const double vtoken_ratio =
@@ -237,18 +238,31 @@ TEST(KvGroupsMemoryTest, PerHeadEvictionToAQuarterPacksToTheIdealBlockCount) {
   const double naive_ratio =
       static_cast<double>(naive.stats.held_blocks) / static_cast<double>(ideal);
   std::printf(
-      "ideal %lld blocks; vtoken holds %lld (%.3fx ideal, bound %lld, %lld open tails); naive "
-      "holds %lld (%.3fx ideal)\n",
-      static_cast<long long>(ideal), static_cast<long long>(vtoken.stats.held_blocks), vtoken_ratio,
+      "%lld tokens: ideal %lld blocks; vtoken holds %lld (%.3fx ideal, bound %lld, %lld open "
+      "tails); naive holds %lld (%.3fx ideal)\n",
+      static_cast<long long>(tokens), static_cast<long long>(ideal),
+      static_cast<long long>(vtoken.stats.held_blocks), vtoken_ratio,
       static_cast<long long>(vtoken.bound), static_cast<long long>(vtoken.tail_blocks),
       static_cast<long long>(naive.stats.held_blocks), naive_ratio);
   // Everything but the open tail blocks (never moved) is packed.
   EXPECT_LE(vtoken.stats.held_blocks, vtoken.bound);
   EXPECT_LE(static_cast<double>(vtoken.stats.held_blocks),
             std::ceil(1.05 * static_cast<double>(ideal)) + static_cast<double>(vtoken.tail_blocks));
+  // The issue's target, without allowance: at 128 kept blocks per group the tails fit in 5%.
+  if (strict) EXPECT_LE(vtoken_ratio, 1.05);
   EXPECT_EQ(vtoken.stats.allocated_blocks, vtoken.stats.held_blocks);
   EXPECT_GT(naive.stats.held_blocks, 2 * ideal);
   EXPECT_GT(naive.stats.held_blocks, 2 * vtoken.stats.held_blocks);
+}
+
+TEST(KvGroupsMemoryTest, PerHeadEvictionToAQuarterPacksToTheIdealBlockCount) {
+  ExpectPacked(kShortTokens, /*strict=*/false);
+}
+
+// The per-head H2O-at-25% target of the KV-groups issue: blocks held <= 1.05x the per-group ideal
+// packed bound after an unbounded reclaim pass, naive far above.
+TEST(KvGroupsMemoryTest, PerHeadEvictionAtLongContextsHoldsWithinFivePercentOfIdeal) {
+  ExpectPacked(kLongTokens, /*strict=*/true);
 }
 
 }  // namespace
