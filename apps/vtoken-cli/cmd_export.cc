@@ -4,7 +4,9 @@
 //             (dotted names, from runs.config_toml) and every summary figure;
 //   requests  one row per request per run: timings, blocks held, and ROUGE-L computed from the
 //             stored outputs against the run's native / naive counterpart (see Counterpart);
-//   steps     one row per engine step per run: the pool and fragmentation figures.
+//   steps     one row per engine step per run: the pool and fragmentation figures;
+//   points    one row per sweep point and mode over its seeds: every summary figure's mean and
+//             95% confidence interval (ExportPoints).
 // The database is opened read-only; nothing is written but the output.
 #include <algorithm>
 #include <charconv>
@@ -24,6 +26,7 @@
 #include "apps/vtoken-cli/run_config.h"
 #include "lib/engine/result_store.h"
 #include "lib/engine/rouge.h"
+#include "lib/engine/stats.h"
 
 namespace vtoken::cli {
 namespace {
@@ -257,6 +260,80 @@ Status ExportRuns(const engine::ResultStore& store, const std::vector<engine::Ru
   return Status::Ok();
 }
 
+// The points table: the completed runs whose resolved configs differ only in `seed` and
+// `workload.seed` (the repetitions of `[sweep] seeds`) form one point per mode; per summary figure
+// the point's mean over its runs, FIGURE_ci95 (the half-width of the 95% confidence interval,
+// Student's t; empty with one run) and the run count `seeds`.
+Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::RunRecord>& runs,
+                    std::FILE* out, bool csv) {
+  const std::vector<std::string> seed_keys = {"seed", "workload.seed"};
+  struct Point {
+    std::string mode, policy, sweep;
+    FlatConfig config;  // Without modes and the seeds.
+    std::vector<std::string> seeds;
+    std::vector<int64_t> ids;
+    std::map<std::string, std::vector<double>> figures;
+  };
+  std::vector<Point> points;
+  std::set<std::string> figures;
+  for (const engine::RunRecord& r : runs) {
+    if (r.status != "completed") continue;
+    VTOKEN_ASSIGN_OR_RETURN(
+        FlatConfig c, FlattenConfig(r.config_toml,
+                                    "result db " + store.path() + ": run " + std::to_string(r.id)));
+    const std::string seed = c.count("seed") ? c.at("seed") : "";
+    c.erase("modes");
+    for (const std::string& k : seed_keys) c.erase(k);
+    auto it = std::find_if(points.begin(), points.end(), [&](const Point& p) {
+      return p.mode == r.mode && p.sweep == r.sweep && p.config == c;
+    });
+    if (it == points.end()) {
+      points.push_back({r.mode, r.policy, r.sweep, std::move(c), {}, {}, {}});
+      it = points.end() - 1;
+    }
+    it->seeds.push_back(seed);
+    it->ids.push_back(r.id);
+    VTOKEN_ASSIGN_OR_RETURN(engine::RunSummary summary, store.GetSummary(r.id));
+    for (const auto& [name, value] : summary.values) {
+      figures.insert(name);
+      it->figures[name].push_back(value);
+    }
+  }
+  std::vector<const FlatConfig*> config_ptrs;
+  for (const Point& p : points) config_ptrs.push_back(&p.config);
+  const std::vector<std::string> keys = VaryingKeys(config_ptrs, {});
+  std::vector<std::string> columns = {"mode", "policy", "sweep", "seeds", "seed_values", "run_ids"};
+  columns.insert(columns.end(), keys.begin(), keys.end());
+  for (const std::string& f : figures) {
+    columns.push_back(f);
+    columns.push_back(f + "_ci95");
+  }
+  TableWriter writer(out, csv, columns);
+  for (const Point& p : points) {
+    std::string seeds, ids;
+    for (size_t i = 0; i < p.ids.size(); ++i) {
+      seeds += (i ? " " : "") + p.seeds[i];
+      ids += (i ? " " : "") + std::to_string(p.ids[i]);
+    }
+    std::vector<Cell> row = {p.mode, p.policy, p.sweep, static_cast<int64_t>(p.ids.size()), seeds,
+                             ids};
+    for (const std::string& k : keys) {
+      auto it = p.config.find(k);
+      row.push_back(it == p.config.end() ? Cell() : ConfigCell(it->second));
+    }
+    for (const std::string& f : figures) {
+      auto it = p.figures.find(f);
+      // A figure some runs of the point lack is reported over the runs that have it.
+      const engine::MeanCi m =
+          it == p.figures.end() ? engine::MeanCi95({}) : engine::MeanCi95(it->second);
+      row.push_back(Number(m.mean));
+      row.push_back(Number(m.half_width));
+    }
+    writer.Write(row);
+  }
+  return Status::Ok();
+}
+
 // Finds the runs whose outputs the requests table scores against: for a run, the completed run
 // of `mode` in the same sweep whose resolved config equals the run's but for the mode (the run
 // of the same `run` or sweep point, as `run` itself scores them), the nearest before it by id
@@ -382,6 +459,7 @@ Status Export(const ExportArgs& a) {
   }
   const bool csv = a.format == "csv";
   Status s = a.table == "runs"       ? ExportRuns(store, runs, out, csv)
+             : a.table == "points"   ? ExportPoints(store, runs, out, csv)
              : a.table == "requests" ? ExportRequests(store, runs, out, csv)
                                      : ExportSteps(store, runs, out, csv);
   if (std::fflush(out) != 0 && s.ok()) {
@@ -404,9 +482,11 @@ CLI::App* SetupExport(CLI::App& app) {
   cmd->add_option("--runs", a->runs, "Only these run ids (comma-separated)")
       ->delimiter(',')
       ->excludes(sweep);
-  cmd->add_option("--table", a->table, "runs | requests | steps")
+  cmd->add_option("--table", a->table,
+                  "runs | points (runs that differ only in seed, as mean and 95% CI) | requests | "
+                  "steps")
       ->required()
-      ->check(CLI::IsMember({"runs", "requests", "steps"}));
+      ->check(CLI::IsMember({"runs", "points", "requests", "steps"}));
   cmd->add_option("--format", a->format, "csv | jsonl")
       ->capture_default_str()
       ->check(CLI::IsMember({"csv", "jsonl"}));

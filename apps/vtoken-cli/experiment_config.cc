@@ -66,6 +66,8 @@ class Section {
     }
     return Status::Ok();
   }
+  // The raw node of `key` (nullptr when absent), marked as used.
+  const toml::node* Raw(const char* key) { return Node(key); }
   // A sub-table, or nullptr when absent. Error when present but not a table.
   StatusOr<const toml::table*> Table(const char* key) {
     const toml::node* n = Node(key);
@@ -222,6 +224,31 @@ Status ParseSweep(const toml::table* t, const std::string& file, ExperimentConfi
   if (c.sweep_name.empty()) return sweep.Error("name", "must not be empty");
   VTOKEN_ASSIGN_OR_RETURN(const toml::table* grid, sweep.Table("grid"));
   if (grid != nullptr) VTOKEN_RETURN_IF_ERROR(ParseGrid(*grid, "", file, c.sweep_grid));
+  // seeds: every point runs once per seed, with both the engine seed and the workload seed set
+  // to it (repetitions for mean and confidence interval: `export --table points`).
+  if (const toml::node* seeds_node = sweep.Raw("seeds")) {
+    const toml::array* seeds = seeds_node->as_array();
+    if (seeds == nullptr || seeds->empty()) return sweep.Error("seeds", "must be a non-empty array");
+    SweepAxis axis{.key = "seed", .values = {}, .also = {"workload.seed"}};
+    for (const toml::node& v : *seeds) {
+      const std::optional<int64_t> seed = v.value<int64_t>();
+      if (!v.is_integer() || !seed || *seed < 0) {
+        return sweep.Error("seeds", "must list integers >= 0");
+      }
+      const std::string text = std::to_string(*seed);
+      if (std::find(axis.values.begin(), axis.values.end(), text) != axis.values.end()) {
+        return sweep.Error("seeds", "lists " + text + " twice");
+      }
+      axis.values.push_back(text);
+    }
+    for (const SweepAxis& other : c.sweep_grid) {
+      if (other.key == "seed" || other.key == "workload.seed") {
+        return sweep.Error("seeds", "cannot be combined with a [sweep.grid] axis \"" + other.key +
+                                        "\"");
+      }
+    }
+    c.sweep_grid.push_back(std::move(axis));
+  }
   return sweep.Finish();
 }
 

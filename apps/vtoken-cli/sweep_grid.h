@@ -24,6 +24,9 @@ namespace vtoken::cli {
 struct SweepAxis {
   std::string key;
   std::vector<std::string> values;
+  // Further keys set to the same value at every point ([sweep] seeds: `seed` and
+  // `workload.seed`).
+  std::vector<std::string> also;
 };
 
 struct SweepPoint {
@@ -44,6 +47,7 @@ inline std::vector<SweepPoint> ExpandGrid(std::vector<SweepAxis> axes) {
       for (const std::string& v : axis.values) {
         SweepPoint q = p;
         q.overrides.push_back(axis.key + "=" + v);
+        for (const std::string& k : axis.also) q.overrides.push_back(k + "=" + v);
         next.push_back(std::move(q));
       }
     }

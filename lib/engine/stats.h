@@ -36,4 +36,19 @@ struct LatencySummary {
 // Returns count, mean, p50, p95, p99 and max of the non-NaN `values` (one sort).
 LatencySummary Summarize(std::vector<double> values);
 
+// The mean of repeated measurements (one per seed) with the half-width of its two-sided 95%
+// confidence interval from Student's t-distribution: t(0.975, n - 1) * s / sqrt(n), s the sample
+// standard deviation. NaN entries are dropped; half_width is NaN for fewer than 2 values.
+struct MeanCi {
+  int64_t count = 0;
+  double mean = 0.0;
+  double half_width = 0.0;
+};
+MeanCi MeanCi95(const std::vector<double>& values);
+
+// t(0.975, df): the two-sided 95% critical value of Student's t with df >= 1 degrees of freedom
+// (the 3-digit table to df = 30, then z + (z^3 + z) / (4 df), within 0.2% of the exact value);
+// NaN for df < 1.
+double StudentT975(int64_t df);
+
 }  // namespace vtoken::engine

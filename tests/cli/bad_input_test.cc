@@ -178,6 +178,24 @@ std::vector<Case> Cases() {
        [](const std::string& d) {
          Write(d + "/dup.toml", std::string(kSimConfig) + "[sweep.grid]\n\"engine.max_num_seqs\" = [4, 8, 4]\n");
        }},
+      {"DuplicateSeed", Run("{dir}/seeds.toml", {}), "key 'sweep.seeds' lists 2 twice",
+       [](const std::string& d) {
+         Write(d + "/seeds.toml", std::string(kSimConfig) + "[sweep]\nseeds = [1, 2, 2]\n");
+       }},
+      {"NegativeSeed", Run("{dir}/neg.toml", {}), "key 'sweep.seeds' must list integers >= 0",
+       [](const std::string& d) {
+         Write(d + "/neg.toml", std::string(kSimConfig) + "[sweep]\nseeds = [1, -2]\n");
+       }},
+      {"SeedsAndASeedAxis", Run("{dir}/both.toml", {}),
+       "key 'sweep.seeds' cannot be combined with a [sweep.grid] axis \"seed\"",
+       [](const std::string& d) {
+         Write(d + "/both.toml", std::string(kSimConfig) +
+                                     "[sweep]\nseeds = [1, 2]\n[sweep.grid]\nseed = [3, 4]\n");
+       }},
+      {"GranularityUnknown", Sim({"cache.granularity='row'"}),
+       "key 'cache.granularity' must be \"token\", \"layer\" or \"head\""},
+      {"PyramidAtTokenGranularity", Sim({"policy.budget_allocation='pyramid'"}),
+       "needs cache.granularity \"layer\" or \"head\""},
       {"JsonlOnASyntheticKind", Sim({"workload.jsonl='x.jsonl'"}), "workload option jsonl = x.jsonl: is read only by kind jsonl"},
       {"PrefixDegreeThree", Sim({"workload.prefix_sharing_degree=3"}), "prefix_sharing_degree = 3: must be 1, 2, 4 or 8"},
       {"JsonlWithoutFile", Sim({"workload.kind='jsonl'"}), "jsonl_path"},

@@ -3,6 +3,7 @@
 // options, and errors (one line on stderr, non-zero exit, nothing created).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -95,6 +96,43 @@ class ExportTest : public CliTest {
 
   std::string db_;
 };
+
+// [sweep] seeds: runs that differ only in seed and workload.seed are one point.
+TEST_F(ExportTest, PointsTableAveragesSeedsWithAConfidenceInterval) {
+  const std::string db = Path("seeds.db");
+  StatusOr<engine::ResultStore> store = engine::ResultStore::Open(db);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const double blocks[] = {10, 12, 14};
+  for (int seed = 1; seed <= 3; ++seed) {
+    const std::string config = "name = \"t\"\nmodes = [\"vtoken\"]\nseed = " +
+                               std::to_string(seed) + "\n[workload]\nseed = " +
+                               std::to_string(seed) + "\n[policy]\nname = \"h2o\"\n";
+    const int64_t id = BeginRun(*store, config, "vtoken", "h2o", "s");
+    ASSERT_TRUE(store->FinishRun(id, {{"blocks_mean", blocks[seed - 1]}}).ok());
+  }
+  // Another point (tova) with one seed: no interval.
+  const int64_t tova = BeginRun(*store,
+                                "name = \"t\"\nmodes = [\"vtoken\"]\nseed = 1\n[workload]\n"
+                                "seed = 1\n[policy]\nname = \"tova\"\n",
+                                "vtoken", "tova", "s");
+  ASSERT_TRUE(store->FinishRun(tova, {{"blocks_mean", 7}}).ok());
+  CliResult r = Cli({"export", "--db", db, "--table", "points", "--format", "jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  const nlohmann::json h2o = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(h2o["policy.name"], "h2o");
+  EXPECT_EQ(h2o["seeds"], 3);
+  EXPECT_EQ(h2o["seed_values"], "1 2 3");
+  EXPECT_EQ(h2o["run_ids"], "1 2 3");
+  EXPECT_DOUBLE_EQ(h2o["blocks_mean"].get<double>(), 12.0);
+  // sd 2, t(0.975, 2) = 4.303: 4.303 * 2 / sqrt(3).
+  EXPECT_NEAR(h2o["blocks_mean_ci95"].get<double>(), 4.303 * 2 / std::sqrt(3.0), 1e-9);
+  const nlohmann::json one = nlohmann::json::parse(lines[1]);
+  EXPECT_EQ(one["seeds"], 1);
+  EXPECT_DOUBLE_EQ(one["blocks_mean"].get<double>(), 7.0);
+  EXPECT_TRUE(one["blocks_mean_ci95"].is_null());
+}
 
 TEST_F(ExportTest, RunsTableHasTheRecordTheVaryingConfigKeysAndEverySummaryFigure) {
   CliResult r = Cli({"export", "--db", db_, "--sweep", "grid", "--table", "runs"});

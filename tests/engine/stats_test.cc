@@ -78,5 +78,34 @@ TEST(SummarizeTest, EmptyIsNaN) {
   EXPECT_TRUE(std::isnan(s.max));
 }
 
+TEST(MeanCiTest, StudentTCriticalValues) {
+  EXPECT_DOUBLE_EQ(StudentT975(1), 12.706);
+  EXPECT_DOUBLE_EQ(StudentT975(2), 4.303);
+  EXPECT_DOUBLE_EQ(StudentT975(30), 2.042);
+  EXPECT_NEAR(StudentT975(40), 2.021, 0.003);   // exact 2.0211
+  EXPECT_NEAR(StudentT975(120), 1.980, 0.002);  // exact 1.9799
+  EXPECT_TRUE(std::isnan(StudentT975(0)));
+}
+
+TEST(MeanCiTest, ThreeSeedsUseTWithTwoDegreesOfFreedom) {
+  // mean 2, sample sd 1: half-width 4.303 * 1 / sqrt(3).
+  const MeanCi m = MeanCi95({1.0, 2.0, 3.0});
+  EXPECT_EQ(m.count, 3);
+  EXPECT_DOUBLE_EQ(m.mean, 2.0);
+  EXPECT_NEAR(m.half_width, 4.303 / std::sqrt(3.0), 1e-12);
+}
+
+TEST(MeanCiTest, OneValueHasNoIntervalAndNaNsAreDropped) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const MeanCi one = MeanCi95({5.0, nan});
+  EXPECT_EQ(one.count, 1);
+  EXPECT_DOUBLE_EQ(one.mean, 5.0);
+  EXPECT_TRUE(std::isnan(one.half_width));
+  const MeanCi none = MeanCi95({nan});
+  EXPECT_EQ(none.count, 0);
+  EXPECT_TRUE(std::isnan(none.mean));
+  EXPECT_DOUBLE_EQ(MeanCi95({4.0, 4.0}).half_width, 0.0);
+}
+
 }  // namespace
 }  // namespace vtoken::engine

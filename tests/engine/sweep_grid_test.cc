@@ -33,6 +33,18 @@ TEST(ExpandGridTest, KeysSortedValuesInOrderLastKeyFastest) {
   EXPECT_EQ(Overrides(points), expected);
 }
 
+TEST(ExpandGridTest, AnAxisSetsItsOtherKeysToTheSameValue) {
+  // [sweep] seeds = [1, 2]: seed and workload.seed move together.
+  const std::vector<SweepPoint> points = ExpandGrid(
+      {{.key = "seed", .values = {"1", "2"}, .also = {"workload.seed"}},
+       {.key = "policy.name", .values = {"'h2o'"}, .also = {}}});
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(points[0].overrides,
+            (std::vector<std::string>{"policy.name='h2o'", "seed=1", "workload.seed=1"}));
+  EXPECT_EQ(points[1].overrides,
+            (std::vector<std::string>{"policy.name='h2o'", "seed=2", "workload.seed=2"}));
+}
+
 TEST(ExpandGridTest, NoAxesIsOnePointWithoutOverrides) {
   const std::vector<SweepPoint> points = ExpandGrid({});
   ASSERT_EQ(points.size(), 1u);
