@@ -85,11 +85,15 @@ std::pair<size_t, int64_t> BestPrefix(const std::vector<const BlockSnapshot*>& f
                                       size_t end, int32_t block_size, int64_t max_moves,
                                       int64_t max_dst) {
   int64_t live = 0, best_gain = 0, best_moves = 0;
+  int64_t dst = 0, room = 0;  // dst = ceil(live / block_size), kept without a division.
   size_t best_k = 0;
   for (size_t k = 1; begin + k <= end; ++k) {
     live += flat[begin + k - 1]->live;
     if (live > max_moves) break;
-    const int64_t dst = (live + block_size - 1) / block_size;
+    while (live > room) {
+      ++dst;
+      room += block_size;
+    }
     if (dst > max_dst) break;
     const int64_t gain = static_cast<int64_t>(k) - dst;
     if (gain > best_gain) {
@@ -127,15 +131,20 @@ ReclaimPlan ReclaimPlanner::Plan(const CacheSnapshot& snap) const {
     c.waste = int64_t{bs} * static_cast<int64_t>(c.k) - c.moves;
     ranked.push_back(c);
   }
-  std::sort(ranked.begin(), ranked.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.waste != b.waste) return a.waste > b.waste;
-    if (a.seq->seq != b.seq->seq) return a.seq->seq < b.seq->seq;
-    return a.seq->group < b.seq->group;
-  });
+  // Most waste first, then seq and group. A heap: the budget usually ends after a few of the
+  // (sequence, group)s, so only those are ordered.
+  const auto after = [](const Candidate& a, const Candidate& b) {
+    if (a.waste != b.waste) return a.waste < b.waste;
+    if (a.seq->seq != b.seq->seq) return a.seq->seq > b.seq->seq;
+    return a.seq->group > b.seq->group;
+  };
+  std::make_heap(ranked.begin(), ranked.end(), after);
   int64_t moves_left = options_.max_moves_per_step;
   int64_t dst_left = snap.num_free_blocks;
-  for (const Candidate& c : ranked) {
+  for (auto heap_end = ranked.end(); heap_end != ranked.begin(); --heap_end) {
     if (moves_left <= 0 || dst_left <= 0) break;
+    std::pop_heap(ranked.begin(), heap_end, after);
+    const Candidate& c = *(heap_end - 1);
     size_t k = c.k;
     int64_t moves = c.moves;
     int64_t dst = (moves + bs - 1) / bs;

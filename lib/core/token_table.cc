@@ -11,7 +11,7 @@ static_assert(sizeof(TokenTable::Entry) == 4, "a token table entry must stay 4 b
 void TokenTable::Append(SlotIndex slot, BlockId block) {
   auto it = held_.find(block);
   assert(it != held_.end());
-  ++it->second.live;
+  ++block_live_[it->second];
   entries_.push_back(Entry{.slot = static_cast<int32_t>(slot), .live = true});
   ++num_live_;
 }
@@ -22,31 +22,34 @@ int32_t TokenTable::MarkDead(TokenId token, BlockId block) {
   assert(entries_[token].live);
   entries_[token] = Entry{};  // Dead, no slot: one 4-byte store.
   --num_live_;
-  return --held_.at(block).live;
+  return --block_live_[held_.at(block)];
 }
 
 int32_t TokenTable::Relocate(TokenId token, SlotIndex dst, BlockId src_block, BlockId dst_block) {
   Entry& e = entries_[token];
   assert(e.live);
   e.slot = dst;
-  ++held_.at(dst_block).live;
-  return --held_.at(src_block).live;
+  ++block_live_[held_.at(dst_block)];
+  return --block_live_[held_.at(src_block)];
 }
 
 void TokenTable::AddBlock(BlockId block) {
   assert(!holds(block));
-  held_.emplace(block, Held{.index = static_cast<int32_t>(blocks_.size()), .live = 0});
+  held_.emplace(block, static_cast<int32_t>(blocks_.size()));
   blocks_.push_back(block);
+  block_live_.push_back(0);
 }
 
 void TokenTable::RemoveBlock(BlockId block) {
   auto it = held_.find(block);
   assert(it != held_.end());
-  const int32_t index = it->second.index;
+  const int32_t index = it->second;
   const BlockId last = blocks_.back();
   blocks_[index] = last;
-  held_.at(last).index = index;
+  block_live_[index] = block_live_.back();
+  held_.at(last) = index;
   blocks_.pop_back();
+  block_live_.pop_back();
   held_.erase(it);
   if (tail_block_ == block) SetTail(kNoBlock, 0);
 }
@@ -71,9 +74,11 @@ std::vector<TokenId> TokenTable::LiveTokens() const {
 
 int64_t TokenTable::MemoryBytes() const {
   // An unordered_map node holds the pair and a next pointer; the bucket array one pointer each.
-  const int64_t node = static_cast<int64_t>(sizeof(std::pair<const BlockId, Held>) + sizeof(void*));
+  const int64_t node =
+      static_cast<int64_t>(sizeof(std::pair<const BlockId, int32_t>) + sizeof(void*));
   return static_cast<int64_t>(entries_.capacity() * sizeof(Entry) +
                               blocks_.capacity() * sizeof(BlockId) +
+                              block_live_.capacity() * sizeof(int32_t) +
                               held_.bucket_count() * sizeof(void*)) +
          static_cast<int64_t>(held_.size()) * node;
 }
@@ -97,16 +102,19 @@ Status TokenTable::CheckInvariants(int32_t block_size) const {
   }
   if (num_live != num_live_) return InternalError("table live count is stale");
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    const Held& h = held_.at(blocks_[i]);
-    if (h.index != static_cast<int32_t>(i)) return InternalError("held block index is stale");
+    if (held_.at(blocks_[i]) != static_cast<int32_t>(i)) {
+      return InternalError("held block index is stale");
+    }
     const auto it = live.find(blocks_[i]);
     const int32_t counted = it == live.end() ? 0 : it->second;
-    if (counted != h.live) {
+    if (counted != block_live_[i]) {
       return InternalError("block " + std::to_string(blocks_[i]) + " live count " +
-                           std::to_string(h.live) + " != " + std::to_string(counted));
+                           std::to_string(block_live_[i]) + " != " + std::to_string(counted));
     }
   }
-  if (held_.size() != blocks_.size()) return InternalError("held block map size is stale");
+  if (held_.size() != blocks_.size() || block_live_.size() != blocks_.size()) {
+    return InternalError("held block map size is stale");
+  }
   if (tail_block_ != kNoBlock && !holds(tail_block_)) {
     return InternalError("tail block is not held");
   }

@@ -47,7 +47,9 @@ class TokenTable {
   void RemoveBlock(BlockId block);
   bool holds(BlockId block) const { return held_.count(block) > 0; }
   // REQUIRES: holds(block).
-  int32_t live_in(BlockId block) const { return held_.at(block).live; }
+  int32_t live_in(BlockId block) const { return block_live_[held_.at(block)]; }
+  // The live count of blocks()[i] (no lookup: what snapshots iterate).
+  int32_t live_at(size_t i) const { return block_live_[i]; }
   // Blocks held, in no particular order.
   const std::vector<BlockId>& blocks() const { return blocks_; }
   int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
@@ -74,14 +76,10 @@ class TokenTable {
   Status CheckInvariants(int32_t block_size) const;
 
  private:
-  struct Held {
-    int32_t index = 0;  // Position in blocks_.
-    int32_t live = 0;
-  };
-
   std::vector<Entry> entries_;
   std::vector<BlockId> blocks_;
-  std::unordered_map<BlockId, Held> held_;
+  std::vector<int32_t> block_live_;                 // Live count of blocks_[i].
+  std::unordered_map<BlockId, int32_t> held_;  // Block -> its position in blocks_.
   int64_t num_live_ = 0;
   BlockId tail_block_ = kNoBlock;
   int32_t tail_used_ = 0;

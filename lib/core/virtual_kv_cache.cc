@@ -12,13 +12,17 @@ namespace {
 
 std::string SeqName(SeqId seq) { return "sequence " + std::to_string(seq); }
 
-// Sorts snapshot blocks by block id (ids are distinct and >= 0): std::sort for short lists, an
-// LSD radix sort on 8-bit digits up to the largest id otherwise (Snapshot runs on every planning
+// Sorts snapshot blocks by block id (ids are distinct and >= 0): insertion sort for short lists,
+// an LSD radix sort on 8-bit digits up to the largest id otherwise (Snapshot runs on every planning
 // step, over every held block).
 void SortByBlock(std::vector<BlockSnapshot>& blocks, std::vector<BlockSnapshot>& scratch) {
-  if (blocks.size() <= 64) {
-    std::sort(blocks.begin(), blocks.end(),
-              [](const BlockSnapshot& a, const BlockSnapshot& b) { return a.block < b.block; });
+  if (blocks.size() <= 64) {  // Insertion sort: linear on the usual, nearly sorted lists.
+    for (size_t i = 1; i < blocks.size(); ++i) {
+      const BlockSnapshot b = blocks[i];
+      size_t j = i;
+      for (; j > 0 && blocks[j - 1].block > b.block; --j) blocks[j] = blocks[j - 1];
+      blocks[j] = b;
+    }
     return;
   }
   uint32_t max_id = 0;
@@ -568,9 +572,11 @@ CacheSnapshot VirtualKvCache::Snapshot() const {
       const TokenTable& table = tables[g];
       SeqSnapshot ss{.seq = seq, .num_live = table.num_live(), .blocks = {}, .group = g};
       ss.blocks.reserve(table.num_blocks());
-      for (BlockId b : table.blocks()) {
+      const std::vector<BlockId>& blocks = table.blocks();
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        const BlockId b = blocks[i];
         ss.blocks.push_back(BlockSnapshot{.block = b,
-                                          .live = table.live_in(b),
+                                          .live = table.live_at(i),
                                           .refcount = pool_.refcount(b),
                                           .is_tail = b == table.tail_block(),
                                           .busy = pool_.pinned(b)});
