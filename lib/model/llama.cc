@@ -8,6 +8,7 @@
 #include <span>
 
 #include "lib/model/io/checkpoint.h"
+#include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_ops.h"
 #include "lib/model/io/safetensors.h"
 
@@ -176,7 +177,11 @@ StatusOr<LlamaModel> LlamaModel::FromDirectory(const std::string& dir,
     VTOKEN_RETURN_IF_ERROR(ConvertToFloat(*view, std::span<float>(t.data_ptr<float>(), t.numel())));
     tensors.emplace_back(spec.name, t.to(options.compute_dtype));
   }
-  return FromNamedTensors(checkpoint.config(), tensors, options);
+  // The BOS a prompt starts with is the tokenizer's (its post-processor template), as Hugging Face
+  // encodes it; config.json's bos_token_id only when the directory has no tokenizer.
+  ModelConfig config = checkpoint.config();
+  VTOKEN_ASSIGN_OR_RETURN(config.bos_token_ids, PromptBosTokenIds(dir, config));
+  return FromNamedTensors(config, tensors, options);
 }
 
 Status LlamaModel::Finish() {

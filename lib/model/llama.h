@@ -89,6 +89,9 @@ class LlamaModel {
 
   // Loads a Hugging Face model directory through LoadCheckpoint (config.json plus one
   // model.safetensors or index-listed shards; F32/F16/BF16). Its errors pass through unchanged.
+  // config().bos_token_ids is the BOS the directory's tokenizer.json puts before a prompt
+  // (PromptBosTokenIds: its post-processor template; none for a template without one), or
+  // config.json's bos_token_id when there is no tokenizer.json.
   static StatusOr<LlamaModel> FromDirectory(const std::string& dir,
                                             const LlamaOptions& options = {});
 
