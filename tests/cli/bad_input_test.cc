@@ -459,6 +459,42 @@ TEST_F(RunSignalTest, SecondSignalExitsAtOnce) {
   ExpectNoPartialRuns(Path("r.db"));
 }
 
+// `sweep --jobs 2`: SIGINT sent to the sweep's pid alone (not to its process group, as a terminal
+// would) reaches its children only by forwarding; each finishes its step and marks its run
+// interrupted, the sweep exits 130, and no run is left 'running' or holds rows without completing.
+TEST_F(RunSignalTest, SweepWithJobsForwardsSigintToItsChildren) {
+  Write(Path("grid.toml"), std::string(kSimConfig) + "[sweep.grid]\n\"policy.name\" = [\"h2o\", "
+                           "\"tova\", \"random\", \"snapkv\"]\n");
+  const pid_t pid = Spawn({"sweep", Path("grid.toml"), "--db", Path("r.db"), "--jobs", "2", "--set",
+                           "workload.num_requests=4000", "--set", "modes=['vtoken']"},
+                          Path("out"), Path("err"));
+  // Wait until both children have begun their runs.
+  bool started = false;
+  for (int i = 0; i < 600 && !started; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!fs::exists(Path("r.db"))) continue;
+    StatusOr<engine::ResultStore> store = engine::ResultStore::OpenReadOnly(Path("r.db"));
+    if (!store.ok()) continue;
+    StatusOr<std::vector<engine::RunRecord>> runs = store->ListRuns();
+    started = runs.ok() && runs->size() >= 2;
+  }
+  ASSERT_TRUE(started) << ReadFile(Path("err"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  kill(pid, SIGINT);
+  EXPECT_EQ(Wait(pid), 130) << ReadFile(Path("err"));
+  StatusOr<engine::ResultStore> store = engine::ResultStore::Open(Path("r.db"));
+  ASSERT_TRUE(store.ok());
+  StatusOr<std::vector<engine::RunRecord>> runs = store->ListRuns();
+  ASSERT_TRUE(runs.ok());
+  int interrupted = 0;
+  for (const engine::RunRecord& r : *runs) {
+    EXPECT_NE(r.status, "running") << "run " << r.id;
+    interrupted += r.status == "interrupted" ? 1 : 0;
+  }
+  EXPECT_GE(interrupted, 1) << ReadFile(Path("err"));
+  ExpectNoPartialRuns(Path("r.db"));
+}
+
 // A disk that fills up while the run's rows are written: the run is marked failed with the
 // error and keeps none of its rows. Needs root (a tmpfs of 256 KiB).
 TEST_F(CliTest, FullDiskFailsTheRunWithoutPartialRows) {
