@@ -50,12 +50,14 @@ Status CheckRunMemory(const ExperimentConfig& c, const model::ModelConfig& m,
   const int64_t num_blocks = c.engine.pool.num_blocks, block_size = c.engine.pool.block_size;
   const int64_t slots = SaturatingMul(num_blocks, block_size);
   const bool sim = sim::IsSimSpec(c.model);
+  // KV store and weights in model.dtype (the KV store takes the compute dtype).
+  const int64_t dtype_bytes = c.model_dtype == "float32" ? 4 : 2;
   const int64_t per_slot =
-      sim ? 8 : SaturatingMul(SaturatingMul(2 * 4, m.num_hidden_layers),
+      sim ? 8 : SaturatingMul(SaturatingMul(2 * dtype_bytes, m.num_hidden_layers),
                               SaturatingMul(m.num_key_value_heads, m.head_dim));
   const int64_t kv = SaturatingAdd(SaturatingMul(slots, per_slot),
                                    PoolMetadataBytes(num_blocks, block_size));
-  const int64_t weights = sim ? 0 : SaturatingMul(model::ParameterCount(m), 4);
+  const int64_t weights = sim ? 0 : SaturatingMul(model::ParameterCount(m), dtype_bytes);
   const int64_t workload = engine::WorkloadBytes(c.workload);
   if (available < 0) available = AvailableMemoryBytes();
   const std::string pool = std::to_string(num_blocks) + " x " + std::to_string(block_size) +
