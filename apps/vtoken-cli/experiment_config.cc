@@ -556,7 +556,18 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
     return pol.Error("budget_tokens", "and policy.keep_ratio are exclusive: give one");
   }
   VTOKEN_RETURN_IF_ERROR(SizePoolFromUtilization(c, blocks_given));
-  VTOKEN_RETURN_IF_ERROR(ValidateBlockPoolOptions(e.pool));
+  if (int64_t{e.pool.num_blocks} * std::max(1, e.pool.block_size) > kMaxSlots) {
+    return eng.Error("num_blocks", "= " + std::to_string(e.pool.num_blocks) +
+                                       " x engine.block_size " +
+                                       std::to_string(e.pool.block_size) + " = " +
+                                       std::to_string(int64_t{e.pool.num_blocks} *
+                                                      e.pool.block_size) +
+                                       " slots, more than the " + std::to_string(kMaxSlots) +
+                                       " a pool can hold");
+  }
+  if (Status valid = ValidateBlockPoolOptions(e.pool); !valid.ok()) {
+    return InvalidArgumentError(f + ": engine: " + valid.message());
+  }
   VTOKEN_RETURN_IF_ERROR(ValidateReclaimOptions(e.reclaim));
   if (Status valid = engine::ValidateWorkloadOptions(w); !valid.ok()) {
     return InvalidArgumentError(f + ": " + valid.message());
