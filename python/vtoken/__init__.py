@@ -56,7 +56,7 @@ def reclaim(cache, planner, copy):
     copies = rel.copies()
     copy(copies[:, 0], copies[:, 1])
     for s in rel.seqs:
-        cache.apply_moves(s.seq, s.moves)
+        cache.apply_moves(s.seq, s.moves, group=s.group)
     cache.complete_relocation(rel.id)
     return rel
 

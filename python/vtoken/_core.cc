@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -287,9 +288,19 @@ void BindErrors(py::module_& m) {
   }
 }
 
+// NotFound for an unknown sequence or a group outside [0, num_groups).
+void CheckSeqGroup(const VirtualKvCache& c, SeqId s, int32_t g) {
+  if (!c.HasSequence(s)) Throw(NotFoundError("unknown sequence " + std::to_string(s)));
+  if (g < 0 || g >= c.num_groups()) {
+    Throw(NotFoundError("unknown group " + std::to_string(g) + " (" +
+                        std::to_string(c.num_groups()) + " groups)"));
+  }
+}
+
 void BindCache(py::module_& m) {
   py::class_<SeqRelocation>(m, "SeqRelocation", "The moves of one sequence in a relocation.")
       .def_readonly("seq", &SeqRelocation::seq)
+      .def_readonly("group", &SeqRelocation::group, "KV group (0 at token granularity)")
       .def_property_readonly("moves", [](const SeqRelocation& s) { return MovesArray(s.moves); },
                              "(n, 3) int64 array of (token, src slot, dst slot), logical order")
       .def_property_readonly("src_blocks", [](const SeqRelocation& s) { return ToArray(s.src_blocks); })
@@ -327,16 +338,21 @@ void BindCache(py::module_& m) {
   py::class_<VirtualKvCache>(m, "VirtualKvCache",
                              "Token table + block pool (lib/core/virtual_kv_cache.h).")
       .def(py::init([](int32_t num_blocks, int32_t block_size, int32_t headroom_blocks,
-                       const std::string& mode) {
+                       const std::string& mode, int32_t num_groups) {
              CacheOptions o{.mode = ModeFrom(mode),
                             .pool = {.num_blocks = num_blocks,
                                      .block_size = block_size,
-                                     .headroom_blocks = headroom_blocks}};
+                                     .headroom_blocks = headroom_blocks},
+                            .num_groups = num_groups};
              Check(ValidateCacheOptions(o));
              return std::make_unique<VirtualKvCache>(o);
            }),
            py::arg("num_blocks"), py::arg("block_size") = 16, py::arg("headroom_blocks") = 0,
-           py::arg("mode") = "vtoken")
+           py::arg("mode") = "vtoken", py::arg("num_groups") = 1,
+           "num_groups: KV groups per sequence (1 token, L per layer, L * H_kv per head), each "
+           "with its own token table; sync_new_tokens then returns [num_groups * n] slots, "
+           "group-major.")
+      .def_property_readonly("num_groups", &VirtualKvCache::num_groups)
       .def_property_readonly("mode", [](const VirtualKvCache& c) { return ModeName(c.mode()); })
       .def_property_readonly("block_size", &VirtualKvCache::block_size)
       .def_property_readonly("num_blocks", [](const VirtualKvCache& c) { return c.pool().num_blocks(); })
@@ -359,23 +375,29 @@ void BindCache(py::module_& m) {
            [](VirtualKvCache& c, SeqId s, int64_t n) { return ToArray(Value(c.SyncNewTokens(s, n))); },
            py::arg("seq"), py::arg("n"),
            "Registers n new tokens; returns their slots (int64 array) to write their KV to.")
-      .def("evict_token", [](VirtualKvCache& c, SeqId s, TokenId t) { Check(c.EvictToken(s, t)); },
-           py::arg("seq"), py::arg("token"))
-      .def("evict_tokens",
-           [](VirtualKvCache& c, SeqId s, const I64Array& tokens) {
-             const int64_t* t = tokens.data();
-             for (py::ssize_t i = 0; i < tokens.size(); ++i) Check(c.EvictToken(s, t[i]));
+      .def("evict_token",
+           [](VirtualKvCache& c, SeqId s, TokenId t, std::optional<int32_t> g) {
+             Check(g ? c.EvictToken(s, *g, t) : c.EvictToken(s, t));
            },
-           py::arg("seq"), py::arg("tokens"),
+           py::arg("seq"), py::arg("token"), py::arg("group") = py::none(),
+           "Evicts the token from one KV group, or (group None) from every group where it lives.")
+      .def("evict_tokens",
+           [](VirtualKvCache& c, SeqId s, const I64Array& tokens, std::optional<int32_t> g) {
+             const int64_t* t = tokens.data();
+             for (py::ssize_t i = 0; i < tokens.size(); ++i) {
+               Check(g ? c.EvictToken(s, *g, t[i]) : c.EvictToken(s, t[i]));
+             }
+           },
+           py::arg("seq"), py::arg("tokens"), py::arg("group") = py::none(),
            "evict_token for each; stops at the first error (earlier tokens stay evicted).")
       .def("begin_relocation",
            [](VirtualKvCache& c, const ReclaimPlan& p) { return Value(c.BeginRelocation(p)); })
       .def("apply_moves",
-           [](VirtualKvCache& c, SeqId s, const I64Array& moves) {
+           [](VirtualKvCache& c, SeqId s, const I64Array& moves, int32_t group) {
              std::vector<Move> mv = MovesFrom(moves);
-             Check(c.ApplyMoves(s, mv));
+             Check(c.ApplyMoves(s, mv, group));
            },
-           py::arg("seq"), py::arg("moves"))
+           py::arg("seq"), py::arg("moves"), py::arg("group") = 0)
       .def("live_moves", [](const VirtualKvCache& c, const SeqRelocation& r) {
         return MovesArray(c.LiveMoves(r));
       })
@@ -402,17 +424,25 @@ void BindCache(py::module_& m) {
              return c.num_blocks_held(s);
            })
       .def("live_slots",
-           [](const VirtualKvCache& c, SeqId s) {
-             if (!c.HasSequence(s)) Throw(NotFoundError("unknown sequence " + std::to_string(s)));
-             return ToArray(c.LiveSlots(s));
+           [](const VirtualKvCache& c, SeqId s, int32_t g) {
+             CheckSeqGroup(c, s, g);
+             return ToArray(c.LiveSlots(s, g));
            },
-           "Slots of the live tokens in logical order (what attention reads), int64 array.")
+           py::arg("seq"), py::arg("group") = 0,
+           "Slots of the group's live tokens in logical order (what attention reads), int64 array.")
       .def("live_tokens",
-           [](const VirtualKvCache& c, SeqId s) {
-             if (!c.HasSequence(s)) Throw(NotFoundError("unknown sequence " + std::to_string(s)));
-             return ToArray(c.table(s).LiveTokens());
+           [](const VirtualKvCache& c, SeqId s, int32_t g) {
+             CheckSeqGroup(c, s, g);
+             return ToArray(c.table(s, g).LiveTokens());
            },
-           "Logical ids (= RoPE positions) of the live tokens, increasing, int64 array.")
+           py::arg("seq"), py::arg("group") = 0,
+           "Logical ids (= RoPE positions) of the group's live tokens, increasing, int64 array.")
+      .def("ideal_blocks",
+           [](const VirtualKvCache& c, SeqId s) {
+             CheckSeqGroup(c, s, 0);
+             return c.IdealBlocks(s);
+           },
+           "Sum over the sequence's groups of ceil(live / block_size).")
       .def("blocks_needed_for", &VirtualKvCache::BlocksNeededFor)
       .def("stats", [](const VirtualKvCache& c) { return FragStatsDict(c.Stats()); },
            "Fragmentation figures (docs/METRICS.md) as a dict.")
