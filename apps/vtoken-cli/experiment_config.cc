@@ -402,6 +402,8 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(work.Double("shared_prefix_fraction", w.shared_prefix_fraction));
   VTOKEN_RETURN_IF_ERROR(work.String("jsonl", w.jsonl_path));
   VTOKEN_RETURN_IF_ERROR(work.Int("jsonl_default_max_tokens", w.jsonl_default_max_tokens));
+  VTOKEN_RETURN_IF_ERROR(work.String("prompt_template", w.prompt_template));
+  VTOKEN_RETURN_IF_ERROR(work.String("truncate", w.truncate));
   VTOKEN_RETURN_IF_ERROR(work.String("corpus", w.corpus_path));
   VTOKEN_RETURN_IF_ERROR(work.Finish());
 
@@ -656,6 +658,14 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
   }
   if (e.max_batched_tokens != 0) {
     resolved["engine"].as_table()->insert("max_batched_tokens", e.max_batched_tokens);
+  }
+  // jsonl reading options, recorded only when set (older runs' hashes stay).
+  const engine::WorkloadOptions defaults;
+  if (w.prompt_template != defaults.prompt_template) {
+    resolved["workload"].as_table()->insert("prompt_template", w.prompt_template);
+  }
+  if (w.truncate != defaults.truncate) {
+    resolved["workload"].as_table()->insert("truncate", w.truncate);
   }
   // Per-layer / per-head KV groups (token granularity records nothing, as before they existed).
   if (c.granularity != Granularity::kToken) {

@@ -210,6 +210,19 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
                          .c_str());
   for (Mode m : c.modes) std::fprintf(stderr, " %s", ModeName(m));
   std::fprintf(stderr, "\n");
+  int64_t cut = 0, longest = 0;
+  for (const engine::Request& r : requests) {
+    if (r.truncated_from == 0) continue;
+    ++cut;
+    longest = std::max(longest, r.truncated_from);
+  }
+  if (cut > 0) {
+    std::fprintf(stderr,
+                 "workload: %lld of %zu prompts longer than workload.max_total_tokens allows "
+                 "(longest %lld tokens) were cut (truncate = \"%s\")\n",
+                 static_cast<long long>(cut), requests.size(), static_cast<long long>(longest),
+                 c.workload.truncate.c_str());
+  }
   if (sim_runner != nullptr) {
     std::fprintf(stderr,
                  "simulated: no weights or KV tensors; %s signals; virtual clock of %s (%s); "

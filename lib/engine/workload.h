@@ -39,6 +39,9 @@ struct Request {
   // Requests of one group (>= 0) share their first shared_prefix_tokens prompt tokens; -1: none.
   int32_t prefix_group = -1;
   int64_t shared_prefix_tokens = 0;
+  // jsonl: the prompt's length in tokens before it was cut to fit max_total_tokens; 0 when it
+  // was not cut.
+  int64_t truncated_from = 0;
 };
 
 struct WorkloadOptions {
@@ -81,8 +84,21 @@ struct WorkloadOptions {
   int32_t prefix_sharing_degree = 1;
   double shared_prefix_fraction = 0.75;  // in [0, 1)
 
-  std::string jsonl_path;                  // jsonl: the file to read
+  // jsonl: the file to read. One JSON object per line in any of three formats, or one JSON array
+  // of such objects (ShareGPT's released .json files):
+  //   {"prompt", "max_tokens"?, "reference"?}           the simple format;
+  //   {"conversations": [{"from", "value"}, ...]}        ShareGPT: the first human turn is the
+  //                                                      prompt, the gpt turn after it the reference;
+  //   {"context", "input", "answers"?, "dataset"?, ...}  LongBench: the prompt is prompt_template
+  //                                                      with {context} and {input} filled in,
+  //                                                      the reference answers[0].
+  std::string jsonl_path;
   int64_t jsonl_default_max_tokens = 256;  // jsonl: max_tokens when a line does not give one
+  // LongBench lines: the prompt, with {context} and {input} replaced (each at most once).
+  std::string prompt_template = "{context}\n\nQuestion: {input}\nAnswer:";
+  // jsonl: how a prompt longer than max_total_tokens allows is cut: "end" keeps its beginning,
+  // "middle" keeps its first and last halves (LongBench's truncation).
+  std::string truncate = "end";
   // Synthetic kinds with a tokenizer: plain text file that prompts are drawn from.
   std::string corpus_path;
 };

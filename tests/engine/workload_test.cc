@@ -470,14 +470,90 @@ TEST_F(WorkloadTest, JsonlClampCutsThePrompt) {
   EXPECT_EQ(r[0].max_tokens, 5);
 }
 
+constexpr const char* kNeedsPrompt =
+    "needs a string \"prompt\" (or ShareGPT \"conversations\", or LongBench \"context\" and "
+    "\"input\")";
+
+// ShareGPT as released (ShareGPT_V3_unfiltered_cleaned_split.json): one JSON array of objects.
+TEST_F(WorkloadTest, JsonlReadsAShareGptJsonArray) {
+  const model::Tokenizer tok = ByteTokenizer();
+  WorkloadOptions o;
+  o.kind = "jsonl";
+  o.num_requests = 0;
+  o.jsonl_path = Write(
+      "sharegpt.json",
+      "  [\n {\"id\": \"a1\", \"conversations\": [{\"from\": \"human\", \"value\": \"Hi?\"}, "
+      "{\"from\": \"gpt\", \"value\": \"Hello.\"}]},\n"
+      " {\"id\": \"b2\", \"conversations\": [{\"from\": \"user\", \"value\": \"Two\"}]}\n]\n");
+  const auto r = MustGenerate(o, &tok, 0);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].prompt, "Hi?");
+  EXPECT_EQ(r[0].reference, "Hello.");
+  EXPECT_EQ(r[0].max_tokens, static_cast<int64_t>(tok.Encode("Hello.").size()));
+  EXPECT_EQ(r[1].prompt, "Two");
+  EXPECT_EQ(r[1].reference, std::nullopt);
+  EXPECT_EQ(r[1].id, 1);
+  o.jsonl_path = Write("bad.json", "[{\"id\": 1}, 3]");
+  EXPECT_EQ(GenerateWorkload(o, &tok, 0).status().message(),
+            o.jsonl_path + ": element 0: " + kNeedsPrompt);
+  o.jsonl_path = Write("broken.json", "[{\"conversations\": []");
+  EXPECT_EQ(GenerateWorkload(o, &tok, 0).status().message(),
+            o.jsonl_path + ": not a valid JSON array");
+}
+
+// LongBench's released JSONL lines: the prompt template filled with context and input, the
+// first answer as the reference.
+TEST_F(WorkloadTest, JsonlReadsLongBenchLines) {
+  const model::Tokenizer tok = ByteTokenizer();
+  WorkloadOptions o;
+  o.kind = "jsonl";
+  o.jsonl_path = Write(
+      "longbench.jsonl",
+      "{\"input\": \"Who?\", \"context\": \"Ann met Bob.\", \"answers\": [\"Ann\", \"Bob\"], "
+      "\"length\": 3, \"dataset\": \"narrativeqa\", \"language\": \"en\", \"all_classes\": null, "
+      "\"_id\": \"x\"}\n"
+      "{\"input\": \"\", \"context\": \"Only context.\", \"answers\": []}\n");
+  auto r = MustGenerate(o, &tok, 0);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].prompt, "Ann met Bob.\n\nQuestion: Who?\nAnswer:");
+  EXPECT_EQ(r[0].reference, "Ann");
+  EXPECT_EQ(r[1].prompt, "Only context.\n\nQuestion: \nAnswer:");
+  EXPECT_EQ(r[1].reference, std::nullopt);
+  o.prompt_template = "Story: {context}\nQ: {input}\nA:";
+  r = MustGenerate(o, &tok, 0);
+  EXPECT_EQ(r[0].prompt, "Story: Ann met Bob.\nQ: Who?\nA:");
+}
+
+TEST_F(WorkloadTest, JsonlTruncateMiddleKeepsBothEnds) {
+  const model::Tokenizer tok = ByteTokenizer();
+  WorkloadOptions o;
+  o.kind = "jsonl";
+  o.jsonl_path = Write("w.jsonl", "{\"prompt\": \"0123456789\", \"max_tokens\": 10}\n"
+                                  "{\"prompt\": \"ab\", \"max_tokens\": 2}\n");
+  o.max_total_tokens = 10;
+  o.truncate = "middle";
+  const auto r = MustGenerate(o, &tok, 0);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0].prompt, "01789");  // 5 tokens: the first 2 and the last 3
+  EXPECT_EQ(r[0].truncated_from, 10);
+  EXPECT_EQ(r[1].prompt, "ab");
+  EXPECT_EQ(r[1].truncated_from, 0);
+  o.truncate = "start";
+  EXPECT_EQ(ValidateWorkloadOptions(o).message(),
+            "workload option truncate = start: expected end or middle");
+}
+
 TEST_F(WorkloadTest, JsonlMalformedLinesNameFileAndLine) {
   const model::Tokenizer tok = ByteTokenizer();
   const std::string good = "{\"prompt\": \"fine\"}\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{\"prompt\": \"unterminated}", "not valid JSON"},
       {"[1, 2]", "expected a JSON object"},
-      {"{\"text\": \"x\"}", "needs a string \"prompt\" (or ShareGPT \"conversations\")"},
-      {"{\"prompt\": 5}", "needs a string \"prompt\" (or ShareGPT \"conversations\")"},
+      {"{\"text\": \"x\"}", kNeedsPrompt},
+      {"{\"prompt\": 5}", kNeedsPrompt},
+      {"{\"context\": \"c\"}", "a LongBench line needs string \"context\" and \"input\""},
+      {"{\"context\": \"c\", \"input\": \"q\", \"answers\": \"a\"}",
+       "\"answers\" must be an array of strings"},
       {"{\"prompt\": \"x\", \"max_tokens\": \"ten\"}",
        "\"max_tokens\" must be an integer in [1, 2147483647]"},
       {"{\"prompt\": \"x\", \"max_tokens\": 0}", "\"max_tokens\" must be an integer in [1, 2147483647]"},
