@@ -23,6 +23,9 @@ enum class Derive {
   kOneMinus,    // 1 - summary[key]
   kBelowHalf,   // util_hist_0 + util_hist_1: blocks under 50% utilization
   kMillionths,  // summary[key] / 1e6
+  // summary[key] / kv_groups: block and entry counts of per-layer / per-head runs on the scale
+  // of token granularity (the same KV bytes; docs/METRICS.md).
+  kPerToken,
 };
 
 struct Row {
@@ -36,14 +39,14 @@ struct Row {
 // The figures of docs/METRICS.md, in reading order.
 constexpr Row kRows[] = {
     {"requests", "requests", "%.0f", false},
-    {"blocks held / request (mean)", "blocks_mean", "%.1f", true},
-    {"blocks held / request (final)", "blocks_final_mean", "%.1f", true},
-    {"ideal packed blocks (final)", "ideal_final_mean", "%.1f", false},
-    {"live tokens / request (final)", "live_final_mean", "%.0f", false},
+    {"blocks held / request (mean)", "blocks_mean", "%.1f", true, Derive::kPerToken},
+    {"blocks held / request (final)", "blocks_final_mean", "%.1f", true, Derive::kPerToken},
+    {"ideal packed blocks (final)", "ideal_final_mean", "%.1f", false, Derive::kPerToken},
+    {"live tokens / request (final)", "live_final_mean", "%.0f", false, Derive::kPerToken},
     {"waste ratio F (mean)", "waste_ratio_mean", "%.3f", true},
     {"memory utilization 1-F", "waste_ratio_mean", "%.3f", true, Derive::kOneMinus},
     {"blocks < 50% utilized", "", "%.3f", false, Derive::kBelowHalf},
-    {"peak allocated blocks", "peak_allocated_blocks", "%.0f", true},
+    {"peak allocated blocks", "peak_allocated_blocks", "%.0f", true, Derive::kPerToken},
     {"peak concurrency", "peak_running", "%.0f", true},
     {"preemptions", "preemptions", "%.0f", false},
     {"throughput (tok/s)", "throughput_tok_s", "%.1f", true},
@@ -76,6 +79,10 @@ double Value(const engine::RunSummary& s, const Row& row) {
       return get("util_hist_0") + get("util_hist_1");
     case Derive::kMillionths:
       return get(row.key) / 1e6;
+    case Derive::kPerToken: {
+      const double groups = get("kv_groups");
+      return get(row.key) / (std::isnan(groups) || groups < 1 ? 1.0 : groups);
+    }
   }
   return NAN;
 }
