@@ -28,7 +28,8 @@ const ParamSpec* FindSpec(std::span<const ParamSpec> specs, std::string_view nam
 
 std::string RangeText(const ParamSpec& spec) {
   std::ostringstream out;
-  out << "[" << spec.min << ", " << spec.max << "]";
+  out << (spec.min_exclusive ? "(" : "[") << spec.min << ", " << spec.max
+      << (spec.max_exclusive ? ")" : "]");
   return out.str();
 }
 
@@ -38,7 +39,9 @@ Status CheckDomain(std::string_view policy, const ParamSpec& spec, const ParamVa
   if (const auto* i = std::get_if<int64_t>(&value)) number = static_cast<double>(*i);
   if (const auto* d = std::get_if<double>(&value)) number = *d;
   if (std::holds_alternative<int64_t>(value) || std::holds_alternative<double>(value)) {
-    if (!(number >= spec.min && number <= spec.max)) {
+    const bool above = spec.min_exclusive ? number > spec.min : number >= spec.min;
+    const bool below = spec.max_exclusive ? number < spec.max : number <= spec.max;
+    if (!(above && below)) {
       return InvalidArgumentError(Prefix(policy, spec.name) + " = " + ParamValueToString(value) +
                                   " is outside " + RangeText(spec));
     }

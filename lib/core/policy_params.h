@@ -36,11 +36,23 @@ struct ParamSpec {
   std::string name;
   ParamValue default_value;  // Also fixes the type.
   std::string help;          // One line.
-  // Int and double parameters: inclusive range of accepted values.
+  // Int and double parameters: range of accepted values, inclusive unless marked exclusive.
   double min = -std::numeric_limits<double>::infinity();
   double max = std::numeric_limits<double>::infinity();
   // String parameters: accepted values (empty: any string).
   std::vector<std::string> choices;
+  bool min_exclusive = false;  // min itself is refused: (min, ...
+  bool max_exclusive = false;  // max itself is refused: ..., max)
+
+  // Chainable: DoubleParam("decay", 0.9, "per-step decay", 0, 1).ExclusiveMin() accepts (0, 1].
+  ParamSpec ExclusiveMin() && {
+    min_exclusive = true;
+    return std::move(*this);
+  }
+  ParamSpec ExclusiveMax() && {
+    max_exclusive = true;
+    return std::move(*this);
+  }
 };
 
 // Declarations, one per type, as policies write them:

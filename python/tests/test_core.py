@@ -111,7 +111,8 @@ def test_policies_are_the_registry():
     assert h2o.source_file.endswith("policies/h2o.cc")
     assert h2o.params == [{"name": "recent_ratio", "type": "double", "default": 0.5,
                            "help": "fraction of the budget kept for the most recent tokens",
-                           "min": 0.0, "max": 1.0, "choices": []}]
+                           "min": 0.0, "max": 1.0, "min_exclusive": False,
+                           "max_exclusive": False, "choices": []}]
 
 
 def test_policy_score():

@@ -485,6 +485,8 @@ void BindPolicies(py::module_& m) {
                                  d["help"] = p.help;
                                  d["min"] = p.min;
                                  d["max"] = p.max;
+                                 d["min_exclusive"] = p.min_exclusive;
+                                 d["max_exclusive"] = p.max_exclusive;
                                  d["choices"] = p.choices;
                                  out.append(d);
                                }
