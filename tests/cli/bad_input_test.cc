@@ -270,7 +270,7 @@ std::vector<Case> Cases() {
       {"JsonlEmpty", Jsonl(""), "w.jsonl holds no requests", WriteJsonl("\n\n")},
       {"JsonlBeyondContext", Jsonl(""), "the model's context is 1024",
        WriteJsonl("{\"prompt\": \"And God said\", \"max_tokens\": 5000}\n")},
-      {"JsonlNotAnObject", Jsonl(""), "w.jsonl:1: expected a JSON object", WriteJsonl("[1, 2]\n")},
+      {"JsonlNotAnObject", Jsonl(""), "w.jsonl: element 0: expected a JSON object", WriteJsonl("[1, 2]\n")},
       // Sweeps.
       {"SweepWithoutSweepTable", {"sweep", "{dir}/sim.toml", "--db", "{dir}/r.db"}, "has no [sweep] table"},
       {"ShardBeyondGrid", {"sweep", "{dir}/grid.toml", "--shard", "7/10", "--db", "{dir}/r.db"},
