@@ -72,6 +72,17 @@ std::vector<TokenId> TokenTable::LiveTokens() const {
   return tokens;
 }
 
+void TokenTable::AppendLive(std::vector<SlotIndex>& slots, std::vector<TokenId>& tokens) const {
+  slots.reserve(slots.size() + static_cast<size_t>(num_live_));
+  tokens.reserve(tokens.size() + static_cast<size_t>(num_live_));
+  for (TokenId t = 0; t < num_tokens(); ++t) {
+    const Entry& e = entries_[t];
+    if (!e.live) continue;
+    slots.push_back(e.slot);
+    tokens.push_back(t);
+  }
+}
+
 int64_t TokenTable::MemoryBytes() const {
   // An unordered_map node holds the pair and a next pointer; the bucket array one pointer each.
   const int64_t node =

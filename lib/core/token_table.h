@@ -66,6 +66,9 @@ class TokenTable {
   std::vector<SlotIndex> LiveSlots() const;
   // Logical ids of live tokens in increasing order.
   std::vector<TokenId> LiveTokens() const;
+  // Both at once, in one pass over the entries: appends the live slots to `slots` and their
+  // logical ids to `tokens`.
+  void AppendLive(std::vector<SlotIndex>& slots, std::vector<TokenId>& tokens) const;
 
   // Capacity hint: the table will hold n tokens (no growth slack).
   void ReserveTokens(int64_t n) { entries_.reserve(static_cast<size_t>(n)); }

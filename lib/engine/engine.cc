@@ -284,26 +284,34 @@ class Engine {
     ++finished_;
   }
 
+  // The live context of a sequence before this step's tokens, group-major, as RunnerInput
+  // takes it: slots, their logical ids, and per-group offsets (empty with one group).
+  struct Context {
+    std::vector<SlotIndex> slots;
+    std::vector<int64_t> positions;
+    std::vector<int64_t> offsets;
+  };
+
   struct Planned {
     size_t index;
     int64_t n;
-    std::vector<SlotIndex> context;         // Group-major (RunnerInput::context_slots).
-    std::vector<int64_t> context_offsets;   // [G + 1]; empty with one group.
-    std::vector<SlotIndex> slots;           // [G * n], group-major.
+    std::vector<SlotIndex> slots;  // [G * n], group-major.
   };
 
-  // The live slots of every group of `seq`, group-major, with per-group offsets (G > 1).
-  std::pair<std::vector<SlotIndex>, std::vector<int64_t>> ContextSlots(SeqId seq) const {
-    if (groups_ == 1) return {cache_.LiveSlots(seq), {}};
-    std::vector<SlotIndex> slots;
-    std::vector<int64_t> offsets{0};
-    slots.reserve(static_cast<size_t>(cache_.num_live(seq)));
+  // The context of a step that registered its `n` new tokens (the last n live entries of every
+  // group, left out): one pass over every group's token table. Taken once every sequence of the
+  // step has its tokens, so the relocations a failed reservation forced have already moved the
+  // slots it lists.
+  Context LiveContext(SeqId seq, int64_t n) const {
+    Context c;
+    if (groups_ > 1) c.offsets.push_back(0);
     for (int32_t g = 0; g < groups_; ++g) {
-      const std::vector<SlotIndex> live = cache_.LiveSlots(seq, g);
-      slots.insert(slots.end(), live.begin(), live.end());
-      offsets.push_back(static_cast<int64_t>(slots.size()));
+      cache_.table(seq, g).AppendLive(c.slots, c.positions);
+      c.slots.resize(c.slots.size() - static_cast<size_t>(n));
+      c.positions.resize(c.slots.size());
+      if (groups_ > 1) c.offsets.push_back(static_cast<int64_t>(c.slots.size()));
     }
-    return {std::move(slots), std::move(offsets)};
+    return c;
   }
 
   // Registers this step's new tokens for every running sequence, preempting the newest
@@ -329,12 +337,10 @@ class Engine {
       if (s.shared_tokens > 0 && s.num_computed < s.shared_tokens) {
         n = std::min(n, s.shared_tokens - s.num_computed);  // End a chunk at the shared prefix.
       }
-      auto [context, context_offsets] = ContextSlots(s.seq);
       while (true) {
         StatusOr<std::vector<SlotIndex>> slots = cache_.SyncNewTokens(s.seq, n);
         if (slots.ok()) {
-          planned.push_back(
-              {index, n, std::move(context), std::move(context_offsets), std::move(*slots)});
+          planned.push_back({index, n, std::move(*slots)});
           budget -= n;
           break;
         }
@@ -371,12 +377,18 @@ class Engine {
     return planned;
   }
 
-  // Hands every group's signals of this step to the policy (RunnerOutput's group-major layout:
-  // group g's live tokens, n of them new, from offset (live tokens of groups < g)).
-  Status Observe(SeqId seq, const model::RunnerOutput& out) {
+  // Hands every group's signals of this step to the policy. Group g's live tokens are its
+  // context (the input's context_positions range) then the step's new tokens, which is also
+  // RunnerOutput's group-major layout of the signals.
+  Status Observe(SeqId seq, const model::RunnerInput& in, const model::RunnerOutput& out) {
     size_t offset = 0;
+    std::vector<TokenId> live;
     for (int32_t g = 0; g < groups_; ++g) {
-      const std::vector<TokenId> live = cache_.table(seq, g).LiveTokens();
+      const int64_t begin = groups_ == 1 ? 0 : in.context_offsets[g];
+      const int64_t end = groups_ == 1 ? static_cast<int64_t>(in.context_positions.size())
+                                       : in.context_offsets[g + 1];
+      live.assign(in.context_positions.begin() + begin, in.context_positions.begin() + end);
+      live.insert(live.end(), in.positions.begin(), in.positions.end());
       if (offset + live.size() > out.attn.size() || out.attn.size() != out.key_norm.size()) {
         return InternalError("the runner returned " + std::to_string(out.attn.size()) +
                              " signals for " + std::to_string(cache_.num_live(seq)) +
@@ -412,16 +424,11 @@ class Engine {
       in.tokens.assign(s.tokens.begin() + s.num_computed,
                        s.tokens.begin() + s.num_computed + p.n);
       for (int64_t i = 0; i < p.n; ++i) in.positions.push_back(s.num_computed + i);
-      in.write_slots = p.slots;
-      in.context_slots = std::move(p.context);
-      in.context_offsets = std::move(p.context_offsets);
-      // The live tokens now include this step's new ones (registered by Reserve), last.
-      for (int32_t g = 0; g < groups_; ++g) {
-        std::vector<TokenId> live = cache_.table(s.seq, g).LiveTokens();
-        const int64_t ctx = groups_ == 1 ? static_cast<int64_t>(in.context_slots.size())
-                                         : in.context_offsets[g + 1] - in.context_offsets[g];
-        in.context_positions.insert(in.context_positions.end(), live.begin(), live.begin() + ctx);
-      }
+      in.write_slots = std::move(p.slots);
+      Context context = LiveContext(s.seq, p.n);
+      in.context_slots = std::move(context.slots);
+      in.context_positions = std::move(context.positions);
+      in.context_offsets = std::move(context.offsets);
       in.sample = s.num_computed + p.n == static_cast<int64_t>(s.tokens.size());
       in.sampling = o_.sampling;
       in.sampling.seed = o_.sampling.seed ^ (static_cast<uint64_t>(s.request->id) * 0x9e3779b9);
@@ -447,7 +454,7 @@ class Engine {
       }
       const bool complete = s.num_computed == static_cast<int64_t>(s.tokens.size());
       if (evictor_ && complete) {
-        VTOKEN_RETURN_IF_ERROR(Observe(s.seq, outputs[i]));
+        VTOKEN_RETURN_IF_ERROR(Observe(s.seq, inputs[i], outputs[i]));
         s.observed = true;
         VTOKEN_ASSIGN_OR_RETURN(std::vector<std::vector<TokenId>> victims,
                                 evictor_->GroupVictims(s.seq));
