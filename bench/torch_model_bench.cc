@@ -179,6 +179,30 @@ BENCHMARK(BM_DecodeScatteredVsContiguous)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
+// Runs `a` and `b` (each returns the seconds it took) once per iteration, alternating which goes
+// first so that neither always runs on a warmer cache; the iteration's time is a's. Returns the
+// total seconds of a and of b.
+template <typename A, typename B>
+std::pair<double, double> TimeAlternating(benchmark::State& state, A a, B b) {
+  double a_s = 0, b_s = 0;
+  bool a_first = true;
+  for (auto _ : state) {
+    double ta, tb;
+    if (a_first) {
+      ta = a();
+      tb = b();
+    } else {
+      tb = b();
+      ta = a();
+    }
+    a_first = !a_first;
+    a_s += ta;
+    b_s += tb;
+    state.SetIterationTime(ta);
+  }
+  return {a_s, b_s};
+}
+
 // The price of KV groups: the same decode step (same model, same live tokens, scattered slots) at
 // token granularity and at range(2) = 1 layer or 2 head granularity, both in every iteration,
 // alternating which goes first; each reads the same KV bytes, the group store through one slot
@@ -197,7 +221,6 @@ void BM_DecodeTokenVsGroups(benchmark::State& state) {
   if (!token_kv || !group_kv) return;
   const auto token_inputs = DecodeInputs(batch, context, c.vocab_size, true, 6);
   const auto group_inputs = DecodeInputs(batch, context, c.vocab_size, true, 6, groups);
-  double token_s = 0, group_s = 0;
   auto timed = [&](const std::vector<PagedSeqInput>& inputs, KvTensors& kv) {
     const double begin = CpuSeconds();
     auto out = model.ForwardPaged(inputs, kv);
@@ -205,21 +228,9 @@ void BM_DecodeTokenVsGroups(benchmark::State& state) {
     if (!out.ok()) state.SkipWithError(out.status().ToString().c_str());
     return CpuSeconds() - begin;
   };
-  bool token_first = true;
-  for (auto _ : state) {
-    double t, g;
-    if (token_first) {
-      t = timed(token_inputs, *token_kv);
-      g = timed(group_inputs, *group_kv);
-    } else {
-      g = timed(group_inputs, *group_kv);
-      t = timed(token_inputs, *token_kv);
-    }
-    token_first = !token_first;
-    token_s += t;
-    group_s += g;
-    state.SetIterationTime(g);
-  }
+  const auto [group_s, token_s] =
+      TimeAlternating(state, [&] { return timed(group_inputs, *group_kv); },
+                      [&] { return timed(token_inputs, *token_kv); });
   const double n = static_cast<double>(state.iterations());
   state.counters["token_ms"] = 1e3 * token_s / n;
   state.counters["group_ms"] = 1e3 * group_s / n;
@@ -243,28 +254,14 @@ const StatusOr<LlamaModel>& VtTinyReference() {
 // the fused path's tokens/s for `tokens` new tokens per step.
 void TimeFusedVsReference(benchmark::State& state, const std::vector<PagedSeqInput>& inputs,
                           KvTensors& kv, int64_t tokens) {
-  double fused_s = 0, reference_s = 0;
-  bool fused_first = true;
-  for (auto _ : state) {
-    auto timed = [&](const LlamaModel& m) {
-      const double begin = CpuSeconds();
-      auto out = m.ForwardPaged(inputs, kv);
-      benchmark::DoNotOptimize(out);
-      return CpuSeconds() - begin;
-    };
-    double f, r;
-    if (fused_first) {
-      f = timed(*VtTiny());
-      r = timed(*VtTinyReference());
-    } else {
-      r = timed(*VtTinyReference());
-      f = timed(*VtTiny());
-    }
-    fused_first = !fused_first;
-    fused_s += f;
-    reference_s += r;
-    state.SetIterationTime(f);
-  }
+  auto timed = [&](const LlamaModel& m) {
+    const double begin = CpuSeconds();
+    auto out = m.ForwardPaged(inputs, kv);
+    benchmark::DoNotOptimize(out);
+    return CpuSeconds() - begin;
+  };
+  const auto [fused_s, reference_s] = TimeAlternating(
+      state, [&] { return timed(*VtTiny()); }, [&] { return timed(*VtTinyReference()); });
   const double n = static_cast<double>(state.iterations());
   state.counters["fused_ms"] = 1e3 * fused_s / n;
   state.counters["reference_ms"] = 1e3 * reference_s / n;

@@ -18,6 +18,11 @@ uint64_t Mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+// Distinguishes the random streams of a sequence's KV groups (group 0: none, as with one group).
+uint64_t GroupSalt(int32_t group) {
+  return group == 0 ? 0 : Mix(static_cast<uint64_t>(group) * 0x632be59bd9b4e019ULL);
+}
+
 }  // namespace
 
 Status ValidateEvictorOptions(const EvictorOptions& o) {
@@ -149,7 +154,7 @@ Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId>
     states.reserve(static_cast<size_t>(num_groups_));
     const uint64_t base = options_.seed ^ Mix(static_cast<uint64_t>(seq) + 0x9e3779b97f4a7c15ULL);
     for (int32_t g = 0; g < num_groups_; ++g) {
-      states.emplace_back(g == 0 ? base : base ^ Mix(static_cast<uint64_t>(g) * 0x632be59bd9b4e019ULL));
+      states.emplace_back(base ^ GroupSalt(g));
     }
     it = seqs_.emplace(seq, std::move(states)).first;
   }
@@ -347,7 +352,7 @@ std::vector<std::vector<TokenId>> SyntheticSignalDriver::ChooseVictims(
     attn_.resize(live[g].size());
     key_norm_.resize(live[g].size());
     double total = 0;
-    const uint64_t salt = g == 0 ? 0 : Mix(static_cast<uint64_t>(g) * 0x632be59bd9b4e019ULL);
+    const uint64_t salt = GroupSalt(g);
     for (size_t i = 0; i < live[g].size(); ++i) {
       const uint64_t h =
           Mix(((static_cast<uint64_t>(seq) << 40) ^ static_cast<uint64_t>(live[g][i])) ^ salt);

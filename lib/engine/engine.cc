@@ -384,9 +384,7 @@ class Engine {
     size_t offset = 0;
     std::vector<TokenId> live;
     for (int32_t g = 0; g < groups_; ++g) {
-      const int64_t begin = groups_ == 1 ? 0 : in.context_offsets[g];
-      const int64_t end = groups_ == 1 ? static_cast<int64_t>(in.context_positions.size())
-                                       : in.context_offsets[g + 1];
+      const auto [begin, end] = model::ContextRange(in, g);
       live.assign(in.context_positions.begin() + begin, in.context_positions.begin() + end);
       live.insert(live.end(), in.positions.begin(), in.positions.end());
       if (offset + live.size() > out.attn.size() || out.attn.size() != out.key_norm.size()) {

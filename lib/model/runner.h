@@ -6,8 +6,10 @@
 // writes KV rows at the slots it is given. Not thread-safe: called from the scheduler thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "lib/core/copy_engine.h"
@@ -49,6 +51,23 @@ struct RunnerInput {
   // runner may leave RunnerOutput::attn / key_norm empty.
   bool want_signals = true;
 };
+
+// True when in.context_offsets is a valid split of the context into `groups` ranges: empty with
+// one group, else [groups + 1] non-decreasing offsets from 0 to context_slots.size().
+inline bool ValidContextOffsets(const RunnerInput& in, int32_t groups) {
+  const auto& o = in.context_offsets;
+  if (o.empty()) return groups == 1;
+  return o.size() == static_cast<size_t>(groups) + 1 && o.front() == 0 &&
+         o.back() == static_cast<int64_t>(in.context_slots.size()) &&
+         std::is_sorted(o.begin(), o.end());
+}
+
+// Group g's range [first, second) of context_slots / context_positions.
+// REQUIRES: ValidContextOffsets(in, groups) with g < groups.
+inline std::pair<int64_t, int64_t> ContextRange(const RunnerInput& in, int32_t g) {
+  if (in.context_offsets.empty()) return {0, static_cast<int64_t>(in.context_slots.size())};
+  return {in.context_offsets[g], in.context_offsets[g + 1]};
+}
 
 struct RunnerOutput {
   int32_t next_token = -1;  // Sampled when RunnerInput::sample, else -1.

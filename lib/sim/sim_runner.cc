@@ -184,28 +184,15 @@ StatusOr<std::vector<model::RunnerOutput>> SimRunner::Forward(
     auto who = [&] { return "sim: request " + std::to_string(in.request); };
     const size_t n = in.tokens.size();
     const size_t groups = static_cast<size_t>(groups_);
-    const bool offsets_ok =
-        groups == 1 ? in.context_offsets.empty() || (in.context_offsets.size() == 2 &&
-                                                     in.context_offsets[0] == 0 &&
-                                                     in.context_offsets[1] ==
-                                                         static_cast<int64_t>(in.context_slots.size()))
-                    : in.context_offsets.size() == groups + 1 && in.context_offsets[0] == 0 &&
-                          in.context_offsets.back() ==
-                              static_cast<int64_t>(in.context_slots.size()) &&
-                          std::is_sorted(in.context_offsets.begin(), in.context_offsets.end());
     if (in.tokens.empty() || in.positions.size() != n || in.write_slots.size() != groups * n ||
-        in.context_positions.size() != in.context_slots.size() || !offsets_ok) {
+        in.context_positions.size() != in.context_slots.size() ||
+        !model::ValidContextOffsets(in, groups_)) {
       return InvalidArgumentError(who() + ": malformed input (token, position, slot and group "
                                   "offset counts)");
     }
-    auto group_begin = [&](size_t g) {
-      return groups == 1 ? int64_t{0} : in.context_offsets[g];
-    };
-    auto group_end = [&](size_t g) {
-      return groups == 1 ? static_cast<int64_t>(in.context_slots.size()) : in.context_offsets[g + 1];
-    };
     for (size_t g = 0; g < groups; ++g) {
-      for (int64_t j = group_begin(g); j < group_end(g); ++j) {
+      const auto [begin, end] = model::ContextRange(in, static_cast<int32_t>(g));
+      for (int64_t j = begin; j < end; ++j) {
         const SlotIndex s = in.context_slots[j];
         if (s < 0 || s >= o_.num_slots) return InvalidArgumentError(who() + ": slot out of range");
         const uint64_t tag = tags_[s];
@@ -234,8 +221,8 @@ StatusOr<std::vector<model::RunnerOutput>> SimRunner::Forward(
       outputs[i].key_norm.resize(outputs[i].attn.size());
       size_t offset = 0;
       for (size_t g = 0; g < groups; ++g) {
-        positions_.assign(in.context_positions.begin() + group_begin(g),
-                          in.context_positions.begin() + group_end(g));
+        const auto [begin, end] = model::ContextRange(in, static_cast<int32_t>(g));
+        positions_.assign(in.context_positions.begin() + begin, in.context_positions.begin() + end);
         positions_.insert(positions_.end(), in.positions.begin(), in.positions.end());
         VTOKEN_ASSIGN_OR_RETURN(
             recorded,
