@@ -3,13 +3,7 @@
 # (tables + figures), runs/compare, and bad input giving one clear error line, a non-zero exit
 # and nothing written to the results database.
 # Usage: cli_smoke_test.sh VTOKEN_CLI SOURCE_DIR
-set -u
-CLI=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh"
-cd "$SRC" || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
 
 bash scripts/make-corpus.sh build/corpus >/dev/null || { echo "FAIL: corpus"; exit 1; }
 
@@ -48,8 +42,4 @@ expect_error "model.safetensors" run experiments/quickstart.toml --set "model.pa
 "$CLI" check --bogus-flag >/dev/null 2>"$TMP/flag.err" && fail "unknown flag accepted"
 grep -q "bogus-flag" "$TMP/flag.err" || fail "unknown flag error lacks its name"
 
-if ((failures > 0)); then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "cli smoke test passed"
+finish "cli smoke test"

@@ -1,6 +1,24 @@
-# Shared by the shell tests of vtoken-cli (sourced; needs CLI and TMP set, counts into `failures`).
+# Shared by the shell tests of vtoken-cli, sourced with the test's arguments VTOKEN_CLI SOURCE_DIR:
+#   source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
+# sets CLI, SRC and a scratch TMP (removed on exit), moves to SRC, counts failures into
+# `failures`; a test ends with `finish NAME`.
+set -u
+CLI=$1
+SRC=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cd "$SRC" || exit 1
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# finish NAME: exit 1 with the failure count, or say NAME passed.
+finish() {
+  if ((failures > 0)); then
+    echo "$failures failure(s)"
+    exit 1
+  fi
+  echo "$1: all checks passed"
+}
 
 # expect_error PATTERN ARGS...: `vtoken-cli ARGS --db $TMP/bad.db` exits non-zero with exactly
 # one stderr line matching PATTERN, and creates no database.

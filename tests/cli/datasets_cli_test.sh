@@ -4,13 +4,7 @@
 # JSON array; both complete, report ROUGE-L against their references, and the LongBench run's
 # header counts the cut prompts.
 # Usage: datasets_cli_test.sh VTOKEN_CLI SOURCE_DIR
-set -u
-CLI=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh"
-cd "$SRC" || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
 bash scripts/make-corpus.sh build/corpus >/dev/null || fail "corpus"
 
 python3 - "$TMP" <<'PY'
@@ -63,8 +57,4 @@ grep -q 'workload: 2 of 3 prompts longer than workload.max_total_tokens allows (
 expect_error "truncate = start: expected end or middle" run "$TMP/d.toml" \
   --set workload.jsonl="'$TMP/lb.jsonl'" --set workload.truncate=start
 
-if [[ $failures -gt 0 ]]; then
-  echo "$failures failures"
-  exit 1
-fi
-echo "datasets_cli: all checks passed"
+finish datasets_cli

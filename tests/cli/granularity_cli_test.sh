@@ -5,13 +5,7 @@
 # the feature); the simulated 8B shape runs per head; `check --granularity head` passes; bad
 # combinations give one error line, a non-zero exit and no database.
 # Usage: granularity_cli_test.sh VTOKEN_CLI SOURCE_DIR
-set -u
-CLI=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh"
-cd "$SRC" || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
 bash scripts/make-corpus.sh build/corpus >/dev/null || fail "corpus"
 
 cat >"$TMP/g.toml" <<'TOML'
@@ -118,8 +112,4 @@ expect_error "token-granularity" run "$TMP/s.toml" --set sim.attention=trace:/no
 "$CLI" check --granularity row >"$TMP/c.out" 2>&1 && fail "check --granularity row exited 0"
 grep -q "unknown granularity" "$TMP/c.out" || fail "check --granularity row: $(cat "$TMP/c.out")"
 
-if [[ $failures -gt 0 ]]; then
-  echo "$failures failures"
-  exit 1
-fi
-echo "granularity_cli: all checks passed"
+finish granularity_cli

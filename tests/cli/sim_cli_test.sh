@@ -4,13 +4,7 @@
 # replays a recorded vt-tiny trace exactly, and bad [sim] input gives one error line, a non-zero
 # exit and no database.
 # Usage: sim_cli_test.sh VTOKEN_CLI SOURCE_DIR
-set -u
-CLI=$1
-SRC=$2
-TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
-source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh"
-cd "$SRC" || exit 1
+source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
 
 cat >"$TMP/sim.toml" <<'TOML'
 name = "sim_cli"
@@ -88,8 +82,4 @@ printf 'not a trace' >"$TMP/junk.trace"
 "$CLI" fit-signals "$TMP/junk.trace" >/dev/null 2>"$TMP/fit.err" && fail "fit-signals accepted junk"
 grep -q "bad magic" "$TMP/fit.err" || fail "fit-signals error: $(cat "$TMP/fit.err")"
 
-if ((failures > 0)); then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "sim cli: all checks passed"
+finish "sim cli"
