@@ -477,15 +477,8 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   c.granularity = *parsed_granularity;
   e.evictor.granularity = c.granularity;
   VTOKEN_RETURN_IF_ERROR(cache.Finish());
-  if (e.evictor.allocation == BudgetAllocation::kPyramid && c.granularity == Granularity::kToken) {
-    return pol.Error("budget_allocation",
-                     "\"pyramid\" gives each layer its own budget: it needs cache.granularity "
-                     "\"layer\" or \"head\"");
-  }
-  if (e.evictor.allocation == BudgetAllocation::kAdaptive && c.granularity != Granularity::kHead) {
-    return pol.Error("budget_allocation",
-                     "\"adaptive\" shares a layer's budget across its KV heads: it needs "
-                     "cache.granularity \"head\"");
+  if (Status fits = CheckAllocationFits(e.evictor.allocation, c.granularity); !fits.ok()) {
+    return pol.Error("budget_allocation", fits.message());
   }
   if (!(e.evictor.pyramid_beta >= 1)) return pol.Error("pyramid_beta", "must be >= 1");
   if (!(e.evictor.adaptive_floor >= 0 && e.evictor.adaptive_floor <= 1)) {

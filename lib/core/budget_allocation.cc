@@ -25,6 +25,20 @@ StatusOr<BudgetAllocation> ParseBudgetAllocation(std::string_view name) {
                               "' (expected uniform, pyramid or adaptive)");
 }
 
+Status CheckAllocationFits(BudgetAllocation allocation, Granularity granularity) {
+  if (allocation == BudgetAllocation::kPyramid && granularity == Granularity::kToken) {
+    return InvalidArgumentError(
+        "\"pyramid\" gives each layer its own budget: it needs cache.granularity \"layer\" or "
+        "\"head\"");
+  }
+  if (allocation == BudgetAllocation::kAdaptive && granularity != Granularity::kHead) {
+    return InvalidArgumentError(
+        "\"adaptive\" shares a layer's budget across its KV heads: it needs cache.granularity "
+        "\"head\"");
+  }
+  return Status::Ok();
+}
+
 std::vector<int64_t> PyramidBudgets(int64_t budget, int32_t num_layers, double beta) {
   std::vector<int64_t> out(static_cast<size_t>(num_layers), budget);
   if (num_layers == 1) return out;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "lib/core/status.h"
+#include "lib/core/types.h"
 
 namespace vtoken {
 
@@ -22,6 +23,10 @@ enum class BudgetAllocation { kUniform, kPyramid, kAdaptive };
 
 const char* BudgetAllocationName(BudgetAllocation allocation);
 StatusOr<BudgetAllocation> ParseBudgetAllocation(std::string_view name);
+
+// InvalidArgument when `granularity` cannot express `allocation` (pyramid needs per-layer groups,
+// adaptive per-head ones); the message starts with the allocation's quoted name.
+Status CheckAllocationFits(BudgetAllocation allocation, Granularity granularity);
 
 // PyramidKV's per-layer budgets for a mean budget `budget` over `num_layers` layers: layer l gets
 // b_max - (b_max - b_min) * l / (num_layers - 1) with b_min = budget / beta and

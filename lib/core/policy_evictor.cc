@@ -57,15 +57,8 @@ Status ValidateEvictorOptions(const EvictorOptions& o) {
   if (o.num_layers < 1 || o.num_kv_heads < 1) {
     return InvalidArgumentError("num_layers and num_kv_heads must be >= 1");
   }
-  if (o.allocation == BudgetAllocation::kPyramid && o.granularity == Granularity::kToken) {
-    return InvalidArgumentError(
-        "budget_allocation \"pyramid\" needs per-layer budgets: cache.granularity \"layer\" or "
-        "\"head\"");
-  }
-  if (o.allocation == BudgetAllocation::kAdaptive && o.granularity != Granularity::kHead) {
-    return InvalidArgumentError(
-        "budget_allocation \"adaptive\" shares a layer's budget across its heads: it needs "
-        "cache.granularity \"head\"");
+  if (Status fits = CheckAllocationFits(o.allocation, o.granularity); !fits.ok()) {
+    return InvalidArgumentError("budget_allocation " + fits.message());
   }
   if (!(o.pyramid_beta >= 1)) {
     return InvalidArgumentError("pyramid_beta must be >= 1, got " +
