@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -274,7 +275,8 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
     std::vector<int64_t> ids;
     std::map<std::string, std::vector<double>> figures;
   };
-  std::vector<Point> points;
+  std::vector<Point> points;  // In order of their first run.
+  std::map<std::tuple<std::string, std::string, FlatConfig>, size_t> index;  // -> points[i]
   std::set<std::string> figures;
   for (const engine::RunRecord& r : runs) {
     if (r.status != "completed") continue;
@@ -284,13 +286,9 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
     const std::string seed = c.count("seed") ? c.at("seed") : "";
     c.erase("modes");
     for (const std::string& k : seed_keys) c.erase(k);
-    auto it = std::find_if(points.begin(), points.end(), [&](const Point& p) {
-      return p.mode == r.mode && p.sweep == r.sweep && p.config == c;
-    });
-    if (it == points.end()) {
-      points.push_back({r.mode, r.policy, r.sweep, std::move(c), {}, {}, {}});
-      it = points.end() - 1;
-    }
+    auto [slot, added] = index.try_emplace({r.mode, r.sweep, c}, points.size());
+    if (added) points.push_back({r.mode, r.policy, r.sweep, std::move(c), {}, {}, {}});
+    Point* it = &points[slot->second];
     it->seeds.push_back(seed);
     it->ids.push_back(r.id);
     VTOKEN_ASSIGN_OR_RETURN(engine::RunSummary summary, store.GetSummary(r.id));

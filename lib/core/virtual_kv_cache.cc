@@ -173,7 +173,7 @@ StatusOr<ForkResult> VirtualKvCache::ForkSequence(SeqId parent_id, int64_t num_t
   const SeqId child_id = AddSequence();
   ForkResult result{.child = child_id, .copies = {}};
   for (int32_t g = 0; g < groups; ++g) {
-    const TokenTable& parent = tables_.at(parent_id)[g];
+    const TokenTable& parent = (*parents)[g];  // Map nodes stay put when the child is added.
     TokenTable& child = tables_.at(child_id)[g];
     for (TokenId t = 0; t < num_tokens; ++t) {
       const TokenTable::Entry& e = parent.entry(t);
