@@ -12,6 +12,8 @@
 #include <variant>
 #include <toml++/toml.h>
 
+#include "lib/model/io/device_spec.h"
+
 namespace vtoken::cli {
 namespace {
 
@@ -371,12 +373,11 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(model.String("path", c.model));
   VTOKEN_RETURN_IF_ERROR(model.Uint("seed", c.model_seed));
   VTOKEN_RETURN_IF_ERROR(model.String("device", c.model_device));
-  if (c.model_device != "cpu" && c.model_device != "cuda" &&
-      c.model_device.rfind("cuda:", 0) != 0) {
+  if (!model::ParseDeviceSpec(c.model_device).ok()) {
     return model.Error("device", "must be \"cpu\", \"cuda\" or \"cuda:N\"");
   }
   VTOKEN_RETURN_IF_ERROR(model.String("dtype", c.model_dtype));
-  if (c.model_dtype != "float32" && c.model_dtype != "bfloat16" && c.model_dtype != "float16") {
+  if (!model::ParseComputeDtype(c.model_dtype).ok()) {
     return model.Error("dtype", "must be \"float32\", \"bfloat16\" or \"float16\"");
   }
   VTOKEN_RETURN_IF_ERROR(model.Finish());
