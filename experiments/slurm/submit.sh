@@ -29,7 +29,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 [[ -f "$config" && -r "$config" ]] || die "config '$config': no such readable file (working directory $PWD)"
 [[ "$num_shards" =~ ^[1-9][0-9]*$ ]] || die "N: expected a positive shard count, got '$num_shards'"
 cli=${VTOKEN_CLI:-vtoken-cli}
-cli_path=$(command -v -- "$cli") || die "vtoken-cli '$cli' not found: set VTOKEN_CLI or put vtoken-cli on PATH"
+cli_path=$(type -P -- "$cli") || die "vtoken-cli '$cli' not found: set VTOKEN_CLI or put vtoken-cli on PATH"
 [[ "$cli_path" == /* ]] || cli_path=$PWD/$cli_path
 for opt in "$@"; do
   case "$opt" in
