@@ -2,20 +2,32 @@
 """Figures of one sweep from a vtoken result database (figures defined in docs/METRICS.md).
 
     python3 experiments/plot.py --db results/eval.db --sweep NAME --out results/figures/NAME
+                                [--format pdf,png] [--time step|wall]
 
-Reads the sweep's completed runs (runs, steps, summary tables) and writes a PNG per figure the
-sweep has data for, printing each path it writes:
+Reads the sweep's completed runs (runs, steps, summary tables) and writes each figure the sweep
+has data for as NAME.pdf and NAME.png (300 dpi), printing each path it writes:
 
-  util_hist.png       block utilization histogram, naive vs vtoken per grid point (steps.hist0..3)
-  blocks_over_time.png  allocated blocks vs time per run (steps.allocated_blocks, steps.time_s)
-  sla_frontier.png    throughput and p95 E2E vs concurrency (engine.max_num_seqs), SLA line
-  capacity_frontier.png  preemptions vs concurrency limit; peak concurrency without preemption
-  overhead.png        forward / policy / planner / fence seconds per run (summary)
-  block_size.png      blocks held, tokens moved and waste vs engine.block_size
-  by_KEY.png          blocks held, throughput and ROUGE-L vs any other numeric grid key
+  util_hist          block utilization histogram, naive vs vtoken per grid point (steps.hist0..3)
+  blocks_over_time   allocated blocks per engine step (steps.step; --time wall: steps.time_s)
+  sla_frontier       throughput and p95 E2E vs concurrency (engine.max_num_seqs), SLA line
+  capacity_frontier  preemptions vs concurrency limit; peak concurrency without preemption
+  overhead           forward / policy / planner / fence time per grid point and mode (summary)
+  block_size         slots held, tokens moved and waste vs engine.block_size
+  by_KEY             blocks held, waste, throughput and ROUGE-L vs any other grid key
 
-The grid's varying keys are found by comparing the runs' resolved configs (runs.config_toml),
-so the script needs nothing but the database. Only the Python standard library and matplotlib.
+Grouping. The grid's varying keys are found by comparing the runs' resolved configs
+(runs.config_toml), so the script needs nothing but the database. Runs that differ only in
+SEED_KEYS are the seeds of one point (as `vtoken-cli export --table points` groups them); a
+figure shows their mean and, with 2 or more seeds, the half-width of the 95% confidence interval
+(Student's t, ci95()) as error bars or a band, and says the number of seeds in its legend title.
+A native run does not depend on the policy, so native runs that differ only in policy.* keys are
+one baseline, drawn once.
+
+Style. Widths fit a paper column (COLUMN_IN) or the full text width (FULL_IN) at 7-8 pt fonts;
+legends sit below the axes. Every mode has one line style and marker and, where policies are not
+told apart, one colour (MODE_STYLE); where a figure shows several policies, the colour is the
+policy's (policy_color()), the same in every figure. Only the Python standard library and
+matplotlib.
 """
 
 import argparse
@@ -24,6 +36,7 @@ import os
 import sqlite3
 import sys
 import tomllib
+import zlib
 
 try:
     import matplotlib
@@ -33,14 +46,116 @@ try:
 except ImportError:
     sys.exit("plot.py: error: matplotlib is not installed (apt-get install python3-matplotlib)")
 
-MODE_ORDER = {"native": 0, "naive": 1, "vtoken": 2}
-MODE_COLOR = {"native": "tab:gray", "naive": "tab:orange", "vtoken": "tab:blue"}
-HIST_LABELS = ["[0,25)%", "[25,50)%", "[50,75)%", "[75,100]%"]
+# Keys whose values tell the seeds of one point apart: `[sweep] seeds` sets both (docs/SWEEPS.md),
+# and `export --table points` groups over the same two.
+SEED_KEYS = ("seed", "workload.seed")
 # Keys that identify a run but are not grid axes: the mode is a column of its own, and the
 # experiment name is the same for every run of a sweep.
 NOT_AXES = {"modes", "name"}
 # Grid keys that have a figure of their own; the rest get a generic by_KEY figure.
 OWN_FIGURE = {"engine.max_num_seqs", "engine.block_size"}
+
+COLUMN_IN = 3.4  # one column of a two-column paper, inches
+FULL_IN = 7.0  # the full text width
+DPI = 300
+MAX_FACETS = 12
+
+MODES = ("native", "naive", "vtoken")
+# Okabe-Ito colours (safe for colour-blind readers and in grey print).
+MODE_STYLE = {
+    "native": {"color": "#000000", "linestyle": ":", "marker": "s"},
+    "naive": {"color": "#E69F00", "linestyle": "--", "marker": "v"},
+    "vtoken": {"color": "#0072B2", "linestyle": "-", "marker": "o"},
+}
+# One colour per registered policy (vtoken-cli policies); other policies get a colour from
+# FALLBACK_COLORS by a hash of their name, so a policy's colour never depends on the sweep.
+POLICY_COLORS = {
+    "h2o": "#D55E00",
+    "tova": "#009E73",
+    "snapkv": "#CC79A7",
+    "streaming_llm": "#56B4E9",
+    "scissorhands": "#8C564B",
+    "random": "#7F7F7F",
+    "knorm": "#9467BD",
+    "decayed_attention": "#BCBD22",
+    "drop": "#17BECF",
+}
+FALLBACK_COLORS = ("#1B9E77", "#7570B3", "#E7298A", "#66A61E", "#A6761D", "#E6AB02", "#386CB0",
+                   "#F0027F", "#BF5B17", "#666666")
+PHASES = (("forward_s", "model forward", "#B3B3B3"), ("policy_s", "policy", "#D55E00"),
+          ("planner_s", "reclaim planner", "#009E73"), ("fence_s", "copy fence waits", "#CC79A7"))
+HIST_LABELS = ["0-25", "25-50", "50-75", "75-100"]
+
+plt.rcParams.update({
+    "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
+    "ytick.labelsize": 7, "legend.fontsize": 7, "legend.title_fontsize": 7,
+    "lines.linewidth": 1.2, "lines.markersize": 3.5, "errorbar.capsize": 2,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.grid": True,
+    "grid.linewidth": 0.4, "grid.alpha": 0.5, "axes.axisbelow": True,
+    "pdf.fonttype": 42, "ps.fonttype": 42,  # TrueType in the PDF: no Type 3 fonts
+})
+
+
+def policy_color(policy):
+    if policy in POLICY_COLORS:
+        return POLICY_COLORS[policy]
+    return FALLBACK_COLORS[zlib.crc32(policy.encode()) % len(FALLBACK_COLORS)]
+
+
+def style(mode, policy, by_policy):
+    """Line style of a curve: the mode's, coloured by the policy when policies are told apart."""
+    s = dict(MODE_STYLE.get(mode, {"color": "#444444", "linestyle": "-.", "marker": "x"}))
+    if by_policy and policy:
+        s["color"] = policy_color(policy)
+    return s
+
+
+def styles(points, by_policy):
+    """style() of each point's curve; curves that would look the same (same mode and policy, other
+    grid values) get lighter tints of the colour, in order."""
+    out = [style(p.mode, p.policy, by_policy) for p in points]
+    same = {}
+    for st in out:
+        same.setdefault((st["color"], st["linestyle"]), []).append(st)
+    for group in same.values():
+        for i, st in enumerate(group):
+            if len(group) > 1:
+                white = 0.6 * i / (len(group) - 1)
+                rgb = matplotlib.colors.to_rgb(st["color"])
+                st["color"] = tuple(c + (1 - c) * white for c in rgb)
+    return out
+
+
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060,
+        2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def student_t975(df):
+    """The 0.975 quantile of Student's t with df degrees of freedom (lib/engine/stats.cc)."""
+    if df < 1:
+        return math.nan
+    if df <= len(T975):
+        return T975[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4.0 * df)
+
+
+def ci95(values):
+    """(mean, half-width of the two-sided 95% CI of the mean, n) over the non-NaN values.
+
+    The half-width is t(0.975, n-1) * s / sqrt(n), s the sample standard deviation, as
+    engine::MeanCi95 and `export --table points`; NaN when n < 2 (the mean too when n = 0).
+    """
+    vals = [v for v in values if v is not None and not math.isnan(v)]
+    n = len(vals)
+    if n == 0:
+        return math.nan, math.nan, 0
+    mean = sum(vals) / n
+    if n < 2:
+        return mean, math.nan, 1
+    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
+    return mean, student_t975(n - 1) * sd / math.sqrt(n), n
 
 
 def flatten(table, prefix=""):
@@ -54,34 +169,15 @@ def flatten(table, prefix=""):
     return out
 
 
-class Run:
-    def __init__(self, row, config, summary):
-        self.id, self.mode, self.policy, self.block_size, self.num_blocks = row
-        self.config = config
-        self.summary = summary
-        self.point = ()  # (key, value) of each varying grid key, mode excluded
-
-    def get(self, name):
-        v = self.summary.get(name)
-        return float("nan") if v is None else v
-
-    def point_label(self, skip=()):
-        parts = [f"{short(k)}={fmt(v)}" for k, v in self.point if k not in skip]
-        return ", ".join(parts)
-
-    def label(self, skip=()):
-        base = self.mode + (f"/{self.policy}" if self.policy else "")
-        point = self.point_label(skip)
-        return f"{base} {point}".strip()
-
-
 def short(key):
-    """A grid key for a legend: its last part ("policy" for policy.name)."""
+    """A grid key for a label: its last part ("policy" for policy.name)."""
     parts = key.split(".")
     return parts[-2] if parts[-1] == "name" and len(parts) > 1 else parts[-1]
 
 
 def fmt(v):
+    if v is None:  # a key older runs' configs lack
+        return "unset"
     if isinstance(v, float):
         return f"{v:g}"
     if isinstance(v, list):
@@ -89,341 +185,596 @@ def fmt(v):
     return str(v)
 
 
+def sort_key(v):
+    return (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class Run:
+    def __init__(self, run_id, mode, policy, config, summary):
+        self.id, self.mode, self.policy = run_id, mode, policy
+        self.config = config
+        self.summary = summary
+
+    def get(self, name):
+        v = self.summary.get(name)
+        return math.nan if v is None else v
+
+    def seed(self):
+        return tuple(repr(self.config.get(k)) for k in SEED_KEYS)
+
+
+class Point:
+    """One grid point of one mode: its runs, one per seed, and the grid keys that identify it.
+
+    `config` is the resolved config without NOT_AXES and SEED_KEYS, and for native without the
+    policy.* keys (native does not depend on them). `values` maps each grid axis the point has
+    to its value (set by load()).
+    """
+
+    def __init__(self, mode, policy, config):
+        self.mode, self.policy, self.config = mode, policy, config
+        self.runs = []
+        self.values = {}
+
+    def stat(self, name):
+        return ci95([r.get(name) for r in self.runs])
+
+    def mean(self, name):
+        return self.stat(name)[0]
+
+    def ignores(self, key):
+        return self.mode == "native" and key.startswith("policy.")
+
+    def label(self, skip=(), by_policy=True):
+        """"vtoken h2o, num_blocks=48": the mode, the policy, the other grid keys."""
+        head = self.mode + (f" {self.policy}" if by_policy and self.policy else "")
+        rest = [f"{short(k)}={fmt(v)}" for k, v in self.values.items()
+                if k not in skip and k != "policy.name"]
+        return ", ".join([head] + rest)
+
+    def facet_label(self, skip=()):
+        parts = [fmt(v) if k == "policy.name" else f"{short(k)}={fmt(v)}"
+                 for k, v in self.values.items() if k not in skip]
+        return ", ".join(parts) or "all runs"
+
+
+def group_points(runs):
+    """Points of the runs (first-seen order) and how many duplicate runs were left out.
+
+    A native run whose (seed, config without policy.*) another native run already has is the
+    same baseline; the first is kept."""
+    points, index, dropped = [], {}, 0
+    for r in runs:
+        config = {k: v for k, v in r.config.items()
+                  if k not in NOT_AXES and k not in SEED_KEYS
+                  and not (r.mode == "native" and k.startswith("policy."))}
+        key = (r.mode, repr(sorted(config.items())))
+        if key not in index:
+            index[key] = len(points)
+            points.append(Point(r.mode, "" if r.mode == "native" else r.policy, config))
+        p = points[index[key]]
+        if any(x.seed() == r.seed() for x in p.runs):
+            dropped += 1
+            continue
+        p.runs.append(r)
+    return points, dropped
+
+
+def varying_keys(points):
+    keys = sorted(set().union(*(p.config.keys() for p in points)))
+    out = []
+    for k in keys:
+        values = {repr(p.config.get(k)) for p in points if not p.ignores(k)}
+        if len(values) > 1:
+            out.append(k)
+    return out
+
+
 def load(db_path, sweep):
+    """(connection, points, grid axes) of the sweep's completed runs."""
     if not os.path.exists(db_path):
         sys.exit(f"plot.py: error: database {db_path} not found")
     con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     rows = con.execute(
-        "SELECT id, mode, policy, block_size, num_blocks, config_toml FROM runs "
+        "SELECT id, mode, policy, config_toml FROM runs "
         "WHERE sweep = ? AND status = 'completed' ORDER BY id",
         (sweep,),
     ).fetchall()
     if not rows:
         sys.exit(f"plot.py: error: no completed runs of sweep '{sweep}' in {db_path}")
     runs = []
-    for r in rows:
+    for run_id, mode, policy, config_toml in rows:
         try:
-            config = flatten(tomllib.loads(r[5])) if r[5] else {}
+            config = flatten(tomllib.loads(config_toml)) if config_toml else {}
         except tomllib.TOMLDecodeError as e:
-            sys.exit(f"plot.py: error: run {r[0]}: config_toml does not parse: {e}")
-        summary = dict(con.execute("SELECT name, value FROM summary WHERE run_id = ?", (r[0],)))
-        runs.append(Run(r[:5], config, summary))
-    axes = varying_keys(runs)
-    for run in runs:
-        run.point = tuple((k, run.config.get(k)) for k in axes)
-    return con, runs, axes
+            sys.exit(f"plot.py: error: run {run_id}: config_toml does not parse: {e}")
+        summary = dict(con.execute("SELECT name, value FROM summary WHERE run_id = ?", (run_id,)))
+        runs.append(Run(run_id, mode, policy, config, summary))
+    points, dropped = group_points(runs)
+    if dropped:
+        print(f"plot.py: {dropped} native runs repeat a baseline that differs only in policy.* "
+              "keys; each baseline is drawn once", file=sys.stderr)
+    axes = varying_keys(points)
+    for p in points:
+        p.values = {k: p.config.get(k) for k in axes if not p.ignores(k)}
+    return con, points, axes
 
 
-def varying_keys(runs):
-    keys = sorted(set().union(*(r.config.keys() for r in runs)) - NOT_AXES)
-    out = []
-    for k in keys:
-        values = {repr(r.config.get(k)) for r in runs}
-        if len(values) > 1:
-            out.append(k)
-    return out
+def seeds_note(points):
+    """The legend title that says over how many seeds the figure's points are averaged."""
+    counts = sorted({len(p.runs) for p in points})
+    if not counts or counts[-1] < 2:
+        return None
+    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    return f"mean \u00b1 95% CI (Student's t) over {n} seeds"
 
 
-def sort_key(v):
-    return (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
+def mode_rank(p):
+    return MODES.index(p.mode) if p.mode in MODES else len(MODES)
 
 
-def save(fig, out_dir, name, written):
-    path = os.path.join(out_dir, name)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
+class Writer:
+    """Saves figures in the chosen formats and remembers the paths."""
+
+    def __init__(self, out_dir, formats):
+        self.out_dir, self.formats = out_dir, formats
+        self.written = []
+
+    def save(self, fig, name, legend_axes=None, note=None, ncol=None):
+        """Lays out fig, puts one legend of every labelled artist below the axes, writes it."""
+        fig.tight_layout(pad=0.4)
+        handles, labels = [], []
+        for ax in legend_axes if legend_axes is not None else fig.axes:
+            for h, l in zip(*ax.get_legend_handles_labels()):
+                if l not in labels and not l.startswith("_"):
+                    handles.append(h)
+                    labels.append(l)
+        extra = []
+        if labels:
+            width = fig.get_size_inches()[0]
+            longest = max(len(l) for l in labels)
+            fit = max(1, int(width / (0.055 * longest + 0.45)))
+            ncol = ncol or min(len(labels), fit)
+            extra.append(fig.legend(handles, labels, loc="upper center", ncol=ncol,
+                                    bbox_to_anchor=(0.5, 0.0), frameon=False, title=note,
+                                    columnspacing=1.2, handlelength=2.4))
+        for f in self.formats:
+            path = os.path.join(self.out_dir, f"{name}.{f}")
+            # No creation date in the PDF: the same database gives the same file.
+            meta = {"CreationDate": None} if f == "pdf" else {}
+            fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.03,
+                        bbox_extra_artists=extra, metadata=meta)
+            self.written.append(path)
+        plt.close(fig)
 
 
-def steps_of(con, run_id, columns):
-    return con.execute(
-        f"SELECT {columns} FROM steps WHERE run_id = ? ORDER BY step", (run_id,)
-    ).fetchall()
+def grid(n, width, panel_h, max_cols):
+    cols = max(1, min(n, max_cols))
+    rows = math.ceil(n / cols)
+    fig, axs = plt.subplots(rows, cols, figsize=(width, panel_h * rows), squeeze=False)
+    flat = [ax for row in axs for ax in row]
+    for ax in flat[n:]:
+        ax.axis("off")
+    return fig, flat[:n]
 
 
-def points(runs, skip=()):
-    """Grid points (mode excluded, keys in `skip` ignored) in first-seen order."""
+def label_outer(axs, cols, xlabel, ylabel):
+    """Axis labels on the bottom panel of each column and the first panel of each row only."""
+    n = len(axs)
+    for i, ax in enumerate(axs):
+        if i + cols >= n:
+            ax.set_xlabel(xlabel)
+        if i % cols == 0:
+            ax.set_ylabel(ylabel)
+
+
+def facets(points, skip):
+    """Points grouped by their grid values outside `skip` (first-seen order)."""
     seen = {}
-    for r in runs:
-        key = tuple((k, v) for k, v in r.point if k not in skip)
-        seen.setdefault(repr(key), (key, []))[1].append(r)
-    return list(seen.values())
+    for p in points:
+        key = repr([(k, v) for k, v in p.values.items() if k not in skip])
+        seen.setdefault(key, []).append(p)
+    groups = list(seen.values())
+    if len(groups) > MAX_FACETS:
+        print(f"plot.py: {len(groups)} panels; drawing the first {MAX_FACETS}", file=sys.stderr)
+    return groups[:MAX_FACETS]
 
 
-def plot_util_hist(con, runs, out_dir, written):
-    evicting = [r for r in runs if r.mode in ("naive", "vtoken")]
-    if not evicting:
+def errorbar(ax, xs, stats, st, label, dodge=(0, 1), log=False, **kw):
+    """A curve of means with 95% CI error bars (none where a point has one seed).
+
+    dodge = (i, k): the curve is the i-th of k, shifted sideways a little so that the error bars
+    of curves at the same x do not hide each other."""
+    means = [s[0] for s in stats]
+    errs = [0.0 if math.isnan(s[1]) else s[1] for s in stats]
+    if any(errs):
+        shift = 0.025 * (dodge[0] - (dodge[1] - 1) / 2)
+        if log:
+            xs = [x * 2 ** shift for x in xs]
+        elif len(xs) > 1:
+            span = max(xs) - min(xs)
+            xs = [x + shift * span / 2 for x in xs]
+        ax.errorbar(xs, means, yerr=errs, label=label, elinewidth=0.8, **st, **kw)
+    else:
+        ax.plot(xs, means, label=label, **st, **kw)
+
+
+def value_ticks(ax, cs):
+    """Ticks at the swept values of a numeric axis when there are few of them."""
+    xs = sorted({x for _, pts, _ in cs for x, _ in pts})
+    if 1 < len(xs) <= 10:
+        ax.set_xticks(xs)
+        ax.set_xticklabels([fmt(x) for x in xs])
+        ax.minorticks_off()
+
+
+def plot_util_hist(con, points, out):
+    evicting = [p for p in points if p.mode in ("naive", "vtoken")]
+    groups = facets(evicting, skip=())
+    if not groups:
         return
-    groups = points(evicting)
-    modes = sorted({r.mode for r in evicting}, key=MODE_ORDER.get)
-    n = len(groups)
-    cols = min(n, 3)
-    rows = math.ceil(n / cols)
-    fig, axs = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+    modes = sorted({p.mode for p in evicting}, key=MODES.index)
     width = 0.8 / len(modes)
-    drew = False
-    for i, (key, members) in enumerate(groups):
-        ax = axs[i // cols][i % cols]
-        for j, mode in enumerate(modes):
-            sums = [0, 0, 0, 0]
-            for r in members:
-                if r.mode != mode:
-                    continue
-                for row in steps_of(con, r.id, "hist0, hist1, hist2, hist3"):
-                    for b in range(4):
-                        sums[b] += row[b] or 0
-            total = sum(sums)
-            if total == 0:
-                continue
-            drew = True
-            xs = [b + (j - (len(modes) - 1) / 2) * width for b in range(4)]
-            ax.bar(xs, [100.0 * s / total for s in sums], width, label=mode,
-                   color=MODE_COLOR[mode])
-        policy = members[0].policy
-        title = ", ".join(p for p in [policy, members[0].point_label(skip=("policy.name",))] if p)
-        ax.set_title(title or "all runs", fontsize=9)
-        ax.set_xticks(range(4))
-        ax.set_xticklabels(HIST_LABELS, fontsize=8)
-        ax.set_xlabel("block utilization (live slots / block size)")
-        ax.set_ylabel("allocated block-steps (%)")
-        ax.legend(fontsize=8)
-    for i in range(n, rows * cols):
-        axs[i // cols][i % cols].axis("off")
-    if not drew:
-        plt.close(fig)
-        return
-    fig.suptitle("Block utilization histogram (all steps)", fontsize=11)
-    save(fig, out_dir, "util_hist.png", written)
-
-
-def plot_blocks_over_time(con, runs, out_dir, written):
-    groups = points(runs)[:9]
     n = len(groups)
-    cols = min(n, 3)
-    rows = math.ceil(n / cols)
-    fig, axs = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+    fig, axs = grid(n, COLUMN_IN if n == 1 else FULL_IN, 1.9 if n > 1 else 2.3, 4)
     drew = False
-    for i, (key, members) in enumerate(groups):
-        ax = axs[i // cols][i % cols]
-        for r in sorted(members, key=lambda r: MODE_ORDER.get(r.mode, 9)):
-            data = steps_of(con, r.id, "time_s, allocated_blocks")
-            if not data:
+    for ax, members in zip(axs, groups):
+        for j, mode in enumerate(modes):
+            point = next((p for p in members if p.mode == mode), None)
+            if point is None:
+                continue
+            shares = [[] for _ in range(4)]  # per bin: each seed's share of block-steps (%)
+            for r in point.runs:
+                sums = con.execute("SELECT SUM(hist0), SUM(hist1), SUM(hist2), SUM(hist3) "
+                                   "FROM steps WHERE run_id = ?", (r.id,)).fetchone()
+                total = sum(s or 0 for s in sums)
+                if total:
+                    for b in range(4):
+                        shares[b].append(100.0 * (sums[b] or 0) / total)
+            if not shares[0]:
                 continue
             drew = True
-            ax.plot([d[0] for d in data], [d[1] for d in data], label=r.label(skip=[k for k, _ in key]),
-                    color=MODE_COLOR.get(r.mode), linewidth=1.2)
-        ax.set_title(members[0].point_label() or "all runs", fontsize=9)
-        ax.set_xlabel("time since run start (s)")
-        ax.set_ylabel("allocated blocks")
-        ax.legend(fontsize=7)
-    for i in range(n, rows * cols):
-        axs[i // cols][i % cols].axis("off")
+            stats = [ci95(s) for s in shares]
+            errs = [0.0 if math.isnan(s[1]) else s[1] for s in stats]
+            xs = [b + (j - (len(modes) - 1) / 2) * width for b in range(4)]
+            ax.bar(xs, [s[0] for s in stats], width, yerr=errs if any(errs) else None,
+                   label=mode, color=MODE_STYLE[mode]["color"], error_kw={"elinewidth": 0.8})
+        ax.set_title(members[0].facet_label())
+        ax.set_xticks(range(4))
+        ax.set_xticklabels(HIST_LABELS)
+        ax.grid(axis="x", visible=False)
     if not drew:
         plt.close(fig)
         return
-    fig.suptitle("KV blocks held over time", fontsize=11)
-    save(fig, out_dir, "blocks_over_time.png", written)
+    label_outer(axs, min(n, 4), "block utilization (%)", "block-steps (%)")
+    out.save(fig, "util_hist", note=seeds_note(evicting))
 
 
-def series(runs, key, skip_more=()):
-    """{(mode, rest-of-point label): [(value of key, run), ...] sorted by value}."""
+def steps_of(con, run_id, time_column):
+    return con.execute(f"SELECT {time_column}, allocated_blocks FROM steps WHERE run_id = ? "
+                       "ORDER BY step", (run_id,)).fetchall()
+
+
+def plot_blocks_over_time(con, points, axes, out, time_axis):
+    policies = {p.policy for p in points if p.policy}
+    by_policy = len(policies) > 1
+    # A panel per setting of the grid keys but the policy: native once, beside every policy.
+    groups = facets(points, skip=("policy.name",) if by_policy else ())
+    n = len(groups)
+    fig, axs = grid(n, COLUMN_IN if n == 1 else FULL_IN, 2.2 if n == 1 else 1.9, 3)
+    drew = False
+    for ax, members in zip(axs, groups):
+        members = sorted(members, key=lambda p: (mode_rank(p), p.policy))
+        for p, st in zip(members, styles(members, by_policy)):
+            st.pop("marker")
+            label = p.label(skip=axes, by_policy=by_policy)
+            series = [steps_of(con, r.id, "step" if time_axis == "step" else "time_s")
+                      for r in p.runs]
+            series = [s for s in series if s]
+            if not series:
+                continue
+            drew = True
+            if time_axis == "wall":  # seeds' clocks do not line up: one thin line per seed
+                for i, s in enumerate(series):
+                    ax.plot([d[0] for d in s], [d[1] for d in s], linewidth=0.8,
+                            label=label if i == 0 else "_", **st)
+                continue
+            # Mean over the seeds per step; a seed whose run has ended holds 0 blocks.
+            by_step = {}
+            last = max(s[-1][0] for s in series)
+            for s in series:
+                for step, blocks in s:
+                    by_step.setdefault(step, []).append(blocks)
+                for step in range(s[-1][0] + 1, last + 1):
+                    by_step.setdefault(step, []).append(0)
+            xs = sorted(by_step)
+            stats = [ci95(by_step[x]) for x in xs]
+            ax.plot(xs, [s[0] for s in stats], label=label, linewidth=1.0,
+                    zorder=3 if p.mode == "native" else 2, **st)
+            if len(series) > 1:
+                lo = [max(0, s[0] - (0 if math.isnan(s[1]) else s[1])) for s in stats]
+                hi = [s[0] + (0 if math.isnan(s[1]) else s[1]) for s in stats]
+                ax.fill_between(xs, lo, hi, color=st["color"], alpha=0.12, linewidth=0)
+        title = members[0].facet_label(skip=("policy.name",))
+        if n > 1 or title != "all runs":
+            ax.set_title(title)
+        ax.set_ylim(bottom=0)
+    label_outer(axs, min(n, 3), "engine step" if time_axis == "step" else
+                "time since run start (s)", "allocated blocks")
+    if not drew:
+        plt.close(fig)
+        return
+    note = seeds_note(points)
+    if note and time_axis == "step":
+        note += " (an ended run holds 0 blocks)"
+    elif note:
+        note = f"one line per seed ({note.split(' over ')[1]})"
+    out.save(fig, "blocks_over_time", note=note)
+
+
+def curves(points, key):
+    """Points along `key`, one curve per mode, policy and setting of the other grid keys.
+
+    Returns [(label, [(x, point), ...] sorted by x, style)] in mode order. A point without `key`
+    (native, where key is a policy.* key) is not on any curve."""
+    by_policy = len({p.policy for p in points if p.policy}) > 1 and key != "policy.name"
+    # A grid key whose value follows from key's (block_size_paper scales num_blocks with the
+    # block size) does not split a curve.
+    follows = set()
+    for k in {k for p in points for k in p.values} - {key}:
+        seen = {}
+        if all(seen.setdefault(repr(p.values[key]), repr(p.values[k])) == repr(p.values[k])
+               for p in points if key in p.values and k in p.values):
+            follows.add(k)
     out = {}
-    for r in runs:
-        x = r.config.get(key)
-        if x is None:
+    for p in points:
+        if key not in p.values:
             continue
-        by_policy = r.policy and "policy.name" in dict(r.point) and key != "policy.name"
-        label = r.mode + (f"/{r.policy}" if by_policy else "")
-        rest = r.point_label(skip=(key, "policy.name") + tuple(skip_more))
-        out.setdefault((r.mode, label + (f" {rest}" if rest else "")), []).append((x, r))
-    for v in out.values():
-        v.sort(key=lambda p: sort_key(p[0]))
-    return dict(sorted(out.items(), key=lambda kv: (MODE_ORDER.get(kv[0][0], 9), kv[0][1])))
+        rest = repr([(k, v) for k, v in p.values.items() if k != key and k not in follows])
+        out.setdefault((p.mode, p.policy if by_policy else "", rest), []).append((p.values[key], p))
+    result = []
+    for (mode, policy, _), pts in out.items():
+        pts.sort(key=lambda xp: sort_key(xp[0]))
+        result.append((pts[0][1], pts))
+    result.sort(key=lambda c: (mode_rank(c[0]), c[0].policy, c[0].label()))
+    sts = styles([first for first, _ in result], by_policy)
+    return [(first.label(skip={key} | follows, by_policy=by_policy), pts, st)
+            for (first, pts), st in zip(result, sts)], by_policy
 
 
-def plot_sla(runs, axes, out_dir, written):
+def plot_sla(points, axes, out):
     key = "engine.max_num_seqs"
-    if key not in axes:
+    naive = [p for p in points if p.mode == "naive" and key in p.values]
+    if key not in axes or not naive:
         return
-    naive = [r for r in runs if r.mode == "naive"]
-    if not naive:
-        return
-    # SLA = 1.05 x naive's p95 E2E at C_ref = 8 (the nearest swept concurrency if 8 is absent).
-    c_ref = min({r.config[key] for r in naive}, key=lambda c: (abs(c - 8), c))
-    ref = [r.get("e2e_p95") for r in naive if r.config[key] == c_ref]
+    # SLA = 1.05 x naive's p95 E2E at C_ref (docs/METRICS.md), averaged over its runs.
+    c_ref = min({p.values[key] for p in naive}, key=lambda c: (abs(c - 8), c))
+    ref = [r.get("e2e_p95") for p in naive if p.values[key] == c_ref for r in p.runs]
     sla = 1.05 * sum(ref) / len(ref)
-    s = series(runs, key)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for (mode, label), pts in s.items():
-        xs = [p[0] for p in pts]
-        thr = [p[1].get("throughput_tok_s") for p in pts]
-        lat = [p[1].get("e2e_p95") for p in pts]
-        ax1.plot(xs, thr, marker="o", label=label, color=MODE_COLOR.get(mode))
-        ax2.plot(xs, lat, marker="o", label=label, color=MODE_COLOR.get(mode))
-        ok = [(t, x) for x, t, l in zip(xs, thr, lat) if l <= sla]
+    cs, by_policy = curves(points, key)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(FULL_IN, 2.4))
+    for i, (label, pts, st) in enumerate(cs):
+        xs = [x for x, _ in pts]
+        thr = [p.stat("throughput_tok_s") for _, p in pts]
+        lat = [p.stat("e2e_p95") for _, p in pts]
+        errorbar(ax1, xs, thr, st, label, dodge=(i, len(cs)))
+        errorbar(ax2, xs, lat, st, label, dodge=(i, len(cs)))
+        ok = [(t[0], x) for x, t, l in zip(xs, thr, lat) if l[0] <= sla]
         if ok:
             t, x = max(ok)
-            ax1.plot([x], [t], marker="*", markersize=14, color=MODE_COLOR.get(mode))
-    ax2.axhline(sla, color="red", linestyle="--", label=f"SLA {sla:.2f} s (1.05x naive @ C={c_ref})")
-    ax1.set_xlabel("concurrency limit C (engine.max_num_seqs)")
-    ax1.set_ylabel("throughput (output tokens/s)")
-    ax1.set_title("Throughput; * = C_sel (best C meeting the SLA)", fontsize=9)
-    ax2.set_xlabel("concurrency limit C (engine.max_num_seqs)")
+            ax1.plot([x], [t], marker="*", markersize=10, color=st["color"], linestyle="none",
+                     markeredgecolor="white", markeredgewidth=0.5, zorder=5)
+    ax1.plot([], [], marker="*", markersize=8, color="#444444", linestyle="none",
+             label="C_sel: best C meeting the SLA")
+    ax2.axhline(sla, color="#CC0000", linestyle="-.", linewidth=0.9,
+                label=f"SLA {sla:.3g} s (1.05x naive p95 at C={fmt(c_ref)})")
+    for ax in (ax1, ax2):
+        ax.set_xlabel("concurrency limit C")
+        value_ticks(ax, cs)
+    ax1.set_ylabel("throughput (output tok/s)")
     ax2.set_ylabel("p95 end-to-end latency (s)")
-    ax2.set_title("p95 E2E latency and the SLA", fontsize=9)
-    ax1.legend(fontsize=7)
-    ax2.legend(fontsize=7)
-    save(fig, out_dir, "sla_frontier.png", written)
+    out.save(fig, "sla_frontier", note=seeds_note(points))
 
 
-def plot_capacity(runs, axes, out_dir, written):
+def plot_capacity(points, axes, out):
     key = "engine.max_num_seqs"
     if key not in axes:
         return
-    s = series(runs, key)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
-    labels, caps, colors = [], [], []
-    for (mode, label), pts in s.items():
-        xs = [p[0] for p in pts]
-        ax1.plot(xs, [p[1].get("preemptions") for p in pts], marker="o", label=label,
-                 color=MODE_COLOR.get(mode))
-        # The concurrency actually reached: admission may hold a run below its limit C.
-        free = [r.get("peak_running") for _, r in pts if r.get("preemptions") == 0]
+    cs, by_policy = curves(points, key)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(FULL_IN, 2.4),
+                                   gridspec_kw={"width_ratios": [3, 2]})
+    labels, caps, errs, colors = [], [], [], []
+    for i, (label, pts, st) in enumerate(cs):
+        errorbar(ax1, [x for x, _ in pts], [p.stat("preemptions") for _, p in pts], st, label,
+                 dodge=(i, len(cs)))
+        # The concurrency actually reached, at the points where no seed preempted: admission may
+        # hold a run below its limit C.
+        free = [p.stat("peak_running") for _, p in pts
+                if all(r.get("preemptions") == 0 for r in p.runs)]
+        best = max(free, key=lambda s: s[0]) if free else (0.0, math.nan, 0)
         labels.append(label)
-        caps.append(max(free) if free else 0)
-        colors.append(MODE_COLOR.get(mode, "tab:green"))
-    ax1.set_xlabel("concurrency limit C (engine.max_num_seqs)")
-    ax1.set_ylabel("preemptions (count)")
-    ax1.set_title("Preemptions under a fixed block budget", fontsize=9)
-    ax1.legend(fontsize=7)
-    ax2.barh(range(len(labels)), caps, color=colors)
-    ax2.set_yticks(range(len(labels)))
-    ax2.set_yticklabels(labels, fontsize=8)
+        caps.append(best[0])
+        errs.append(0.0 if math.isnan(best[1]) else best[1])
+        colors.append(st["color"])
+    ax1.set_xlabel("concurrency limit C")
+    ax1.set_ylabel("preemptions")
+    ax1.set_ylim(bottom=0, top=None if ax1.get_ylim()[1] > 0.5 else 1)
+    value_ticks(ax1, cs)
+    ys = range(len(labels))
+    ax2.barh(ys, caps, xerr=errs if any(errs) else None, color=colors, height=0.6,
+             error_kw={"elinewidth": 0.8})
+    ax2.set_yticks(list(ys))
+    ax2.set_yticklabels(labels)
     ax2.invert_yaxis()
-    ax2.set_xlabel("peak concurrency reached without preemption")
-    ax2.set_title("Capacity frontier", fontsize=9)
+    ax2.grid(axis="y", visible=False)
+    ax2.set_xlabel("peak concurrency, no preemption")
     for i, c in enumerate(caps):
-        ax2.text(c, i, f" {fmt(c)}", va="center", fontsize=8)
-    save(fig, out_dir, "capacity_frontier.png", written)
+        ax2.text(c + errs[i], i, f" {c:.3g}", va="center", fontsize=7)
+    ax2.set_xlim(right=max(caps + [1]) * 1.18)
+    out.save(fig, "capacity_frontier", legend_axes=[ax1], note=seeds_note(points))
 
 
-def plot_overhead(runs, out_dir, written):
-    parts = [("forward_s", "model forward"), ("policy_s", "policy scoring"),
-             ("planner_s", "reclaim planner"), ("fence_s", "copy fence waits")]
-    if not any(not math.isnan(r.get(k)) for r in runs for k, _ in parts):
+OVERHEAD_ROWS = 28  # bars per overhead figure; a larger sweep gets overhead_2, overhead_3, ...
+
+
+def plot_overhead(points, axes, out):
+    if not any(not math.isnan(p.mean(k)) for p in points for k, _, _ in PHASES):
         return
-    width = max(6, 0.45 * len(runs) + 2)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(2 * width, 4.4))
-    x = range(len(runs))
-    labels = [f"#{r.id} {r.label()}" for r in runs]
-    # Left: everything in seconds; right: the eviction / reclamation parts alone in ms, which
-    # the forward pass would otherwise hide.
-    for ax, chosen, scale, unit in ((ax1, parts, 1.0, "seconds"),
-                                   (ax2, parts[1:], 1e3, "milliseconds")):
-        bottom = [0.0] * len(runs)
-        for k, label in chosen:
-            vals = [0.0 if math.isnan(r.get(k)) else scale * r.get(k) for r in runs]
-            ax.bar(x, vals, bottom=bottom, label=label,
-                   color={"forward_s": "tab:blue", "policy_s": "tab:orange",
-                          "planner_s": "tab:green", "fence_s": "tab:red"}[k])
-            bottom = [b + v for b, v in zip(bottom, vals)]
-        ax.set_xticks(list(x))
-        ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
-        ax.set_ylabel(unit)
-        ax.legend(fontsize=8)
-    ax1.plot(list(x), [r.get("wall_s") for r in runs], "k_", markersize=14, label="run wall time")
-    ax1.legend(fontsize=8)
-    ax1.set_title("Time per run: forward pass and the rest", fontsize=10)
-    ax2.set_title("Eviction and reclamation overhead alone", fontsize=10)
-    save(fig, out_dir, "overhead.png", written)
+    by_policy = len({p.policy for p in points if p.policy}) > 1
+    ordered = sorted(points, key=lambda p: ([sort_key(p.values.get(k, "")) for k in axes
+                                             if k != "policy.name"], mode_rank(p), p.policy))
+    pages = [ordered[i:i + OVERHEAD_ROWS] for i in range(0, len(ordered), OVERHEAD_ROWS)]
+    for page, rows in enumerate(pages):
+        draw_overhead(rows, by_policy, out, "overhead" + (f"_{page + 1}" if page else ""),
+                      seeds_note(points))
 
 
-def plot_block_size(runs, axes, out_dir, written):
+def draw_overhead(rows, by_policy, out, name, note):
+    """One horizontal stacked bar per point (mode, policy when several, other grid keys)."""
+    n = len(rows)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(FULL_IN, 0.8 + 0.16 * n), sharey=True)
+    ys = list(range(n))
+    for ax, phases, scale in ((ax1, PHASES, 1.0), (ax2, PHASES[1:], 1e3)):
+        left = [0.0] * n
+        for key, label, color in phases:
+            vals = [0.0 if math.isnan(p.mean(key)) else scale * p.mean(key) for p in rows]
+            ax.barh(ys, vals, left=left, height=0.7, label=label, color=color)
+            left = [a + b for a, b in zip(left, vals)]
+        # The CI of each bar's total, over the seeds.
+        totals = [ci95([sum(0.0 if math.isnan(r.get(k)) else scale * r.get(k)
+                            for k, _, _ in phases) for r in p.runs]) for p in rows]
+        errs = [0.0 if math.isnan(t[1]) else t[1] for t in totals]
+        if any(errs):
+            ax.errorbar(left, ys, xerr=errs, fmt="none", ecolor="#333333", elinewidth=0.7)
+        ax.grid(axis="y", visible=False)
+        ax.set_xlim(left=0)  # a CI reaching below 0 s is cut at the axis
+    ax1.plot([p.mean("wall_s") for p in rows], ys, linestyle="none", marker="|", markersize=7,
+             color="black", label="run wall time")
+    ax1.set_yticks(ys)
+    ax1.set_yticklabels([p.label(by_policy=by_policy) for p in rows])
+    ax1.set_ylim(n - 0.5, -0.5)
+    ax1.set_xlabel("time per run (s)")
+    ax2.set_xlabel("eviction and reclamation (ms)")
+    ax1.set_title("all phases")
+    ax2.set_title("without the forward pass")
+    out.save(fig, name, note=note)
+
+
+def plot_block_size(points, axes, out):
     key = "engine.block_size"
     if key not in axes:
         return
-    s = series(runs, key)
-    fig, axs = plt.subplots(1, 3, figsize=(13, 3.8))
-    for (mode, label), pts in s.items():
-        xs = [p[0] for p in pts]
-        c = MODE_COLOR.get(mode)
-        axs[0].plot(xs, [p[1].get("blocks_mean") * x for x, p in zip(xs, pts)], marker="o",
-                    label=label, color=c)
-        axs[1].plot(xs, [p[1].get("moves") for p in pts], marker="o", label=label, color=c)
-        axs[2].plot(xs, [p[1].get("waste_ratio_mean") for p in pts], marker="o", label=label,
-                    color=c)
-    titles = ["KV slots held per request (blocks held x block size)", "tokens moved by reclamation",
-              "waste ratio F (mean over steps)"]
-    ylabels = ["slots (tokens) held, time-mean", "tokens moved (count)", "F = 1 - live / allocated"]
-    for ax, t, y in zip(axs, titles, ylabels):
+    cs, by_policy = curves(points, key)
+    fig, axs = plt.subplots(1, 3, figsize=(FULL_IN, 2.2))
+    for i, (label, pts, st) in enumerate(cs):
+        xs = [x for x, _ in pts]
+        held = [ci95([r.get("blocks_mean") * x for r in p.runs]) for x, p in pts]
+        d = {"dodge": (i, len(cs)), "log": True}
+        errorbar(axs[0], xs, held, st, label, **d)
+        errorbar(axs[1], xs, [p.stat("moves") for _, p in pts], st, label, **d)
+        errorbar(axs[2], xs, [p.stat("waste_ratio_mean") for _, p in pts], st, label, **d)
+    ylabels = ["slots held / request", "tokens moved", "waste ratio F (mean)"]
+    for ax, y in zip(axs, ylabels):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("block size (tokens per block)")
+        value_ticks(ax, cs)
+        ax.set_xlabel("block size (tokens)")
         ax.set_ylabel(y)
-        ax.set_title(t, fontsize=9)
-        ax.legend(fontsize=7)
-    save(fig, out_dir, "block_size.png", written)
+    out.save(fig, "block_size", note=seeds_note(points))
 
 
-def plot_generic(runs, axes, out_dir, written):
-    panels = [("blocks_mean", "blocks held / request (time-mean)"),
-              ("waste_ratio_mean", "waste ratio F (mean)"),
-              ("throughput_tok_s", "throughput (output tokens/s)"),
-              ("rouge_l_vs_native", "ROUGE-L F1 vs native")]
+GENERIC_PANELS = (("blocks_mean", "blocks held / request"), ("waste_ratio_mean", "waste ratio F"),
+                  ("throughput_tok_s", "throughput (tok/s)"),
+                  ("rouge_l_vs_native", "ROUGE-L F1 vs native"))
+
+
+def plot_generic(points, axes, out):
     for key in axes:
         if key in OWN_FIGURE:
             continue
-        s = series(runs, key)
-        # Panels with at least one value (ROUGE-L only exists when a native run was scored).
-        shown = [p for p in panels
-                 if any(not math.isnan(r.get(p[0])) for pts in s.values() for _, r in pts)]
-        numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                      for pts in s.values() for x, _ in pts)
+        cs, by_policy = curves(points, key)
+        # A point without the key (native, for a policy.* key) is a reference line, once.
+        refs = [p for p in points if key not in p.values]
+        members = [p for _, pts, _ in cs for _, p in pts] + refs
+        shown = [pn for pn in GENERIC_PANELS if any(not math.isnan(p.mean(pn[0])) for p in members)]
+        if not shown:
+            continue
+        numeric = all(is_number(x) for _, pts, _ in cs for x, _ in pts)
         categories = []
-        for pts in s.values():
+        for _, pts, _ in cs:
             for x, _ in pts:
                 if fmt(x) not in categories:
                     categories.append(fmt(x))
-        fig, axs = plt.subplots(1, len(shown), figsize=(4.3 * len(shown), 3.9), squeeze=False)
-        width = 0.8 / max(1, len(s))
-        for i, ((mode, label), pts) in enumerate(s.items()):
-            for ax, (name, _) in zip(axs[0], shown):
-                ys = [r.get(name) for _, r in pts]
+        cols = 2 if len(shown) == 4 else len(shown)
+        fig, axs = grid(len(shown), FULL_IN if len(shown) > 1 else COLUMN_IN,
+                        2.0 if len(shown) > 1 else 2.3, cols)
+        width = 0.8 / max(1, len(cs))
+        for i, (label, pts, st) in enumerate(cs):
+            for ax, (name, _) in zip(axs, shown):
+                stats = [p.stat(name) for _, p in pts]
                 if numeric:
-                    ax.plot([x for x, _ in pts], ys, marker="o", label=label,
-                            color=MODE_COLOR.get(mode) if len(s) <= 3 else None)
+                    errorbar(ax, [x for x, _ in pts], stats, st, label, dodge=(i, len(cs)))
                 else:
-                    xs = [categories.index(fmt(x)) + (i - (len(s) - 1) / 2) * width for x, _ in pts]
-                    ax.bar(xs, ys, width, label=label,
-                           color=MODE_COLOR.get(mode) if len(s) <= 3 else None)
-        for ax, (_, ylabel) in zip(axs[0], shown):
+                    xs = [categories.index(fmt(x)) + (i - (len(cs) - 1) / 2) * width
+                          for x, _ in pts]
+                    errs = [0.0 if math.isnan(s[1]) else s[1] for s in stats]
+                    ax.bar(xs, [s[0] for s in stats], width, label=label, color=st["color"],
+                           hatch="//" if st["linestyle"] == "--" else None, edgecolor="white",
+                           linewidth=0.3, yerr=errs if any(errs) else None,
+                           error_kw={"elinewidth": 0.8})
+        for ref, st in zip(refs, styles(refs, False)):
+            label = ref.label(skip=(key,))
+            for ax, (name, _) in zip(axs, shown):
+                m, h, _ = ref.stat(name)
+                if math.isnan(m):
+                    continue
+                ax.axhline(m, color=st["color"], linestyle=st["linestyle"], linewidth=1.0,
+                           label=label)
+                if not math.isnan(h):
+                    ax.axhspan(m - h, m + h, color=st["color"], alpha=0.12, linewidth=0)
+        for i, (ax, (_, ylabel)) in enumerate(zip(axs, shown)):
             if not numeric:
                 ax.set_xticks(range(len(categories)))
-                ax.set_xticklabels(categories, rotation=30, ha="right", fontsize=8)
-            ax.set_xlabel(key)
+                ax.set_xticklabels(categories, rotation=25 if len(categories) > 4 else 0,
+                                   ha="right" if len(categories) > 4 else "center")
+                ax.grid(axis="x", visible=False)
+            else:
+                value_ticks(ax, cs)
+            if i >= len(shown) - cols:
+                ax.set_xlabel(key)
             ax.set_ylabel(ylabel)
-            ax.legend(fontsize=7)
-        fig.suptitle(f"Summary figures vs {key}", fontsize=11)
-        save(fig, out_dir, "by_" + key.replace(".", "_") + ".png", written)
+        out.save(fig, "by_" + key.replace(".", "_"), note=seeds_note(members))
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", required=True, help="result database (SQLite)")
     ap.add_argument("--sweep", required=True, help="sweep name (runs.sweep)")
-    ap.add_argument("--out", required=True, help="directory for the PNG files")
-    args = ap.parse_args()
-    con, runs, axes = load(args.db, args.sweep)
+    ap.add_argument("--out", required=True, help="directory for the figure files")
+    ap.add_argument("--format", default="pdf,png",
+                    help="comma-separated file formats of every figure (default: pdf,png)")
+    ap.add_argument("--time", choices=("step", "wall"), default="step",
+                    help="time axis of blocks_over_time: engine step (default, reproducible) or "
+                         "wall seconds (steps.time_s)")
+    args = ap.parse_args(argv)
+    formats = [f.strip().lower() for f in args.format.split(",") if f.strip()]
+    bad = [f for f in formats if f not in ("pdf", "png", "svg")]
+    if not formats or bad:
+        ap.error(f"--format: {','.join(bad) or 'empty'} not in pdf, png, svg")
+    con, points, axes = load(args.db, args.sweep)
     os.makedirs(args.out, exist_ok=True)
-    written = []
-    plot_util_hist(con, runs, args.out, written)
-    plot_blocks_over_time(con, runs, args.out, written)
-    plot_sla(runs, axes, args.out, written)
-    plot_capacity(runs, axes, args.out, written)
-    plot_overhead(runs, args.out, written)
-    plot_block_size(runs, axes, args.out, written)
-    plot_generic(runs, axes, args.out, written)
-    for path in written:
+    out = Writer(args.out, formats)
+    plot_util_hist(con, points, out)
+    plot_blocks_over_time(con, points, axes, out, args.time)
+    plot_sla(points, axes, out)
+    plot_capacity(points, axes, out)
+    plot_overhead(points, axes, out)
+    plot_block_size(points, axes, out)
+    plot_generic(points, axes, out)
+    for path in out.written:
         print(path)
 
 
