@@ -33,10 +33,10 @@ matplotlib.
 import argparse
 import math
 import os
-import sqlite3
 import sys
-import tomllib
 import zlib
+
+from sweep_points import ci95, fmt, is_number, load, sort_key
 
 try:
     import matplotlib
@@ -46,12 +46,6 @@ try:
 except ImportError:
     sys.exit("plot.py: error: matplotlib is not installed (apt-get install python3-matplotlib)")
 
-# Keys whose values tell the seeds of one point apart: `[sweep] seeds` sets both (docs/SWEEPS.md),
-# and `export --table points` groups over the same two.
-SEED_KEYS = ("seed", "workload.seed")
-# Keys that identify a run but are not grid axes: the mode is a column of its own, and the
-# experiment name is the same for every run of a sweep.
-NOT_AXES = {"modes", "name"}
 # Grid keys that have a figure of their own; the rest get a generic by_KEY figure.
 OWN_FIGURE = {"engine.max_num_seqs", "engine.block_size"}
 
@@ -126,183 +120,6 @@ def styles(points, by_policy):
     return out
 
 
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060,
-        2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def student_t975(df):
-    """The 0.975 quantile of Student's t with df degrees of freedom (lib/engine/stats.cc)."""
-    if df < 1:
-        return math.nan
-    if df <= len(T975):
-        return T975[df - 1]
-    z = 1.959964
-    return z + (z ** 3 + z) / (4.0 * df)
-
-
-def ci95(values):
-    """(mean, half-width of the two-sided 95% CI of the mean, n) over the non-NaN values.
-
-    The half-width is t(0.975, n-1) * s / sqrt(n), s the sample standard deviation, as
-    engine::MeanCi95 and `export --table points`; NaN when n < 2 (the mean too when n = 0).
-    """
-    vals = [v for v in values if v is not None and not math.isnan(v)]
-    n = len(vals)
-    if n == 0:
-        return math.nan, math.nan, 0
-    mean = sum(vals) / n
-    if n < 2:
-        return mean, math.nan, 1
-    sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1))
-    return mean, student_t975(n - 1) * sd / math.sqrt(n), n
-
-
-def flatten(table, prefix=""):
-    out = {}
-    for k, v in table.items():
-        key = prefix + k
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = v
-    return out
-
-
-def short(key):
-    """A grid key for a label: its last part ("policy" for policy.name)."""
-    parts = key.split(".")
-    return parts[-2] if parts[-1] == "name" and len(parts) > 1 else parts[-1]
-
-
-def fmt(v):
-    if v is None:  # a key older runs' configs lack
-        return "unset"
-    if isinstance(v, float):
-        return f"{v:g}"
-    if isinstance(v, list):
-        return "[" + ",".join(fmt(x) for x in v) + "]"
-    return str(v)
-
-
-def sort_key(v):
-    return (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
-
-
-def is_number(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-class Run:
-    def __init__(self, run_id, mode, policy, config, summary):
-        self.id, self.mode, self.policy = run_id, mode, policy
-        self.config = config
-        self.summary = summary
-
-    def get(self, name):
-        v = self.summary.get(name)
-        return math.nan if v is None else v
-
-    def seed(self):
-        return tuple(repr(self.config.get(k)) for k in SEED_KEYS)
-
-
-class Point:
-    """One grid point of one mode: its runs, one per seed, and the grid keys that identify it.
-
-    `config` is the resolved config without NOT_AXES and SEED_KEYS, and for native without the
-    policy.* keys (native does not depend on them). `values` maps each grid axis the point has
-    to its value (set by load()).
-    """
-
-    def __init__(self, mode, policy, config):
-        self.mode, self.policy, self.config = mode, policy, config
-        self.runs = []
-        self.values = {}
-
-    def stat(self, name):
-        return ci95([r.get(name) for r in self.runs])
-
-    def mean(self, name):
-        return self.stat(name)[0]
-
-    def ignores(self, key):
-        return self.mode == "native" and key.startswith("policy.")
-
-    def label(self, skip=(), by_policy=True):
-        """"vtoken h2o, num_blocks=48": the mode, the policy, the other grid keys."""
-        head = self.mode + (f" {self.policy}" if by_policy and self.policy else "")
-        rest = [f"{short(k)}={fmt(v)}" for k, v in self.values.items()
-                if k not in skip and k != "policy.name"]
-        return ", ".join([head] + rest)
-
-    def facet_label(self, skip=()):
-        parts = [fmt(v) if k == "policy.name" else f"{short(k)}={fmt(v)}"
-                 for k, v in self.values.items() if k not in skip]
-        return ", ".join(parts) or "all runs"
-
-
-def group_points(runs):
-    """Points of the runs (first-seen order) and how many duplicate runs were left out.
-
-    A native run whose (seed, config without policy.*) another native run already has is the
-    same baseline; the first is kept."""
-    points, index, dropped = [], {}, 0
-    for r in runs:
-        config = {k: v for k, v in r.config.items()
-                  if k not in NOT_AXES and k not in SEED_KEYS
-                  and not (r.mode == "native" and k.startswith("policy."))}
-        key = (r.mode, repr(sorted(config.items())))
-        if key not in index:
-            index[key] = len(points)
-            points.append(Point(r.mode, "" if r.mode == "native" else r.policy, config))
-        p = points[index[key]]
-        if any(x.seed() == r.seed() for x in p.runs):
-            dropped += 1
-            continue
-        p.runs.append(r)
-    return points, dropped
-
-
-def varying_keys(points):
-    keys = sorted(set().union(*(p.config.keys() for p in points)))
-    out = []
-    for k in keys:
-        values = {repr(p.config.get(k)) for p in points if not p.ignores(k)}
-        if len(values) > 1:
-            out.append(k)
-    return out
-
-
-def load(db_path, sweep):
-    """(connection, points, grid axes) of the sweep's completed runs."""
-    if not os.path.exists(db_path):
-        sys.exit(f"plot.py: error: database {db_path} not found")
-    con = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    rows = con.execute(
-        "SELECT id, mode, policy, config_toml FROM runs "
-        "WHERE sweep = ? AND status = 'completed' ORDER BY id",
-        (sweep,),
-    ).fetchall()
-    if not rows:
-        sys.exit(f"plot.py: error: no completed runs of sweep '{sweep}' in {db_path}")
-    runs = []
-    for run_id, mode, policy, config_toml in rows:
-        try:
-            config = flatten(tomllib.loads(config_toml)) if config_toml else {}
-        except tomllib.TOMLDecodeError as e:
-            sys.exit(f"plot.py: error: run {run_id}: config_toml does not parse: {e}")
-        summary = dict(con.execute("SELECT name, value FROM summary WHERE run_id = ?", (run_id,)))
-        runs.append(Run(run_id, mode, policy, config, summary))
-    points, dropped = group_points(runs)
-    if dropped:
-        print(f"plot.py: {dropped} native runs repeat a baseline that differs only in policy.* "
-              "keys; each baseline is drawn once", file=sys.stderr)
-    axes = varying_keys(points)
-    for p in points:
-        p.values = {k: p.config.get(k) for k in axes if not p.ignores(k)}
-    return con, points, axes
-
 
 def seeds_note(points):
     """The legend title that says over how many seeds the figure's points are averaged."""
@@ -324,8 +141,9 @@ class Writer:
         self.out_dir, self.formats = out_dir, formats
         self.written = []
 
-    def save(self, fig, name, legend_axes=None, note=None, ncol=None):
-        """Lays out fig, puts one legend of every labelled artist below the axes, writes it."""
+    def save(self, fig, name, legend_axes=None, note=None, ncol=None, last=()):
+        """Lays out fig, puts one legend of every labelled artist below the axes (the labels
+        starting with one of `last` at its end), writes it."""
         fig.tight_layout(pad=0.4)
         handles, labels = [], []
         for ax in legend_axes if legend_axes is not None else fig.axes:
@@ -333,6 +151,9 @@ class Writer:
                 if l not in labels and not l.startswith("_"):
                     handles.append(h)
                     labels.append(l)
+        tail = [i for i, l in enumerate(labels) if l.startswith(tuple(last))]
+        order = [i for i in range(len(labels)) if i not in tail] + tail
+        handles, labels = [handles[i] for i in order], [labels[i] for i in order]
         extra = []
         if labels:
             width = fig.get_size_inches()[0]
@@ -388,7 +209,7 @@ def errorbar(ax, xs, stats, st, label, dodge=(0, 1), log=False, **kw):
     """A curve of means with 95% CI error bars (none where a point has one seed).
 
     dodge = (i, k): the curve is the i-th of k, shifted sideways a little so that the error bars
-    of curves at the same x do not hide each other."""
+    of curves at the same x do not hide each other. Returns the x positions drawn."""
     means = [s[0] for s in stats]
     errs = [0.0 if math.isnan(s[1]) else s[1] for s in stats]
     if any(errs):
@@ -401,6 +222,7 @@ def errorbar(ax, xs, stats, st, label, dodge=(0, 1), log=False, **kw):
         ax.errorbar(xs, means, yerr=errs, label=label, elinewidth=0.8, **st, **kw)
     else:
         ax.plot(xs, means, label=label, **st, **kw)
+    return xs
 
 
 def value_ticks(ax, cs):
@@ -561,9 +383,9 @@ def plot_sla(points, axes, out):
         xs = [x for x, _ in pts]
         thr = [p.stat("throughput_tok_s") for _, p in pts]
         lat = [p.stat("e2e_p95") for _, p in pts]
-        errorbar(ax1, xs, thr, st, label, dodge=(i, len(cs)))
+        drawn = errorbar(ax1, xs, thr, st, label, dodge=(i, len(cs)))
         errorbar(ax2, xs, lat, st, label, dodge=(i, len(cs)))
-        ok = [(t[0], x) for x, t, l in zip(xs, thr, lat) if l[0] <= sla]
+        ok = [(t[0], x) for x, t, l in zip(drawn, thr, lat) if l[0] <= sla]
         if ok:
             t, x = max(ok)
             ax1.plot([x], [t], marker="*", markersize=10, color=st["color"], linestyle="none",
@@ -577,7 +399,7 @@ def plot_sla(points, axes, out):
         value_ticks(ax, cs)
     ax1.set_ylabel("throughput (output tok/s)")
     ax2.set_ylabel("p95 end-to-end latency (s)")
-    out.save(fig, "sla_frontier", note=seeds_note(points))
+    out.save(fig, "sla_frontier", note=seeds_note(points), last=("C_sel", "SLA"))
 
 
 def plot_capacity(points, axes, out):
