@@ -76,8 +76,9 @@ POLICY_COLORS = {
 }
 FALLBACK_COLORS = ("#1B9E77", "#7570B3", "#E7298A", "#66A61E", "#A6761D", "#E6AB02", "#386CB0",
                    "#F0027F", "#BF5B17", "#666666")
-PHASES = (("forward_s", "model forward", "#B3B3B3"), ("policy_s", "policy", "#D55E00"),
-          ("planner_s", "reclaim planner", "#009E73"), ("fence_s", "copy fence waits", "#CC79A7"))
+# The overhead figure's phases: greys and purples, apart from the mode and policy colours.
+PHASES = (("forward_s", "model forward", "#D0D0D0"), ("policy_s", "policy", "#3F007D"),
+          ("planner_s", "reclaim planner", "#807DBA"), ("fence_s", "copy fence waits", "#BCBDDC"))
 HIST_LABELS = ["0-25", "25-50", "50-75", "75-100"]
 
 plt.rcParams.update({
@@ -183,6 +184,19 @@ def grid(n, width, panel_h, max_cols):
     return fig, flat[:n]
 
 
+def panel_title(ax, text, cols):
+    """A panel's title, broken at its commas into lines that fit the panel's width."""
+    fit = int(ax.figure.get_size_inches()[0] / cols * 12)  # characters of 8 pt per line
+    lines, line = [], ""
+    for part in text.split(", "):
+        if line and len(line) + 2 + len(part) > fit:
+            lines.append(line + ",")
+            line = part
+        else:
+            line = f"{line}, {part}" if line else part
+    ax.set_title("\n".join(lines + [line]))
+
+
 def label_outer(axs, cols, xlabel, ylabel):
     """Axis labels on the bottom panel of each column and the first panel of each row only."""
     n = len(axs)
@@ -265,7 +279,7 @@ def plot_util_hist(con, points, out):
             xs = [b + (j - (len(modes) - 1) / 2) * width for b in range(4)]
             ax.bar(xs, [s[0] for s in stats], width, yerr=errs if any(errs) else None,
                    label=mode, color=MODE_STYLE[mode]["color"], error_kw={"elinewidth": 0.8})
-        ax.set_title(members[0].facet_label())
+        panel_title(ax, members[0].facet_label(), min(n, 4))
         ax.set_xticks(range(4))
         ax.set_xticklabels(HIST_LABELS)
         ax.grid(axis="x", visible=False)
@@ -323,7 +337,7 @@ def plot_blocks_over_time(con, points, axes, out, time_axis):
                 ax.fill_between(xs, lo, hi, color=st["color"], alpha=0.12, linewidth=0)
         title = members[0].facet_label(skip=("policy.name",))
         if n > 1 or title != "all runs":
-            ax.set_title(title)
+            panel_title(ax, title, min(n, 3))
         ax.set_ylim(bottom=0)
     label_outer(axs, min(n, 3), "engine step" if time_axis == "step" else
                 "time since run start (s)", "allocated blocks")
