@@ -63,9 +63,19 @@ StatusOr<LlamaModel> LlamaModel::RandomInit(const ModelConfig& config, uint64_t 
                                             const LlamaOptions& options) {
   VTOKEN_RETURN_IF_ERROR(CheckRunnable(config));
   torch::NoGradGuard no_grad;
-  auto gen = at::detail::createCPUGenerator(seed);
-  auto topt = torch::TensorOptions().dtype(torch::kFloat32);
-  auto normal = [&](std::vector<int64_t> shape) { return at::normal(0.0, 0.02, shape, gen, topt); };
+  // Drawn on the target device by a generator of that device seeded with `seed` (never drawn on
+  // the CPU and copied): the same seed gives the same weights on the same device type. Each
+  // tensor is drawn in fp32 and cast at once, so a bf16 model's weights are the fp32 model's
+  // rounded, and the fp32 draw never holds more than one tensor.
+  at::Generator gen = options.device.is_cpu()
+                          ? at::detail::createCPUGenerator(seed)
+                          : at::globalContext().defaultGenerator(options.device).clone();
+  gen.set_current_seed(seed);
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(options.device);
+  auto topt = f32.dtype(options.compute_dtype);
+  auto normal = [&](std::vector<int64_t> shape) {
+    return at::normal(0.0, 0.02, shape, gen, f32).to(options.compute_dtype);
+  };
   const auto& c = config;
   const int64_t q_dim = c.num_attention_heads * c.head_dim;
   const int64_t kv_dim = c.num_key_value_heads * c.head_dim;
@@ -172,10 +182,11 @@ StatusOr<LlamaModel> LlamaModel::FromDirectory(const std::string& dir,
   for (const TensorSpec& spec : RequiredTensors(checkpoint.config())) {
     const TensorView* view = checkpoint.Find(spec.name);
     // Converting through fp32 handles unaligned data and every supported dtype in one path;
-    // one tensor at a time, so the fp32 copy never holds more than the largest tensor.
+    // one tensor at a time, each moved to the device at once, so host memory never holds more
+    // than the largest tensor in fp32.
     auto t = torch::empty(view->shape, torch::kFloat32);
     VTOKEN_RETURN_IF_ERROR(ConvertToFloat(*view, std::span<float>(t.data_ptr<float>(), t.numel())));
-    tensors.emplace_back(spec.name, t.to(options.compute_dtype));
+    tensors.emplace_back(spec.name, t.to(options.device, options.compute_dtype));
   }
   // The BOS a prompt starts with is the tokenizer's (its post-processor template), as Hugging Face
   // encodes it; config.json's bos_token_id only when the directory has no tokenizer.

@@ -76,7 +76,9 @@ torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight, doubl
 
 class LlamaModel {
  public:
-  // Random weights (normal, std 0.02; norms at 1; biases 0) reproducible from `seed`.
+  // Random weights (normal, std 0.02; norms at 1; biases 0) reproducible from `seed`, drawn on
+  // options.device by its own generator: the same seed gives the same weights on the same device
+  // type (CPU and CUDA draws differ); in bf16 / fp16 they are the fp32 weights rounded.
   // Returns InvalidArgument when the config is inconsistent (e.g. heads not divisible).
   static StatusOr<LlamaModel> RandomInit(const ModelConfig& config, uint64_t seed,
                                          const LlamaOptions& options = {});

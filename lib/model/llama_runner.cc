@@ -5,6 +5,13 @@
 #include <string_view>
 
 #include "lib/model/io/hf_config.h"
+#include "lib/model/torch_device.h"
+
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include "lib/cuda/cuda_copy_engine.h"
+#endif
 
 namespace vtoken::model {
 namespace {
@@ -15,10 +22,36 @@ int64_t PhysicalMemoryBytes() {
   return static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
 }
 
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+// lib/cuda launches on the current device: KV tensors on another one keep the TorchCopyEngine.
+bool OnCurrentCudaDevice(const KvTensors& kv) {
+  const torch::Device device = kv.options().device;
+  if (!device.is_cuda()) return false;
+  return device.index() < 0 ||
+         c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index() ==
+             device.index();
+}
+
+// A CudaCopyEngine over the distinct K / V tensors of `kv` (one per layer at token granularity,
+// else one, each contiguous [num_slots, heads, head_dim]: a row is one slot of one tensor). Its
+// compute stream is the legacy default stream, where libtorch queues the forward's KV writes.
+StatusOr<std::unique_ptr<CopyEngine>> MakeCudaCopyEngine(KvTensors& kv) {
+  std::vector<void*> k, v;
+  for (const torch::Tensor& t : kv.k_tensors()) k.push_back(t.data_ptr());
+  for (const torch::Tensor& t : kv.v_tensors()) v.push_back(t.data_ptr());
+  const torch::Tensor& first = kv.k_tensors().front();
+  const int64_t bytes_per_row = first.stride(0) * first.element_size();
+  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaCopyEngine> engine,
+                          cuda::CudaCopyEngine::Create(k, v, kv.num_slots(), bytes_per_row));
+  return std::unique_ptr<CopyEngine>(std::move(engine));
+}
+#endif
+
 }  // namespace
 
 StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
                                const LlamaOptions& options) {
+  VTOKEN_RETURN_IF_ERROR(CheckDtypeRuns(options));
   if (std::string_view(spec).substr(0, kSyntheticPrefix.size()) != kSyntheticPrefix) {
     return LlamaModel::FromDirectory(spec, options);
   }
@@ -35,11 +68,6 @@ StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
   return LlamaModel::RandomInit(config, seed, options);
 }
 
-LlamaRunner::LlamaRunner(LlamaModel model, KvTensors kv, bool async)
-    : model_(std::move(model)), kv_(std::move(kv)) {
-  copy_engine_ = std::make_unique<TorchCopyEngine>(kv_, async);
-}
-
 StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::Create(LlamaModel model,
                                                            const LlamaRunnerOptions& options) {
   if (options.num_slots < 1) {
@@ -47,8 +75,16 @@ StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::Create(LlamaModel model,
   }
   VTOKEN_ASSIGN_OR_RETURN(
       KvTensors kv, KvTensors::Create(model.KvOptions(options.num_slots, options.granularity)));
-  return std::unique_ptr<LlamaRunner>(
-      new LlamaRunner(std::move(model), std::move(kv), options.async_copies));
+  std::unique_ptr<LlamaRunner> runner(new LlamaRunner(std::move(model), std::move(kv)));
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+  if (OnCurrentCudaDevice(runner->kv_)) {
+    VTOKEN_ASSIGN_OR_RETURN(runner->copy_engine_, MakeCudaCopyEngine(runner->kv_));
+    runner->copy_engine_kind_ = "cuda";
+    return runner;
+  }
+#endif
+  runner->copy_engine_ = std::make_unique<TorchCopyEngine>(runner->kv_, options.async_copies);
+  return runner;
 }
 
 int64_t LlamaRunner::kv_bytes_per_token() const {

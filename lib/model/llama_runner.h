@@ -1,6 +1,9 @@
 // LlamaRunner: the libtorch ModelRunner. Owns a LlamaModel, its paged KV tensors (laid out for
-// the KV-group granularity, kv_tensors.h), a TorchCopyEngine over them and one sampler per
-// request. LoadModel resolves a model spec: a Hugging Face directory, or
+// the KV-group granularity, kv_tensors.h, on the model's device), a copy engine over them and one
+// sampler per request. The copy engine is lib/cuda's CudaCopyEngine (relocation kernel on its own
+// stream, ordered after the forward's KV writes on torch's default stream) when the KV tensors
+// are on the current CUDA device and lib/model was built with lib/cuda
+// (VTOKEN_MODEL_CUDA_KERNELS); a TorchCopyEngine otherwise. LoadModel resolves a model spec: a Hugging Face directory, or
 // "synthetic:NAME" (real shapes, seeded random weights; see model::SyntheticConfigNames()).
 #pragma once
 
@@ -20,13 +23,16 @@ namespace vtoken::model {
 
 // Loads `spec`: a model directory (config.json + safetensors) or "synthetic:NAME". A synthetic
 // model whose weights would not fit in this machine's memory is refused with a message giving the
-// bytes it needs. `seed` seeds synthetic weights.
+// bytes it needs. `seed` seeds synthetic weights (drawn on options.device). Returns
+// CheckDtypeRuns' error first when this libtorch cannot run options.compute_dtype there.
 StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
                                const LlamaOptions& options = {});
 
 struct LlamaRunnerOptions {
   int64_t num_slots = 0;      // KV group slots (num_blocks * block_size). Must be >= 1.
-  bool async_copies = false;  // Relocation copies on a worker thread.
+  // TorchCopyEngine: relocation copies on a worker thread. (CudaCopyEngine's copies are always
+  // asynchronous, on its copy stream.)
+  bool async_copies = false;
   // What a slot holds (lib/core/types.h); Forward then takes per-group slot lists (runner.h).
   Granularity granularity = Granularity::kToken;
 };
@@ -56,13 +62,16 @@ class LlamaRunner final : public ModelRunner {
 
   const LlamaModel& model() const { return model_; }
   KvTensors& kv() { return kv_; }
+  // "cuda" (CudaCopyEngine) or "torch" (TorchCopyEngine).
+  const char* copy_engine_kind() const { return copy_engine_kind_; }
 
  private:
-  LlamaRunner(LlamaModel model, KvTensors kv, bool async);
+  LlamaRunner(LlamaModel model, KvTensors kv) : model_(std::move(model)), kv_(std::move(kv)) {}
 
   LlamaModel model_;
   KvTensors kv_;
-  std::unique_ptr<TorchCopyEngine> copy_engine_;
+  std::unique_ptr<CopyEngine> copy_engine_;
+  const char* copy_engine_kind_ = "torch";
   std::map<int64_t, Sampler> samplers_;
 };
 

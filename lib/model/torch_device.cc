@@ -1,0 +1,111 @@
+#include "lib/model/torch_device.h"
+
+#include <string_view>
+
+#include "lib/model/io/device_spec.h"
+#include "lib/model/kv_tensors.h"
+#include "lib/model/torch_copy_engine.h"
+
+namespace vtoken::model {
+namespace {
+
+// The first line of a torch error, without the C++ backtrace torch appends.
+std::string FirstLine(const c10::Error& e) {
+  const std::string_view what = e.what_without_backtrace();
+  return std::string(what.substr(0, what.find('\n')));
+}
+
+// The paged step CheckDtypeRuns runs: prefill of 3 tokens, decode of 1 over them with signals,
+// a relocation and a hash of the moved slot.
+Status RunProbeStep(const LlamaOptions& options) {
+  ModelConfig c;
+  c.vocab_size = 32;
+  c.hidden_size = 16;
+  c.intermediate_size = 32;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 2;
+  c.num_key_value_heads = 1;
+  c.head_dim = 8;
+  c.max_position_embeddings = 64;
+  VTOKEN_ASSIGN_OR_RETURN(LlamaModel model, LlamaModel::RandomInit(c, 1, options));
+  VTOKEN_ASSIGN_OR_RETURN(KvTensors kv, KvTensors::Create(model.KvOptions(8)));
+  PagedSeqInput prefill;
+  prefill.tokens = {1, 2, 3};
+  prefill.positions = {0, 1, 2};
+  prefill.write_slots = {0, 1, 2};
+  VTOKEN_RETURN_IF_ERROR(model.ForwardPaged({prefill}, kv).status());
+  PagedSeqInput decode;
+  decode.tokens = {4};
+  decode.positions = {3};
+  decode.write_slots = {3};
+  decode.context_slots = {0, 1, 2};
+  VTOKEN_RETURN_IF_ERROR(model.ForwardPaged({decode}, kv).status());
+  VTOKEN_RETURN_IF_ERROR(kv.CopySlots({0}, {5}));
+  TokenKvHash(kv, 5);
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<torch::Device> TorchDevice(const std::string& name) {
+  VTOKEN_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDeviceSpec(name));
+  if (!spec.cuda) return torch::Device(torch::kCPU);
+  if (!torch::cuda::is_available()) {
+    return FailedPreconditionError("device \"" + name + "\": no CUDA device (" +
+                                   (at::hasCUDA() ? "no GPU is visible to this process"
+                                                  : "this libtorch was built without CUDA") +
+                                   ")");
+  }
+  const int count = static_cast<int>(torch::cuda::device_count());
+  if (spec.index >= count) {
+    return InvalidArgumentError("device \"" + name + "\": this machine has " +
+                                std::to_string(count) + " CUDA device(s), cuda:0.." +
+                                std::to_string(count - 1));
+  }
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(spec.index));
+}
+
+StatusOr<torch::Dtype> TorchDtype(const std::string& name) {
+  VTOKEN_ASSIGN_OR_RETURN(ComputeDtype dtype, ParseComputeDtype(name));
+  switch (dtype) {
+    case ComputeDtype::kBFloat16:
+      return torch::kBFloat16;
+    case ComputeDtype::kFloat16:
+      return torch::kFloat16;
+    case ComputeDtype::kFloat32:
+      break;
+  }
+  return torch::kFloat32;
+}
+
+std::string TorchDtypeName(torch::Dtype dtype) {
+  if (dtype == torch::kFloat32) return ComputeDtypeName(ComputeDtype::kFloat32);
+  if (dtype == torch::kBFloat16) return ComputeDtypeName(ComputeDtype::kBFloat16);
+  if (dtype == torch::kFloat16) return ComputeDtypeName(ComputeDtype::kFloat16);
+  return c10::toString(dtype);
+}
+
+StatusOr<LlamaOptions> LlamaOptionsFor(const std::string& device, const std::string& dtype) {
+  LlamaOptions options;
+  VTOKEN_ASSIGN_OR_RETURN(options.device, TorchDevice(device));
+  VTOKEN_ASSIGN_OR_RETURN(options.compute_dtype, TorchDtype(dtype));
+  return options;
+}
+
+Status CheckDtypeRuns(const LlamaOptions& options) {
+  Status status;
+  try {
+    status = RunProbeStep(options);
+  } catch (const c10::Error& e) {
+    return FailedPreconditionError("dtype " + TorchDtypeName(options.compute_dtype) + " on " +
+                                   options.device.str() + ": not supported by this libtorch (" +
+                                   FirstLine(e) + ")");
+  }
+  if (!status.ok()) {
+    return InternalError("the " + TorchDtypeName(options.compute_dtype) + " probe step on " +
+                         options.device.str() + " failed: " + status.message());
+  }
+  return Status::Ok();
+}
+
+}  // namespace vtoken::model
