@@ -400,14 +400,14 @@ def plot_sla(points, axes, out):
         drawn = errorbar(ax1, xs, thr, st, label, dodge=(i, len(cs)))
         errorbar(ax2, xs, lat, st, label, dodge=(i, len(cs)))
         ok = [(t[0], x) for x, t, l in zip(drawn, thr, lat) if l[0] <= sla]
-        if ok:
-            t, x = max(ok)
+        if ok:  # the smallest C on a tie, as `report`
+            t, x = max(ok, key=lambda tx: (tx[0], -tx[1]))
             ax1.plot([x], [t], marker="*", markersize=10, color=st["color"], linestyle="none",
                      markeredgecolor="white", markeredgewidth=0.5, zorder=5)
     ax1.plot([], [], marker="*", markersize=8, color="#444444", linestyle="none",
              label="C_sel: best C meeting the SLA")
     ax2.axhline(sla, color="#CC0000", linestyle="-.", linewidth=0.9,
-                label=f"SLA {sla:.3g} s (1.05x naive p95 at C={fmt(c_ref)})")
+                label=f"SLA {sla:.4g} s (1.05x naive p95 at C={fmt(c_ref)})")
     for ax in (ax1, ax2):
         ax.set_xlabel("concurrency limit C")
         value_ticks(ax, cs)
