@@ -376,7 +376,8 @@ def curves(points, key):
     for (mode, policy, _), pts in out.items():
         pts.sort(key=lambda xp: sort_key(xp[0]))
         result.append((pts[0][1], pts))
-    result.sort(key=lambda c: (mode_rank(c[0]), c[0].policy, c[0].label()))
+    result.sort(key=lambda c: (mode_rank(c[0]), c[0].policy,
+                               [sort_key(v) for k, v in sorted(c[0].values.items()) if k != key]))
     sts = styles([first for first, _ in result], by_policy)
     return [(first.label(skip={key} | follows, by_policy=by_policy), pts, st)
             for (first, pts), st in zip(result, sts)], by_policy
@@ -527,18 +528,31 @@ GENERIC_PANELS = (("blocks_mean", "blocks held / request"), ("waste_ratio_mean",
                   ("rouge_l_vs_native", "ROUGE-L F1 vs native"))
 
 
+MAX_BARS = 8  # bars per category; a sweep with more is drawn as lines against a numeric key
+
+
 def plot_generic(points, axes, out):
     for key in axes:
         if key in OWN_FIGURE:
             continue
+        x_key = key
         cs, by_policy = curves(points, key)
+        numeric = all(is_number(x) for _, pts, _ in cs for x, _ in pts)
+        if not numeric and len(cs) > MAX_BARS:
+            # Too many bars per category (another grid key with many values): lines against the
+            # numeric grid key with the most values, one per mode and value of `key`.
+            others = [k for k in axes if k != key and
+                      all(is_number(p.values[k]) for p in points if k in p.values)]
+            if others:
+                x_key = max(others, key=lambda k: len({repr(p.values.get(k)) for p in points}))
+                cs, by_policy = curves(points, x_key)
+                numeric = True
         # A point without the key (native, for a policy.* key) is a reference line, once.
-        refs = [p for p in points if key not in p.values]
+        refs = [p for p in points if x_key not in p.values]
         members = [p for _, pts, _ in cs for _, p in pts] + refs
         shown = [pn for pn in GENERIC_PANELS if any(not math.isnan(p.mean(pn[0])) for p in members)]
         if not shown:
             continue
-        numeric = all(is_number(x) for _, pts, _ in cs for x, _ in pts)
         categories = []
         for _, pts, _ in cs:
             for x, _ in pts:
@@ -562,7 +576,7 @@ def plot_generic(points, axes, out):
                            linewidth=0.3, yerr=errs if any(errs) else None,
                            error_kw={"elinewidth": 0.8})
         for ref, st in zip(refs, styles(refs, False)):
-            label = ref.label(skip=(key,))
+            label = ref.label(skip=(x_key,))
             for ax, (name, _) in zip(axs, shown):
                 m, h, _ = ref.stat(name)
                 if math.isnan(m):
@@ -580,7 +594,7 @@ def plot_generic(points, axes, out):
             else:
                 value_ticks(ax, cs)
             if i >= len(shown) - cols:
-                ax.set_xlabel(key)
+                ax.set_xlabel(x_key)
             ax.set_ylabel(ylabel)
         out.save(fig, "by_" + key.replace(".", "_"), note=seeds_note(members))
 
