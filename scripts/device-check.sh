@@ -1,250 +1,352 @@
 #!/usr/bin/env bash
-# device-check.sh: builds vToken with CUDA (and libtorch from the machine's Python, when it has
-# one), runs the CUDA tests, the GPU benchmarks, then the rest of the tests and benchmarks, on a
-# machine with a GPU and no internet. Made for a 10-minute slot: stages run in order of value
-# (GPU results first), each under a timeout cut to the time left, and a failing stage does not
-# stop the next ones. Everything lands in a few files under $OUT; the summary is printed last.
+# device-check.sh (v2): the GPU evaluation on a bare GPU machine (one H200, CUDA 13 nvcc, Python
+# with PyTorch, CMake and ninja; no apt, no internet): docs/GPU.md says how to call it through the
+# device tool. It uses only the image and .device-deps/ (scripts/device-deps.sh, carried along):
+# libtorch comes from python3's torch, every other dependency from the deps folder.
 #
 # Usage:
-#   scripts/device-check.sh              run the check (from anywhere; it cds to the repo root)
-#   scripts/device-check.sh --cuda-only  only the CUDA stages (configure, build, test, benchmark)
-#   scripts/device-check.sh --fetch-deps on a Debian 12 machine with apt: download the packages
-#                                        the build needs into .device-deps/ (see below)
+#   scripts/device-check.sh          every stage (budgets add up to under 8 minutes on 16 cores)
+#   scripts/device-check.sh --quick  configure, CUDA build, GPU tests, the quick GPU benchmark
+#                                    (under 4 minutes)
+#   scripts/device-check.sh --plan   print the stages and their budgets; runs nothing
 # Environment (all optional):
-#   OUT        output folder (default: ./device-check-out)
-#   JOBS       build and test parallelism (default: nproc)
-#   BUILD_DIR  build folder (default: build/device)
-#   BUDGET_S   seconds the whole run may take (default: 570)
-#   VTOKEN_DEVICE_DEPS  folder of unpacked Debian packages (default: .device-deps). GPU machines
-#              built around a Python stack often lack libxxhash-dev, GoogleTest, Google Benchmark,
-#              CLI11, toml++ and nlohmann-json; `--fetch-deps` unpacks them here (apt-get download
-#              + dpkg -x, about 10 MB), and the check puts that folder on the compiler's search
-#              paths. The folder is not tracked: copy it along with the working tree.
+#   OUT         output folder (default: ./device-check-out)
+#   JOBS        build parallelism (default: nproc)
+#   BUILD_DIR   build folder (default: build/device)
+#   CUDA_ARCH   CUDA architecture to build for (default: 90, the H200)
+#   TORCH_PREFIX  libtorch's CMake prefix (default: python3's torch.utils.cmake_prefix_path)
+#   VTOKEN_DEVICE_DEPS  the unpacked packages (default: .device-deps)
+#   BUDGET_SCALE  multiplies every stage's budget (default 1; a rehearsal on a 2-core machine)
+#   VTOKEN_DEVICE_CMAKE_ARGS  extra configure arguments, one per line
 #
-# Files written under $OUT: summary.txt (one line per stage), device-check.log (every stage's
-# output), env.txt, ctest-cuda.xml and ctest-rest.xml (JUnit), cuda-bench.jsonl (one JSON object
-# per measurement), core-bench.json (Google Benchmark JSON).
+# Each stage runs under a timeout of its budget; a failed stage stops only the stages that need
+# it. At most 8 files land in $OUT (the device tool returns no more):
+#   summary.md        every stage with its time, the test counts, every benchmark figure, the
+#                     engine comparison (the file to read first)
+#   device-check.log  every stage's command and output
+#   env.txt           nvidia-smi, nvcc, gcc, cmake, ninja, torch version / CUDA / CXX11 ABI, commit
+#   ctest-cuda.xml    JUnit of `ctest -L cuda` (a skipped test counts as a failure here)
+#   cuda-bench.jsonl  vtoken-cuda-bench, one JSON object per measurement
+#   gpu.db            the engine evaluation's result database (experiments/gpu/*.toml)
+#   compare.txt       `vtoken-cli compare` of each evaluation's runs
+# Exit status 0 when every stage passed, else 1 (the failed stages are named on the last line).
 set -u
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO" || exit 1
-DEPS="${VTOKEN_DEVICE_DEPS:-$REPO/.device-deps}"
 
-if [[ "${1:-}" == "--fetch-deps" ]]; then
-  set -e
-  packages=(libxxhash-dev libxxhash0 libgtest-dev libgmock-dev libbenchmark-dev
-            libbenchmark1debian libcli11-dev libtomlplusplus-dev libtomlplusplus3
-            nlohmann-json3-dev libsqlite3-dev libsqlite3-0)
-  download="$(mktemp -d)"
-  (cd "$download" && apt-get download "${packages[@]}")
-  rm -rf "$DEPS"
-  mkdir -p "$DEPS"
-  for deb in "$download"/*.deb; do dpkg -x "$deb" "$DEPS"; done
-  rm -rf "$download"
-  echo "device-check: unpacked ${#packages[@]} packages into $DEPS ($(du -sh "$DEPS" | cut -f1))"
+MODE=full
+case "${1:-}" in
+  "") ;;
+  --quick) MODE=quick ;;
+  --plan) MODE=plan ;;
+  *) echo "device-check: error: unknown argument '$1' (usage: $0 [--quick | --plan])" >&2; exit 2 ;;
+esac
+[[ $# -le 1 ]] || { echo "device-check: error: one argument at most" >&2; exit 2; }
+
+# The stages in order: name, budget in seconds (on 16 cores), modes it runs in, what it does.
+STAGES=(
+  "env|10|quick full|record the machine: nvidia-smi, nvcc, gcc, cmake, torch (version, CUDA, CXX11 ABI)"
+  "configure|40|quick full|cmake: CUDA arch 90 (CUDA_ARCH), libtorch from python3, deps from .device-deps, -DVTOKEN_WERROR=OFF"
+  "configure-notorch|30|fallback|only when configure fails: the same without libtorch (GPU stages only)"
+  "build-cuda|80|quick full|ninja: vtoken_cuda, vtoken-cuda-bench, tests/cuda/*_test"
+  "test-cuda|30|quick full|ctest -L cuda (relocation, hash, paged attention vs CPU references); a skip fails"
+  "bench-cuda|40|full|vtoken-cuda-bench: relocation vs cudaMemcpy, copy engine, hash, paged attention"
+  "bench-cuda-quick|25|quick|vtoken-cuda-bench --quick: the same benchmarks on smaller shapes"
+  "build-eval|150|full|ninja: vtoken-cli with libtorch and lib/cuda"
+  "eval-quickstart|40|full|vtoken-cli run experiments/gpu/quickstart.toml (vt-tiny, 16 requests, 3 modes)"
+  "eval-8b|60|full|vtoken-cli run experiments/gpu/synthetic_8b.toml (synthetic weights, 16 requests, 3 modes)"
+  "compare|10|full|vtoken-cli compare of each evaluation's three runs"
+)
+stage_field() { # stage_field NAME FIELD(1-4)
+  local s
+  for s in "${STAGES[@]}"; do
+    [[ "${s%%|*}" == "$1" ]] && { echo "$s" | cut -d'|' -f"$2"; return; }
+  done
+}
+
+if [[ "$MODE" == plan ]]; then
+  for m in full quick; do
+    total=0
+    fallback=0
+    echo "device-check $( [[ $m == quick ]] && echo --quick || echo '(full)'):"
+    for s in "${STAGES[@]}"; do
+      IFS='|' read -r name budget modes what <<<"$s"
+      if [[ "$modes" == fallback ]]; then
+        printf '  %-19s %4ss  %s\n' "[$name]" "$budget" "$what"
+        fallback=$((fallback + budget))
+        continue
+      fi
+      [[ " $modes " == *" $m "* ]] || continue
+      printf '  %-19s %4ss  %s\n' "$name" "$budget" "$what"
+      total=$((total + budget))
+      [[ "$name" == build-eval || "$name" == eval-* || "$name" == compare ]] ||
+        fallback=$((fallback + budget))
+    done
+    limit=$([[ $m == quick ]] && echo 240 || echo 480)
+    printf '  %-19s %4ss  (limit %ss; plus 1-2 minutes of machine start)\n' total "$total" "$limit"
+    printf '  %-19s %4ss  (configure-notorch instead of the evaluation)\n' "[total]" "$fallback"
+    ((total < limit && fallback < limit)) || { echo "device-check: error: the $m plan's budgets exceed ${limit}s" >&2; exit 1; }
+  done
   exit 0
-fi
-CUDA_ONLY=0
-if [[ "${1:-}" == "--cuda-only" ]]; then
-  CUDA_ONLY=1
-  shift
-fi
-if [[ $# -gt 0 ]]; then
-  echo "usage: $0 [--cuda-only | --fetch-deps]" >&2
-  exit 2
 fi
 
 OUT="${OUT:-$REPO/device-check-out}"
 JOBS="${JOBS:-$(nproc)}"
-BUILD_DIR="${BUILD_DIR:-build/device}"
-BUDGET_S="${BUDGET_S:-570}"
-mkdir -p "$OUT"
+B="${BUILD_DIR:-build/device}"
+CUDA_ARCH="${CUDA_ARCH:-90}"
+BUDGET_SCALE="${BUDGET_SCALE:-1}"
+[[ "$BUDGET_SCALE" =~ ^[1-9][0-9]*$ ]] || { echo "device-check: error: BUDGET_SCALE must be a positive integer" >&2; exit 2; }
+DEPS="${VTOKEN_DEVICE_DEPS:-$REPO/.device-deps}"
+mkdir -p "$OUT" || { echo "device-check: error: cannot create $OUT" >&2; exit 1; }
+OUT="$(cd "$OUT" && pwd)"
 LOG="$OUT/device-check.log"
-SUMMARY="$OUT/summary.txt"
+STATUS="$(mktemp)"  # name|result|seconds|budget per stage, turned into summary.md at the end
+trap 'rm -f "$STATUS"' EXIT
 : >"$LOG"
-: >"$SUMMARY"
 START=$(date +%s)
-FAILED=0
 export OMP_WAIT_POLICY=PASSIVE
+# Torch's CMake config asks which architectures its extensions are for.
+export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-${CUDA_ARCH:0:1}.${CUDA_ARCH:1}}"
 
 log() { echo "[device-check +$(($(date +%s) - START))s] $*" | tee -a "$LOG"; }
 
-# stage NAME MAX_SECONDS COMMAND...: runs COMMAND under a timeout of MAX_SECONDS, cut to the time
-# left in the budget; output goes to the log; the result goes to the summary. A stage that cannot
-# get 10 seconds is skipped. Returns the command's status.
+# stage NAME [--label TEXT] COMMAND...: runs COMMAND under a timeout of NAME's budget, output to
+# the log, which names the stage by TEXT (default: the command).
 stage() {
-  local name="$1" max="$2"
-  shift 2
-  local left=$((BUDGET_S - ($(date +%s) - START)))
-  local limit=$((max < left ? max : left))
-  if ((limit < 10)); then
-    log "stage $name: skipped (${left}s left in the budget)"
-    printf '%-18s SKIPPED  (out of time)\n' "$name" >>"$SUMMARY"
-    FAILED=1
-    return 124
-  fi
-  log "stage $name: start (limit ${limit}s): $*"
-  local t0 rc
+  local name="$1" budget label
+  shift
+  budget=$(($(stage_field "$name" 2) * BUDGET_SCALE))
+  label="$*"
+  [[ "$1" == --label ]] && { label="$2"; shift 2; }
+  log "stage $name: start (budget ${budget}s): $label"
+  local t0 rc result
   t0=$(date +%s)
-  timeout --kill-after=10 "$limit" "$@" >>"$LOG" 2>&1
+  timeout --kill-after=5 "$budget" "$@" >>"$LOG" 2>&1
   rc=$?
   local took=$(($(date +%s) - t0))
-  local result=OK
-  if ((rc == 124 || rc == 137)); then
-    result=TIMEOUT
-  elif ((rc != 0)); then
-    result="FAILED(rc=$rc)"
-  fi
-  ((rc != 0)) && FAILED=1
+  if ((rc == 124 || rc == 137)); then result=TIMEOUT
+  elif ((rc != 0)); then result="FAILED (rc $rc)"
+  else result=OK; fi
   log "stage $name: $result in ${took}s"
-  printf '%-18s %-14s %5ss\n' "$name" "$result" "$took" >>"$SUMMARY"
+  echo "$name|$result|$took|$budget" >>"$STATUS"
   return $rc
 }
-
-# Records a stage that did not run because an earlier one failed.
+# not_run NAME WHY: a stage skipped because one it needs failed.
 not_run() {
   log "stage $1: not run ($2)"
-  printf '%-18s NOT RUN  (%s)\n' "$1" "$2" >>"$SUMMARY"
-  FAILED=1
+  echo "$1|not run: $2|-|$(stage_field "$1" 2)" >>"$STATUS"
 }
+
+# --- Tools and dependencies. ------------------------------------------------------------------
+NVCC=""
+for c in "$(command -v nvcc 2>/dev/null)" "${CUDA_HOME:-/nonexistent}/bin/nvcc" /usr/local/cuda/bin/nvcc; do
+  [[ -n "$c" && -x "$c" ]] && { NVCC="$c"; break; }
+done
+TORCH_PREFIX="${TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)}"
+PATH="$DEPS/bin:$PATH"  # the deps folder's sqlite3 and bible (scripts/make-corpus.sh)
 
 environment() {
-  echo "date: $(date -u +%FT%TZ)  commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)"
-  echo "dirty files: $(git status --porcelain 2>/dev/null | wc -l)"
+  echo "date: $(date -u +%FT%TZ)  commit: $(git rev-parse --short HEAD 2>/dev/null || echo none)" \
+    " dirty files: $(git status --porcelain 2>/dev/null | wc -l)"
+  echo "mode: $MODE  jobs: $JOBS  cuda arch: $CUDA_ARCH  build dir: $B"
   uname -a
-  nproc
-  nvidia-smi 2>&1 || echo "nvidia-smi: not available"
-  echo "nvcc: ${NVCC:-not found}"
-  [[ -n "${NVCC:-}" ]] && "$NVCC" --version
-  cmake --version | head -1
-  ninja --version
+  echo "cpus: $(nproc)  memory: $(awk '/MemTotal/ {print int($2 / 1048576) " GiB"}' /proc/meminfo)"
+  grep -m1 PRETTY_NAME /etc/os-release 2>/dev/null
+  echo "--- nvidia-smi"
+  nvidia-smi || echo "nvidia-smi failed"
+  nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv
+  echo "--- nvcc: ${NVCC:-not found}"
+  [[ -n "$NVCC" ]] && "$NVCC" --version | tail -2
+  echo "--- compilers and build tools"
   c++ --version | head -1
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
-"available", torch.cuda.is_available())' 2>&1 || true
+  echo "c++ CXX11 ABI default: $(echo '#include <string>
+_GLIBCXX_USE_CXX11_ABI' | c++ -x c++ -E -P - 2>/dev/null | tail -1)"
+  cmake --version | head -1
+  echo "ninja $(ninja --version)"
+  echo "--- torch"
+  python3 -c 'import sys, torch
+print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)
+print("cuda available", torch.cuda.is_available(),
+      torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")
+print("torch CXX11 ABI", int(torch._C._GLIBCXX_USE_CXX11_ABI))' 2>&1
   echo "torch cmake prefix: ${TORCH_PREFIX:-none}"
-  echo "deps folder: $DEPS ($([[ -d "$DEPS" ]] && echo present || echo absent))"
-  echo "missing: ${MISSING[*]:-nothing}"
+  echo "--- deps: $DEPS ($([[ -d "$DEPS/usr" ]] && du -sh "$DEPS" | cut -f1 || echo absent))"
 }
 
-# --- Locate tools and dependencies. ---------------------------------------------------------
-NVCC=""
-for candidate in "$(command -v nvcc 2>/dev/null)" "${CUDA_HOME:-}/bin/nvcc" /usr/local/cuda/bin/nvcc; do
-  if [[ -n "$candidate" && -x "$candidate" ]]; then NVCC="$candidate"; break; fi
-done
-TORCH_PREFIX="$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null || true)"
+log "mode $MODE, repo $REPO, out $OUT, build $B, jobs $JOBS"
+stage env --label "environment > env.txt" bash -c "$(declare -f environment); $(declare -p MODE JOBS CUDA_ARCH B NVCC TORCH_PREFIX DEPS); environment >'$OUT/env.txt' 2>&1"
+cat "$OUT/env.txt" >>"$LOG"
 
-PREFIXES=()
-if [[ -d "$DEPS/usr" ]]; then
-  PREFIXES+=("$DEPS/usr")
-  multiarch="$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)"
-  export CPATH="$DEPS/usr/include${CPATH:+:$CPATH}"
-  export LIBRARY_PATH="$DEPS/usr/lib/$multiarch${LIBRARY_PATH:+:$LIBRARY_PATH}"
-  export LD_LIBRARY_PATH="$DEPS/usr/lib/$multiarch${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
-[[ -n "$TORCH_PREFIX" ]] && PREFIXES+=("$TORCH_PREFIX")
+# --- Configure. ---------------------------------------------------------------------------------
+missing=()
+[[ -n "$NVCC" ]] || missing+=("nvcc (CUDA_HOME or PATH)")
+[[ -d "$DEPS/usr" ]] || missing+=("$DEPS (scripts/device-deps.sh, named in the carry list)")
+[[ -n "$TORCH_PREFIX" ]] || missing+=("python3's torch (or TORCH_PREFIX)")
+config=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DVTOKEN_WITH_CUDA=ON -DVTOKEN_WITH_TORCH=ON
+        -DVTOKEN_WERROR=OFF -DVTOKEN_BUILD_TESTS=ON -DVTOKEN_BUILD_BENCH=OFF
+        "-DVTOKEN_CUDA_ARCHITECTURES=$CUDA_ARCH" "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"
+        "-DCMAKE_CUDA_COMPILER=$NVCC" "-DCMAKE_PREFIX_PATH=$DEPS/usr;$TORCH_PREFIX"
+        -DCMAKE_DISABLE_FIND_PACKAGE_pybind11=ON)
+# The deps' CMake configs are under lib/x86_64-linux-gnu, which CMake searches on multiarch systems.
+[[ -n "$(c++ -print-multiarch 2>/dev/null)" ]] || config+=(-DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu)
+# A local rehearsal ignores the system's packages: -DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local;/.
+while IFS= read -r arg; do [[ -n "$arg" ]] && config+=("$arg"); done <<<"${VTOKEN_DEVICE_CMAKE_ARGS:-}"
 
-INCLUDE_DIRS=(/usr/include /usr/local/include "$DEPS/usr/include")
-CMAKE_DIRS=(/usr/lib /usr/local/lib /usr/share /usr/local/share "$DEPS/usr/lib")
-# has_header PATH: whether PATH (e.g. CLI/CLI.hpp) is in a standard or the deps include folder.
-has_header() {
-  local dir
-  for dir in "${INCLUDE_DIRS[@]}"; do [[ -e "$dir/$1" ]] && return 0; done
-  return 1
-}
-# has_cmake_package NAME: whether a NAMEConfig.cmake is where find_package looks (or in deps).
-has_cmake_package() {
-  local dir
-  for dir in "${CMAKE_DIRS[@]}"; do
-    [[ -d "$dir" ]] && [[ -n "$(find "$dir" -maxdepth 4 -name "$1Config.cmake" -print -quit 2>/dev/null)" ]] &&
-      return 0
-  done
-  return 1
-}
-MISSING=()
-[[ -z "$NVCC" ]] && MISSING+=("nvcc")
-[[ -z "$TORCH_PREFIX" ]] && MISSING+=("PyTorch for python3: building without lib/model")
-has_header xxhash.h || MISSING+=("xxhash.h (libxxhash-dev)")
-has_cmake_package GTest || MISSING+=("GoogleTest (libgtest-dev)")
-has_header CLI/CLI.hpp || MISSING+=("CLI11 (libcli11-dev): vtoken-cli will not build")
-has_header toml++/toml.h || MISSING+=("toml++ (libtomlplusplus-dev): vtoken-cli will not build")
-has_header nlohmann/json.hpp ||
-  MISSING+=("nlohmann/json.hpp (nlohmann-json3-dev): lib/model/io will not build")
-BENCH=ON
-if ! has_cmake_package benchmark; then
-  MISSING+=("Google Benchmark (libbenchmark-dev): bench/ skipped")
-  BENCH=OFF
-fi
-
-environment >"$OUT/env.txt" 2>&1
-log "repo $REPO, out $OUT, jobs $JOBS, budget ${BUDGET_S}s"
-log "nvcc: ${NVCC:-none}; torch cmake prefix: ${TORCH_PREFIX:-none}"
-((${#MISSING[@]} > 0)) && log "missing: ${MISSING[*]} -- on a Debian machine run" \
-  "'scripts/device-check.sh --fetch-deps' and bring .device-deps along"
-stage gpu 20 nvidia-smi -L
-
-# --- Configure: CUDA + torch; without torch when that fails (the CUDA checks matter most). ---
-prefix_path="$(IFS=';'; echo "${PREFIXES[*]:-}")"
-common=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DVTOKEN_WITH_CUDA=ON -DVTOKEN_BUILD_TESTS=ON
-        "-DVTOKEN_BUILD_BENCH=$BENCH" "-DCMAKE_PREFIX_PATH=$prefix_path")
-[[ -n "$NVCC" ]] && common+=("-DCMAKE_CUDA_COMPILER=$NVCC")
-# Torch's CMake config asks for the architectures to build its extensions for; the H200 is 9.0.
-export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
-B="$BUILD_DIR"
 CONFIGURED=0
-if [[ -n "$TORCH_PREFIX" ]] &&
-   stage configure 150 cmake -S . -B "$B" "${common[@]}" -DVTOKEN_WITH_TORCH=ON; then
-  CONFIGURED=1
+if ((${#missing[@]} > 0)); then
+  log "missing: ${missing[*]}"
+  echo "configure|FAILED (missing: ${missing[*]})|-|$(stage_field configure 2)" >>"$STATUS"
 else
-  # A failed torch configure leaves its cache behind: start the fallback in a fresh folder.
-  [[ -n "$TORCH_PREFIX" ]] && B="$BUILD_DIR-notorch"
-  stage configure-notorch 90 cmake -S . -B "$B" "${common[@]}" -DVTOKEN_WITH_TORCH=OFF &&
+  if stage configure cmake --fresh -S . -B "$B" "${config[@]}"; then
     CONFIGURED=1
+  else
+    # Without libtorch the GPU stages still run (the evaluation cannot), in a folder of their own.
+    B="$B-notorch"
+    stage configure-notorch cmake --fresh -S . -B "$B" "${config[@]}" -DVTOKEN_WITH_TORCH=OFF &&
+      CONFIGURED=2
+  fi
 fi
 
-# --- GPU first: the CUDA library, its tests and benchmarks. ----------------------------------
+# --- GPU: the CUDA library, its tests and benchmark. -------------------------------------------
 cuda_targets=(vtoken_cuda vtoken-cuda-bench)
 for src in tests/cuda/*_test.cc; do cuda_targets+=("$(basename "$src" .cc)"); done
+bench_stage=bench-cuda
+bench_args=()
+[[ "$MODE" == quick ]] && { bench_stage=bench-cuda-quick; bench_args=(--quick); }
+CUDA_BUILT=0
 if ((CONFIGURED)); then
-  if stage build-cuda 240 cmake --build "$B" -j "$JOBS" --target "${cuda_targets[@]}"; then
-    stage test-cuda 120 ctest --test-dir "$B" -L cuda --output-on-failure --timeout 100 \
-      --output-junit "$OUT/ctest-cuda.xml"
-    # The tests skip without a device; on this machine a skip is a failure of the check.
-    if grep -q '<skipped' "$OUT/ctest-cuda.xml" 2>/dev/null; then
-      log "stage test-cuda: some CUDA tests were SKIPPED (no usable device?)"
-      printf '%-18s %s\n' "test-cuda-skips" "FAILED (tests skipped on a GPU machine)" >>"$SUMMARY"
-      FAILED=1
-    fi
-    stage bench-cuda 90 bash -c "set -o pipefail; '$B/lib/cuda/vtoken-cuda-bench' | tee '$OUT/cuda-bench.jsonl'"
-  else
-    not_run test-cuda "build-cuda failed"
-    not_run bench-cuda "build-cuda failed"
-  fi
-
-  # --- Then everything else: the whole build (keep going past broken targets), all other
-  # --- tests, CPU benchmarks.
-  if ((CUDA_ONLY)); then
-    log "--cuda-only: build-all, test-rest and bench-core not run"
-  else
-  stage build-all 240 cmake --build "$B" -j "$JOBS" -- -k 0
-  stage test-rest 180 ctest --test-dir "$B" -LE cuda -j "$JOBS" --output-on-failure \
-    --timeout 170 --output-junit "$OUT/ctest-rest.xml"
-  if [[ -x "$B/bench/core_bench" ]]; then
-    stage bench-core 60 "$B/bench/core_bench" --benchmark_min_time=0.05 \
-      --benchmark_out="$OUT/core-bench.json" --benchmark_out_format=json
-  else
-    not_run bench-core "bench/core_bench was not built"
-  fi
-  fi
+  stage build-cuda cmake --build "$B" -j "$JOBS" --target "${cuda_targets[@]}" && CUDA_BUILT=1
 else
   not_run build-cuda "configure failed"
 fi
+if ((CUDA_BUILT)); then
+  if stage test-cuda ctest --test-dir "$B" -L cuda --output-on-failure --timeout 25 \
+       --output-junit "$OUT/ctest-cuda.xml"; then
+    # The tests skip without a usable device; on the GPU machine a skip is a failure.
+    if grep -q '<skipped' "$OUT/ctest-cuda.xml" 2>/dev/null; then
+      log "stage test-cuda: tests were SKIPPED (no usable GPU?)"
+      sed -i 's/^test-cuda|OK|/test-cuda|FAILED (tests skipped)|/' "$STATUS"
+    fi
+  fi
+  stage "$bench_stage" bash -c "set -o pipefail; '$B/lib/cuda/vtoken-cuda-bench' ${bench_args[*]} |
+    tee '$OUT/cuda-bench.jsonl'"
+else
+  not_run test-cuda "build-cuda did not pass"
+  not_run "$bench_stage" "build-cuda did not pass"
+fi
 
+# --- The engine evaluation on the GPU. ------------------------------------------------------------
+CLI="$B/apps/vtoken-cli/vtoken-cli"
+if [[ "$MODE" == full ]]; then
+  EVAL_BUILT=0
+  if ((CONFIGURED == 1)); then
+    stage build-eval cmake --build "$B" -j "$JOBS" --target vtoken-cli && EVAL_BUILT=1
+  else
+    not_run build-eval "configure with libtorch failed"
+  fi
+  evaluated=()
+  if ((EVAL_BUILT)); then
+    rm -f "$OUT/gpu.db"
+    if ! bash scripts/make-corpus.sh build/corpus >>"$LOG" 2>&1; then
+      log "scripts/make-corpus.sh failed: eval-quickstart has no corpus"
+    fi
+    stage eval-quickstart "$CLI" run experiments/gpu/quickstart.toml --db "$OUT/gpu.db" &&
+      evaluated+=(quickstart)
+    stage eval-8b "$CLI" run experiments/gpu/synthetic_8b.toml --db "$OUT/gpu.db" &&
+      evaluated+=(synthetic_8b)
+  else
+    not_run eval-quickstart "build-eval did not pass"
+    not_run eval-8b "build-eval did not pass"
+  fi
+  if ((${#evaluated[@]} > 0)); then
+    compare_all() {
+      # Each evaluation wrote three runs; the ids come from the database, in order.
+      local ids
+      ids="$(sqlite3 "$OUT/gpu.db" "select id from runs where status = 'completed' order by id")"
+      set -- $ids
+      for name in "${evaluated[@]}"; do
+        echo "## $name"
+        [[ $name == synthetic_8b ]] &&
+          echo "(synthetic:llama-3.1-8b: seeded random weights, not a trained model)"
+        "$CLI" compare --db "$OUT/gpu.db" "$1" "$2" "$3" || return 1
+        shift 3
+        echo
+      done
+    }
+    stage compare --label "vtoken-cli compare (each evaluation's runs) > compare.txt" bash -c "$(declare -f compare_all); $(declare -p OUT CLI evaluated);
+      set -o pipefail; compare_all | tee '$OUT/compare.txt'"
+  else
+    not_run compare "no evaluation completed"
+  fi
+fi
+
+# --- summary.md ----------------------------------------------------------------------------------
+write_summary() {
+  python3 - "$STATUS" "$OUT" "$MODE" "$(($(date +%s) - START))" <<'EOF'
+import json, os, re, sys
+status, out, mode, took = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+p = lambda *a: print(*a)
+env = open(os.path.join(out, "env.txt")).read() if os.path.exists(os.path.join(out, "env.txt")) else ""
+def env_line(prefix):
+    for line in env.splitlines():
+        if line.startswith(prefix): return line
+    return prefix + " ?"
+p(f"# device-check ({mode}), {took} s")
+p()
+for prefix in ("date:", "mode:", "python", "torch CXX11 ABI", "torch cmake prefix", "c++ CXX11",
+               "cmake version"):
+    p(f"- {env_line(prefix)}")
+gpu = re.search(r"^name, memory.total.*\n(.*)$", env, re.M)
+p(f"- gpu: {gpu.group(1) if gpu else 'unknown (see env.txt)'}")
+p()
+p("| stage | result | seconds | budget |")
+p("| --- | --- | --- | --- |")
+for line in open(status):
+    name, result, secs, budget = line.rstrip("\n").split("|")
+    p(f"| {name} | {result} | {secs} | {budget} |")
+junit = os.path.join(out, "ctest-cuda.xml")
+if os.path.exists(junit):
+    x = open(junit).read()
+    m = re.search(r"<testsuite[^>]*>", x)
+    attrs = dict(re.findall(r'(\w+)="([^"]*)"', m.group(0))) if m else {}
+    p()
+    p(f"GPU tests (ctest -L cuda): {attrs.get('tests', '?')} tests, {attrs.get('failures', '?')} "
+      f"failed, {attrs.get('skipped', '?')} skipped")
+bench = os.path.join(out, "cuda-bench.jsonl")
+if os.path.exists(bench):
+    rows = {}
+    for line in open(bench):
+        try: r = json.loads(line)
+        except ValueError: continue
+        rows.setdefault(r.pop("bench", "?"), []).append(r)
+    for kind, rs in rows.items():
+        keys = list(dict.fromkeys(k for r in rs for k in r))
+        p()
+        p(f"### vtoken-cuda-bench: {kind}")
+        p()
+        p("| " + " | ".join(keys) + " |")
+        p("|" + " --- |" * len(keys))
+        for r in rs: p("| " + " | ".join(str(r.get(k, "")) for k in keys) + " |")
+compare = os.path.join(out, "compare.txt")
+if os.path.exists(compare):
+    p()
+    p("## Engine evaluation on the GPU (vtoken-cli compare)")
+    p()
+    p("```")
+    p(open(compare).read().rstrip())
+    p("```")
+EOF
+}
+if ! write_summary >"$OUT/summary.md" 2>>"$LOG"; then
+  { echo "# device-check ($MODE): summary.md could not be generated (python3?); stages:"
+    sed 's/^/    /' "$STATUS"; } >"$OUT/summary.md"
+fi
+cat "$OUT/summary.md"
+failed="$(grep -v '|OK|' "$STATUS" | cut -d'|' -f1 | tr '\n' ' ')"
 log "done in $(($(date +%s) - START))s"
-{
-  echo "== device-check summary ($(date -u +%FT%TZ), $(($(date +%s) - START))s, build dir $B)"
-  cat "$SUMMARY"
-  ((${#MISSING[@]} > 0)) && echo "missing: ${MISSING[*]}"
-  if ((FAILED)); then echo "RESULT: FAILED (details in $LOG)"; else echo "RESULT: OK"; fi
-} | tee "$SUMMARY.tmp"
-mv "$SUMMARY.tmp" "$SUMMARY"
-exit $FAILED
+if [[ -n "$failed" ]]; then
+  echo "device-check: FAILED: ${failed% } (see $LOG)" >&2
+  exit 1
+fi
+echo "device-check: OK ($OUT/summary.md)"
