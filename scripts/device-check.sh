@@ -261,16 +261,15 @@ if [[ "$MODE" == full ]]; then
   fi
   if ((${#evaluated[@]} > 0)); then
     compare_all() {
-      # Each evaluation wrote three runs; the ids come from the database, in order.
-      local ids
-      ids="$(sqlite3 "$OUT/gpu.db" "select id from runs where status = 'completed' order by id")"
-      set -- $ids
+      # Each evaluation's completed runs, found by model (a failed mode leaves the others).
+      local name model ids
       for name in "${evaluated[@]}"; do
-        echo "## $name"
-        [[ $name == synthetic_8b ]] &&
-          echo "(synthetic:llama-3.1-8b: seeded random weights, not a trained model)"
-        "$CLI" compare --db "$OUT/gpu.db" "$1" "$2" "$3" || return 1
-        shift 3
+        model="$(sed -n 's/^path = "\(.*\)"/\1/p' "experiments/gpu/$name.toml")"
+        ids="$(sqlite3 "$OUT/gpu.db" "select id from runs where status = 'completed' and
+                                      model = '$model' order by id")" || return 1
+        echo "## $name ($model)"
+        [[ $model == synthetic:* ]] && echo "(synthetic weights: seeded random, not a trained model)"
+        "$CLI" compare --db "$OUT/gpu.db" $ids || return 1
         echo
       done
     }
