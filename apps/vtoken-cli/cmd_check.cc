@@ -30,6 +30,8 @@ struct CheckArgs {
   std::string granularity = "token";
   int32_t kv_heads = 2;
   std::string allocation = "uniform";
+  std::string device = "cpu";  // With a model.
+  std::string dtype = "float32";
 };
 
 int RunModelCheckCommand(const CheckArgs& args) {
@@ -37,8 +39,17 @@ int RunModelCheckCommand(const CheckArgs& args) {
     std::fprintf(stderr, "vtoken-cli: error: --model needs a build with libtorch\n");
     return 2;
   }
+  StatusOr<Granularity> granularity = ParseGranularity(args.granularity);
+  if (!granularity.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: --granularity: %s\n",
+                 granularity.status().message().c_str());
+    return 2;
+  }
   ModelCheckArgs m;
   m.model = args.model;
+  m.device = args.device;
+  m.dtype = args.dtype;
+  m.granularity = *granularity;
   if (!args.policy.empty()) m.policy = args.policy;
   m.seed = args.options.seed;
   m.num_requests = args.num_requests;
@@ -264,12 +275,18 @@ CLI::App* SetupCheck(CLI::App& app) {
   cmd->add_option("--requests", args->num_requests, "With --model: requests to serve")
       ->capture_default_str()
       ->check(IntIn(1));
+  cmd->add_option("--device", args->device, "With --model: cpu, cuda or cuda:N")
+      ->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "With --model: float32, bfloat16 or float16")
+      ->capture_default_str();
   cmd->callback([args, cmd] {
-    if (args->model.empty() && cmd->count("--requests") > 0) {
-      std::fprintf(stderr, "vtoken-cli: error: --requests needs --model (the host check has no "
-                           "requests)\n");
-      SetExitCode(2);
-      return;
+    for (const char* flag : {"--requests", "--device", "--dtype"}) {
+      if (args->model.empty() && cmd->count(flag) > 0) {
+        std::fprintf(stderr, "vtoken-cli: error: %s needs --model (the host check has no model)\n",
+                     flag);
+        SetExitCode(2);
+        return;
+      }
     }
     SetExitCode(args->model.empty() ? RunCheckCommand(*args) : RunModelCheckCommand(*args));
   });

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "lib/core/types.h"
+
 namespace vtoken::cli {
 
 struct ModelCheckArgs {
@@ -16,6 +18,9 @@ struct ModelCheckArgs {
   int64_t num_requests = 8;
   int32_t block_size = 16;
   bool async_copies = false;
+  std::string device = "cpu";     // "cpu", "cuda" or "cuda:N".
+  std::string dtype = "float32";  // "float32", "bfloat16" or "float16".
+  Granularity granularity = Granularity::kToken;
 };
 
 using ModelCheckFn = int (*)(const ModelCheckArgs&);

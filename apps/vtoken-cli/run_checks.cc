@@ -24,24 +24,30 @@ StatusOr<model::ModelConfig> PeekModelConfig(const std::string& model) {
   return model::ParseConfigJson(model + "/config.json");
 }
 
-Status ApplyKvGroups(ExperimentConfig& c, const model::ModelConfig& m) {
-  EvictorOptions& e = c.engine.evictor;
-  e.granularity = c.granularity;
-  e.num_layers = static_cast<int32_t>(m.num_hidden_layers);
-  e.num_kv_heads = static_cast<int32_t>(m.num_key_value_heads);
-  const int64_t groups = NumKvGroups(c.granularity, m.num_hidden_layers, m.num_key_value_heads);
-  const int64_t blocks = SaturatingMul(c.engine.pool.num_blocks, groups);
+Status SplitPoolIntoKvGroups(engine::EngineOptions& e, Granularity granularity,
+                             const model::ModelConfig& m) {
+  e.evictor.granularity = granularity;
+  e.evictor.num_layers = static_cast<int32_t>(m.num_hidden_layers);
+  e.evictor.num_kv_heads = static_cast<int32_t>(m.num_key_value_heads);
+  const int64_t groups = NumKvGroups(granularity, m.num_hidden_layers, m.num_key_value_heads);
+  const int64_t blocks = SaturatingMul(e.pool.num_blocks, groups);
   if (blocks > INT32_MAX || groups > kMaxKvGroups) {
-    return InvalidArgumentError(c.file + ": engine.num_blocks = " +
-                                std::to_string(c.engine.pool.num_blocks) + " at cache.granularity " +
-                                GranularityName(c.granularity) + " is " + std::to_string(blocks) +
+    return InvalidArgumentError(std::to_string(e.pool.num_blocks) + " blocks at granularity " +
+                                GranularityName(granularity) + " are " + std::to_string(blocks) +
                                 " blocks of one KV group (" + std::to_string(groups) +
                                 " groups); at most 2147483647");
   }
-  c.engine.pool.num_blocks = static_cast<int32_t>(blocks);
-  c.engine.pool.headroom_blocks = static_cast<int32_t>(c.engine.pool.headroom_blocks * groups);
+  e.pool.num_blocks = static_cast<int32_t>(blocks);
+  e.pool.headroom_blocks = static_cast<int32_t>(e.pool.headroom_blocks * groups);
   // reclaim.max_moves_per_step counts tokens in every layer and head: the same copy bytes.
-  c.engine.reclaim.max_moves_per_step = SaturatingMul(c.engine.reclaim.max_moves_per_step, groups);
+  e.reclaim.max_moves_per_step = SaturatingMul(e.reclaim.max_moves_per_step, groups);
+  return Status::Ok();
+}
+
+Status ApplyKvGroups(ExperimentConfig& c, const model::ModelConfig& m) {
+  if (Status s = SplitPoolIntoKvGroups(c.engine, c.granularity, m); !s.ok()) {
+    return InvalidArgumentError(c.file + ": engine.num_blocks: " + s.message());
+  }
   return Status::Ok();
 }
 

@@ -15,12 +15,14 @@
 
 #include "apps/vtoken-cli/cli_checks.h"
 #include "apps/vtoken-cli/command.h"
+#include "apps/vtoken-cli/run_checks.h"
 #include "lib/core/memory_budget.h"
 #include "lib/core/policy_registry.h"
 #include "lib/engine/engine.h"
 #include "lib/engine/workload.h"
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_runner.h"
+#include "lib/model/torch_device.h"
 
 namespace vtoken::cli {
 namespace {
@@ -42,6 +44,9 @@ struct GenerateArgs {
   double top_p = 1.0;
   uint64_t seed = 1;
   bool stop_at_eos = true;
+  std::string device = "cpu";
+  std::string dtype = "float32";
+  std::string granularity = "token";
 };
 
 int Fail(const std::string& message) {
@@ -103,6 +108,11 @@ int RunGenerate(const GenerateArgs& a) {
   if (a.model.rfind("synthetic:", 0) == 0 || a.model.rfind("sim:", 0) == 0) {
     return Fail("synthetic models have no tokenizer: generate needs a model directory");
   }
+  // Errors start with `device "..."` / `dtype "..."`: "--" makes them name the flag.
+  StatusOr<model::LlamaOptions> options = model::LlamaOptionsFor(a.device, a.dtype);
+  if (!options.ok()) return Fail("--" + options.status().message());
+  StatusOr<Granularity> granularity = ParseGranularity(a.granularity);
+  if (!granularity.ok()) return Fail("--granularity: " + granularity.status().message());
   StatusOr<model::ModelConfig> config = model::ParseConfigJson(a.model + "/config.json");
   if (!config.ok()) return Fail(config.status().message());
   StatusOr<model::Tokenizer> tokenizer = model::Tokenizer::Load(a.model + "/tokenizer.json");
@@ -160,18 +170,28 @@ int RunGenerate(const GenerateArgs& a) {
                                ? a.num_recent
                                : std::min<int64_t>(32, (a.budget - o.evictor.num_sink) / 2);
   }
-  const int64_t kv_bytes =
-      SaturatingMul(SaturatingMul(int64_t{o.pool.num_blocks} * o.pool.block_size,
-                                  8 * config->num_hidden_layers),
-                    config->num_key_value_heads * config->head_dim);
-  Status fits = CheckMemory(kv_bytes, "--max-tokens " + std::to_string(a.max_tokens) +
-                                          ": the KV cache");
+  // The pool above counts blocks of every layer and head; a layer / head run splits it into
+  // blocks of one KV group (the same bytes).
+  const int64_t kv_bytes = SaturatingMul(
+      SaturatingMul(int64_t{o.pool.num_blocks} * o.pool.block_size,
+                    2 * static_cast<int64_t>(c10::elementSize(options->compute_dtype)) *
+                        config->num_hidden_layers),
+      config->num_key_value_heads * config->head_dim);
+  if (Status split = SplitPoolIntoKvGroups(o, *granularity, *config); !split.ok()) {
+    return Fail("--granularity " + a.granularity + ": " + split.message());
+  }
+  // Host memory; a CUDA device's KV cache is its own.
+  Status fits = options->device.is_cpu()
+                    ? CheckMemory(kv_bytes, "--max-tokens " + std::to_string(a.max_tokens) +
+                                                ": the KV cache")
+                    : Status::Ok();
   if (!fits.ok()) return Fail(fits.message());
 
-  StatusOr<model::LlamaModel> loaded = model::LoadModel(a.model, a.seed);
+  StatusOr<model::LlamaModel> loaded = model::LoadModel(a.model, a.seed, *options);
   if (!loaded.ok()) return Fail(loaded.status().message());
   StatusOr<std::unique_ptr<model::LlamaRunner>> runner = model::LlamaRunner::Create(
-      std::move(*loaded), {.num_slots = int64_t{o.pool.num_blocks} * o.pool.block_size});
+      std::move(*loaded), {.num_slots = int64_t{o.pool.num_blocks} * o.pool.block_size,
+                           .granularity = *granularity});
   if (!runner.ok()) return Fail(runner.status().message());
   engine::Request request;
   request.id = 0;
@@ -195,6 +215,10 @@ int RunGenerate(const GenerateArgs& a) {
   } else {
     nlohmann::json j = {{"model", a.model},
                         {"mode", ModeName(o.mode)},
+                        {"device", a.device},
+                        {"dtype", a.dtype},
+                        {"granularity", a.granularity},
+                        {"kv_groups", result->kv_groups},
                         {"policy", evicting ? o.policy : ""},
                         {"prompt_ids", prompt},
                         {"bos", (*runner)->bos_token_id() ? nlohmann::json(*(*runner)->bos_token_id())
@@ -209,16 +233,19 @@ int RunGenerate(const GenerateArgs& a) {
     const std::string out = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::printf("%s\n", out.c_str());
   }
+  const char* unit = *granularity == Granularity::kToken ? "tokens" : "group slots";
   std::fprintf(stderr,
-               "[%s, mode %s%s%s: %zu prompt + %zu generated tokens in %.2f s; evicted %lld; "
-               "relocations %lld moving %lld tokens (%lld blocks reclaimed); blocks held at end "
-               "%d for %lld live tokens (ideal %lld)]\n",
-               a.model.c_str(), ModeName(o.mode), evicting ? ", policy " : "",
-               evicting ? o.policy.c_str() : "", prompt.size(), r.output_tokens.size(),
+               "[%s on %s in %s, granularity %s, mode %s%s%s: %zu prompt + %zu generated tokens "
+               "in %.2f s; evicted %lld; relocations %lld moving %lld %s (%lld blocks "
+               "reclaimed); blocks held at end %d for %lld live %s (ideal %lld)]\n",
+               a.model.c_str(), a.device.c_str(), a.dtype.c_str(), a.granularity.c_str(),
+               ModeName(o.mode), evicting ? ", policy " : "", evicting ? o.policy.c_str() : "",
+               prompt.size(), r.output_tokens.size(),
                result->wall_s, static_cast<long long>(result->evictions),
-               static_cast<long long>(result->plans), static_cast<long long>(result->moves),
+               static_cast<long long>(result->plans), static_cast<long long>(result->moves), unit,
                static_cast<long long>(result->blocks_reclaimed), r.blocks_final,
-               static_cast<long long>(r.live_final), static_cast<long long>(r.ideal_blocks_final));
+               static_cast<long long>(r.live_final), unit,
+               static_cast<long long>(r.ideal_blocks_final));
   return 0;
 }
 
@@ -260,6 +287,15 @@ CLI::App* SetupGenerate(CLI::App& app) {
       ->check(NumberIn(0, 1, /*lo_open=*/true));
   cmd->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
   cmd->add_flag("!--no-stop-at-eos", a->stop_at_eos, "Keep generating past an EOS token");
+  cmd->add_option("--device", a->device, "cpu, cuda or cuda:N (weights, activations, KV cache)")
+      ->capture_default_str();
+  cmd->add_option("--dtype", a->dtype,
+                  "float32, bfloat16 or float16 (RMSNorm and softmax stay float32)")
+      ->capture_default_str();
+  cmd->add_option("--granularity", a->granularity,
+                  "What one liveness bit covers: token (every layer and head), layer or head "
+                  "(per-layer / per-head eviction and reclamation)")
+      ->capture_default_str();
   cmd->callback([a] { SetExitCode(RunGenerate(*a)); });
   return cmd;
 }

@@ -1,9 +1,11 @@
 #include <cstdio>
 
 #include "apps/vtoken-cli/model_check.h"
+#include "apps/vtoken-cli/run_checks.h"
 #include "lib/engine/engine.h"
 #include "lib/engine/workload.h"
 #include "lib/model/llama_runner.h"
+#include "lib/model/torch_device.h"
 
 namespace vtoken::cli {
 namespace {
@@ -14,7 +16,12 @@ int Fail(const Status& s) {
 }
 
 int RunModelCheck(const ModelCheckArgs& a) {
-  StatusOr<model::LlamaModel> loaded = model::LoadModel(a.model, a.seed);
+  // Errors start with `device "..."` / `dtype "..."`: "--" makes them name the flag.
+  StatusOr<model::LlamaOptions> options = model::LlamaOptionsFor(a.device, a.dtype);
+  if (!options.ok()) {
+    return Fail(Status(options.status().code(), "--" + options.status().message()));
+  }
+  StatusOr<model::LlamaModel> loaded = model::LoadModel(a.model, a.seed, *options);
   if (!loaded.ok()) return Fail(loaded.status());
   const int64_t context = loaded->config().max_position_embeddings;
   const int64_t vocab_size = loaded->config().vocab_size;
@@ -49,11 +56,16 @@ int RunModelCheck(const ModelCheckArgs& a) {
   o.evictor = {.keep_ratio = 0.25, .num_sink = 4, .num_recent = 16};
   o.verify = true;
   o.seed = a.seed;
+  // The pool above counts blocks of every layer and head; layer / head runs split it.
+  if (Status split = SplitPoolIntoKvGroups(o, a.granularity, loaded->config()); !split.ok()) {
+    return Fail(split);
+  }
 
   // One runner for both modes: each run writes every KV slot before it reads it.
   StatusOr<std::unique_ptr<model::LlamaRunner>> runner = model::LlamaRunner::Create(
       std::move(*loaded), {.num_slots = int64_t{o.pool.num_blocks} * o.pool.block_size,
-                           .async_copies = a.async_copies});
+                           .async_copies = a.async_copies,
+                           .granularity = a.granularity});
   if (!runner.ok()) return Fail(runner.status());
   std::vector<engine::EngineResult> results;
   for (Mode mode : {Mode::kNaive, Mode::kVtoken}) {
@@ -70,9 +82,14 @@ int RunModelCheck(const ModelCheckArgs& a) {
   }
   const int64_t violations = vt.violations + naive.violations + mismatched;
   std::printf("vtoken check on %s (synthetic workload: random token ids): policy %s, %lld "
-              "requests, %d blocks x %d slots, %s copies\n",
+              "requests, %d blocks x %d slots, granularity %s (%d KV groups), %s %s, %s %s "
+              "copies\n",
               a.model.c_str(), a.policy.c_str(), static_cast<long long>(a.num_requests),
-              o.pool.num_blocks, o.pool.block_size, a.async_copies ? "async" : "sync");
+              o.pool.num_blocks, o.pool.block_size, GranularityName(a.granularity),
+              (*runner)->num_kv_groups(), a.device.c_str(), a.dtype.c_str(),
+              (*runner)->copy_engine_kind(),
+              std::string((*runner)->copy_engine_kind()) == "cuda" || a.async_copies ? "async"
+                                                                                     : "sync");
   std::printf("  steps              %12zu\n", vt.steps.size());
   std::printf("  evictions          %12lld\n", static_cast<long long>(vt.evictions));
   std::printf("  preemptions        %12lld\n", static_cast<long long>(vt.preemptions));

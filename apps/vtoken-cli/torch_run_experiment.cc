@@ -18,6 +18,7 @@
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/blas_info.h"
 #include "lib/model/llama_runner.h"
+#include "lib/model/torch_device.h"
 #include "lib/sim/signal_trace.h"
 #include "lib/sim/sim_spec.h"
 
@@ -53,28 +54,11 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
     if (!r.ok()) return Status(r.status().code(), c.file + ": " + r.status().message());
     return std::unique_ptr<model::ModelRunner>(std::move(*r));
   }
-  model::LlamaOptions options;
-  options.compute_dtype = c.model_dtype == "bfloat16" ? torch::kBFloat16
-                          : c.model_dtype == "float16" ? torch::kFloat16
-                                                       : torch::kFloat32;
-  if (c.model_device != "cpu") {
-    if (!torch::cuda::is_available()) {
-      return FailedPreconditionError(c.file + ": model.device = \"" + c.model_device +
-                                     "\", but this machine has no CUDA device (or this libtorch "
-                                     "was built without CUDA)");
-    }
-    try {
-      options.device = torch::Device(c.model_device);
-    } catch (const c10::Error&) {
-      return InvalidArgumentError(c.file + ": model.device \"" + c.model_device +
-                                  "\" is not a device");
-    }
-    if (options.device.index() >= static_cast<int>(torch::cuda::device_count())) {
-      return InvalidArgumentError(c.file + ": model.device \"" + c.model_device + "\": only " +
-                                  std::to_string(torch::cuda::device_count()) + " CUDA devices");
-    }
+  StatusOr<model::LlamaOptions> options = model::LlamaOptionsFor(c.model_device, c.model_dtype);
+  if (!options.ok()) {
+    return Status(options.status().code(), c.file + ": model." + options.status().message());
   }
-  VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed, options));
+  VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed, *options));
   VTOKEN_ASSIGN_OR_RETURN(
       std::unique_ptr<model::LlamaRunner> r,
       model::LlamaRunner::Create(std::move(m), {.num_slots = slots,
@@ -233,6 +217,12 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
   if (!c.pool_sizing.empty()) std::fprintf(stderr, "pool sizing: %s\n", c.pool_sizing.c_str());
   if (sim_runner == nullptr) {
     std::fprintf(stderr, "BLAS: %s\n", model::BlasDescription().c_str());
+  }
+  if (auto* llama = dynamic_cast<model::LlamaRunner*>(runner.get())) {
+    std::fprintf(stderr, "device %s, dtype %s, relocation by the %s copy engine\n",
+                 llama->kv().options().device.str().c_str(),
+                 model::TorchDtypeName(llama->kv().options().dtype).c_str(),
+                 llama->copy_engine_kind());
   }
   if (dry_run) {
     for (size_t i = 0; i < c.modes.size(); ++i) {

@@ -36,6 +36,18 @@ expect_error "model.device" run experiments/quickstart.toml --set model.device=t
 if ! nvidia-smi >/dev/null 2>&1; then
   expect_error "no CUDA device" run experiments/quickstart.toml --set model.device=cuda
 fi
+expect_error "model.device" run experiments/quickstart.toml --set model.device=cuda:x
+# model.device / model.dtype at their defaults, given or not, record nothing: the resolved config
+# (and hash) of runs made before the keys existed; another dtype is recorded.
+"$CLI" run experiments/quickstart.toml --dry-run >"$TMP/dry.default" 2>/dev/null || fail "dry run"
+"$CLI" run experiments/quickstart.toml --set model.device=cpu --set model.dtype=float32 --dry-run \
+  >"$TMP/dry.explicit" 2>/dev/null || fail "dry run with explicit model defaults"
+cmp -s "$TMP/dry.default" "$TMP/dry.explicit" || fail "explicit model.device/dtype defaults change the resolved config"
+grep -q "^device = \|^dtype = " "$TMP/dry.default" && fail "the default device or dtype is recorded"
+"$CLI" run experiments/quickstart.toml --set model.dtype=bfloat16 --dry-run 2>"$TMP/dry.err" \
+  | grep -q "^dtype = 'bfloat16'" || fail "model.dtype = bfloat16 is not recorded"
+grep -q "device cpu, dtype bfloat16, relocation by the torch copy engine" "$TMP/dry.err" \
+  || fail "the run header does not name device, dtype and copy engine: $(cat "$TMP/dry.err")"
 mkdir -p "$TMP/corrupt" && cp models/vt-tiny/config.json models/vt-tiny/tokenizer.json "$TMP/corrupt/"
 head -c 1000 models/vt-tiny/model.safetensors >"$TMP/corrupt/model.safetensors"
 expect_error "model.safetensors" run experiments/quickstart.toml --set "model.path=\"$TMP/corrupt\""

@@ -1,11 +1,13 @@
 // `vtoken-cli generate` on the bundled model: the three output formats agree with each other and
 // with the tokenizer (text is the output ids decoded without special tokens, bytes exact);
 // --drop evicts exactly the listed positions right after prefill; --policy-param reaches the
-// policy.
+// policy; --dtype, --granularity and --device (errors without a GPU; on one, the GPU cases run).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -85,6 +87,96 @@ TEST_F(GenerateTest, PolicyParamReachesThePolicy) {
                                   "recent_ratio=7"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("recent_ratio"), std::string::npos) << bad.err;
+}
+
+// The same continuation from naive and vtoken under a policy (identical live tokens), at every
+// granularity, in bfloat16 on the CPU: the torch path in bf16 computes the same thing whatever
+// slots the tokens sit in.
+TEST_F(GenerateTest, Bfloat16NaiveAndVtokenAgreeAtEveryGranularity) {
+  for (const char* granularity : {"token", "layer", "head"}) {
+    SCOPED_TRACE(granularity);
+    const std::vector<std::string> args = {"--policy",      "h2o",         "--budget", "12",
+                                           "--dtype",       "bfloat16",    "--granularity",
+                                           granularity,     "--block-size", "3"};
+    const nlohmann::json vt = Json(args);
+    std::vector<std::string> naive_args = args;
+    naive_args.insert(naive_args.end(), {"--mode", "naive"});
+    const nlohmann::json naive = Json(naive_args);
+    EXPECT_EQ(vt["dtype"], "bfloat16");
+    EXPECT_EQ(vt["granularity"], granularity);
+    // vt-tiny: 6 layers, 1 KV head.
+    EXPECT_EQ(vt["kv_groups"], std::string(granularity) == "token" ? 1 : 6);
+    EXPECT_GT(vt["evictions"].get<int64_t>(), 0);
+    EXPECT_GT(vt["tokens_moved"].get<int64_t>(), 0) << "block size 3 leaves sparse blocks to pack";
+    ASSERT_EQ(vt["output_ids"].size(), 12u);
+    EXPECT_EQ(vt["output_ids"], naive["output_ids"]);
+  }
+}
+
+// Layer and head groups evict per group; on a one-KV-head model they are the same groups.
+TEST_F(GenerateTest, LayerAndHeadGranularityCoincideOnOneKvHead) {
+  const std::vector<std::string> policy = {"--policy", "h2o", "--budget", "12", "--granularity"};
+  std::vector<std::string> layer_args = policy, head_args = policy;
+  layer_args.push_back("layer");
+  head_args.push_back("head");
+  const nlohmann::json layer = Json(layer_args);
+  const nlohmann::json head = Json(head_args);
+  EXPECT_EQ(layer["output_ids"], head["output_ids"]);
+  EXPECT_EQ(layer["evictions"], head["evictions"]);
+}
+
+// float16 on the CPU: either this libtorch runs it (12 tokens) or generate refuses it in one line
+// before loading the model, naming the dtype, the device and torch's reason.
+TEST_F(GenerateTest, Float16OnCpuRunsOrIsRefusedInOneLine) {
+  const CliResult r = Generate({"--dtype", "float16", "--output", "ids"});
+  if (r.exit_code == 0) {
+    EXPECT_EQ(Lines(r.out).size(), 1u);
+    std::istringstream ids(r.out);
+    EXPECT_EQ(std::distance(std::istream_iterator<int>(ids), std::istream_iterator<int>()), 12);
+    return;
+  }
+  EXPECT_EQ(r.exit_code, 1);
+  const std::vector<std::string> lines = Lines(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_EQ(lines[0].rfind("vtoken-cli: error: dtype float16 on cpu: not supported by this "
+                           "libtorch (", 0),
+            0u)
+      << lines[0];
+}
+
+bool GpuPresent() { return std::system("nvidia-smi -L >/dev/null 2>&1") == 0; }
+
+TEST_F(GenerateTest, CudaWithoutADeviceIsOneLineError) {
+  if (GpuPresent()) GTEST_SKIP() << "this machine has a GPU";
+  for (const char* device : {"cuda", "cuda:0"}) {
+    const CliResult r = Generate({"--device", device});
+    EXPECT_EQ(r.exit_code, 1);
+    const std::vector<std::string> lines = Lines(r.err);
+    ASSERT_EQ(lines.size(), 1u) << r.err;
+    EXPECT_EQ(lines[0].rfind("vtoken-cli: error: --device \"" + std::string(device) +
+                                 "\": no CUDA device (",
+                             0),
+              0u)
+        << lines[0];
+  }
+}
+
+// On a GPU (skipped without one): bf16 on CUDA, naive and vtoken give the same tokens, with the
+// relocations done by the CUDA copy engine when lib/cuda is built.
+TEST_F(GenerateTest, CudaBfloat16NaiveAndVtokenAgree) {
+  if (!GpuPresent()) GTEST_SKIP() << "no GPU (nvidia-smi -L fails)";
+  for (const char* granularity : {"token", "head"}) {
+    SCOPED_TRACE(granularity);
+    const std::vector<std::string> args = {"--policy", "h2o",      "--budget",      "12",
+                                           "--device", "cuda",     "--dtype",       "bfloat16",
+                                           "--block-size", "3",    "--granularity", granularity};
+    const nlohmann::json vt = Json(args);
+    std::vector<std::string> naive_args = args;
+    naive_args.insert(naive_args.end(), {"--mode", "naive"});
+    EXPECT_GT(vt["tokens_moved"].get<int64_t>(), 0);
+    ASSERT_EQ(vt["output_ids"].size(), 12u);
+    EXPECT_EQ(vt["output_ids"], Json(naive_args)["output_ids"]);
+  }
 }
 
 }  // namespace

@@ -197,8 +197,8 @@ StatusOr<engine::EngineResult> RunMode(Mode mode, const LlamaOptions& options,
   VTOKEN_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::RandomInit(c, 3, options));
   VTOKEN_ASSIGN_OR_RETURN(
       std::unique_ptr<LlamaRunner> runner,
-      LlamaRunner::Create(std::move(m),
-                          {.num_slots = int64_t{o.pool.num_blocks} * 7, .granularity = granularity}));
+      LlamaRunner::Create(std::move(m), {.num_slots = int64_t{o.pool.num_blocks} * 7,
+                                         .granularity = granularity}));
   *copy_engine = runner->copy_engine_kind();
   std::vector<engine::Request> requests;
   for (int i = 0; i < 4; ++i) {
