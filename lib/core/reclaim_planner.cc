@@ -45,132 +45,150 @@ bool ReclaimPlanner::Triggered(const CacheSnapshot& snap) const {
 
 namespace {
 
-struct Candidate {
-  const SeqSnapshot* seq = nullptr;
-  size_t begin = 0, end = 0;  // Its movable blocks in the flat array, sparsest first.
-  size_t k = 0;               // Best prefix without budget limits: k blocks, `moves` tokens.
-  int64_t moves = 0;
-  int64_t waste = 0;  // Empty slots in the planned blocks: what repacking recovers.
-};
-
 bool Movable(const BlockSnapshot& b, int32_t block_size) {
   return b.refcount == 1 && !b.is_tail && !b.busy && b.live < block_size;
 }
 
-// Appends the movable blocks of `seq` to `flat`, ordered by live count, then block id (snapshot
-// blocks are sorted by id, and a counting sort over live counts keeps that order):
-// O(blocks + block_size).
-void SortCandidates(const SeqSnapshot& seq, int32_t block_size, std::vector<int32_t>& counts,
-                    std::vector<const BlockSnapshot*>& flat) {
-  counts.assign(block_size + 1, 0);
-  int32_t total = 0;
-  for (const BlockSnapshot& b : seq.blocks) {
-    if (Movable(b, block_size)) {
-      ++counts[b.live + 1];
-      ++total;
-    }
-  }
-  for (int32_t i = 1; i <= block_size; ++i) counts[i] += counts[i - 1];
-  const size_t base = flat.size();
-  flat.resize(base + static_cast<size_t>(total));
-  for (const BlockSnapshot& b : seq.blocks) {
-    if (Movable(b, block_size)) flat[base + counts[b.live]++] = &b;
-  }
-}
+// A sparsest-first prefix of a (sequence, group)'s candidates: k blocks with `moves` live tokens;
+// the k-th holds `threshold` live tokens, and `at_threshold` of the k hold that many.
+struct Prefix {
+  int64_t k = 0;
+  int64_t moves = 0;
+  int32_t threshold = 0;
+  int64_t at_threshold = 0;
+};
 
-// The best sparsest-first prefix [begin, begin + k) within `max_moves` moves and `max_dst`
-// destinations: the k that frees the most blocks (fewest moves on ties); k = 0 when none frees
-// a block.
-std::pair<size_t, int64_t> BestPrefix(const std::vector<const BlockSnapshot*>& flat, size_t begin,
-                                      size_t end, int32_t block_size, int64_t max_moves,
-                                      int64_t max_dst) {
-  int64_t live = 0, best_gain = 0, best_moves = 0;
-  int64_t dst = 0, room = 0;  // dst = ceil(live / block_size), kept without a division.
-  size_t best_k = 0;
-  for (size_t k = 1; begin + k <= end; ++k) {
-    live += flat[begin + k - 1]->live;
-    if (live > max_moves) break;
-    while (live > room) {
-      ++dst;
-      room += block_size;
-    }
-    if (dst > max_dst) break;
-    const int64_t gain = static_cast<int64_t>(k) - dst;
-    if (gain > best_gain) {
-      best_gain = gain;
-      best_k = k;
-      best_moves = live;
-    }
+// The best sparsest-first prefix within `max_moves` moves and `max_dst` destinations, from the
+// live-count histogram `counts` [block_size]: the k that frees the most blocks, fewest moves on
+// ties; k = 0 when none frees a block. Adding a block (it holds < block_size tokens) raises the
+// destinations ceil(live / block_size) by at most one, so the gain k - destinations never
+// drops: the best prefix is the shortest one with the longest feasible prefix's gain.
+// O(block_size + log blocks).
+Prefix BestPrefix(const int32_t* counts, int32_t block_size, int64_t max_moves, int64_t max_dst) {
+  const int64_t bs = block_size;
+  const int64_t limit = std::min(max_moves, max_dst >= INT64_MAX / bs ? INT64_MAX : max_dst * bs);
+  int64_t k = 0, live = 0;
+  for (int32_t v = 0; v < block_size; ++v) {
+    const int64_t n = counts[v];
+    const int64_t take = v == 0 ? n : std::min(n, (limit - live) / v);
+    k += take;
+    live += take * v;
+    if (take < n) break;
   }
-  return {best_k, best_moves};
+  const int64_t best = k - (live + bs - 1) / bs;
+  if (best <= 0) return {};
+  int64_t k0 = 0, live0 = 0;
+  for (int32_t v = 0; v < block_size; ++v) {
+    const int64_t n = counts[v];
+    if (n == 0) continue;
+    const auto gain = [&](int64_t j) { return k0 + j - (live0 + j * v + bs - 1) / bs; };
+    if (gain(n) >= best) {
+      int64_t lo = 1, hi = n;  // The first j with gain(j) >= best.
+      while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (gain(mid) >= best) {
+          hi = mid;
+        } else {
+          lo = mid + 1;
+        }
+      }
+      return {k0 + lo, live0 + lo * v, v, lo};
+    }
+    k0 += n;
+    live0 += n * v;
+  }
+  assert(false && "the longest feasible prefix reaches the best gain");
+  return {};
 }
 
 }  // namespace
 
 ReclaimPlan ReclaimPlanner::Plan(const CacheSnapshot& snap) const {
-  ReclaimPlan plan;
-  plan.snapshot_version = snap.version;
-  if (!Triggered(snap)) return plan;
+  if (!Triggered(snap)) {
+    ReclaimPlan none;
+    none.snapshot_version = snap.version;
+    return none;
+  }
   const int32_t bs = snap.block_size;
-  // Rank (sequence, group)s by the waste their unbounded plan recovers.
-  std::vector<const BlockSnapshot*> flat;
-  flat.reserve(static_cast<size_t>(snap.allocated_blocks));
-  std::vector<Candidate> ranked;
-  std::vector<int32_t> counts;
-  for (const SeqSnapshot& seq : snap.seqs) {
-    Candidate c;
-    c.seq = &seq;
-    c.begin = flat.size();
-    SortCandidates(seq, bs, counts, flat);
-    c.end = flat.size();
-    std::tie(c.k, c.moves) = BestPrefix(flat, c.begin, c.end, bs, INT64_MAX, INT64_MAX);
-    if (c.k == 0) {
-      flat.resize(c.begin);
-      continue;
+  std::vector<GroupHistogram> histograms(snap.seqs.size());
+  std::vector<int32_t> counts(snap.seqs.size() * static_cast<size_t>(bs), 0);
+  for (size_t i = 0; i < snap.seqs.size(); ++i) {
+    histograms[i] = {.seq = snap.seqs[i].seq, .group = snap.seqs[i].group, .offset = i * bs};
+    for (const BlockSnapshot& b : snap.seqs[i].blocks) {
+      if (Movable(b, bs)) ++counts[histograms[i].offset + b.live];
     }
-    c.waste = int64_t{bs} * static_cast<int64_t>(c.k) - c.moves;
-    ranked.push_back(c);
+  }
+  return PlanFromHistograms(
+      snap, histograms, counts,
+      [&](size_t i, int32_t max_live, std::vector<std::pair<int32_t, BlockId>>& out) {
+        for (const BlockSnapshot& b : snap.seqs[i].blocks) {
+          if (Movable(b, bs) && b.live <= max_live) out.emplace_back(b.live, b.block);
+        }
+      });
+}
+
+ReclaimPlan ReclaimPlanner::PlanFromHistograms(const CacheSnapshot& pool,
+                                               const std::vector<GroupHistogram>& histograms,
+                                               const std::vector<int32_t>& counts,
+                                               const CandidateLister& list) const {
+  ReclaimPlan plan;
+  plan.snapshot_version = pool.version;
+  if (!Triggered(pool)) return plan;
+  const int32_t bs = pool.block_size;
+  // Rank (sequence, group)s by the waste their unbounded plan recovers.
+  struct Candidate {
+    const GroupHistogram* group;
+    Prefix best;
+    int64_t waste;  // Empty slots in the planned blocks: what repacking recovers.
+  };
+  std::vector<Candidate> ranked;
+  for (const GroupHistogram& h : histograms) {
+    const Prefix best = BestPrefix(&counts[h.offset], bs, INT64_MAX, INT64_MAX);
+    if (best.k > 0) ranked.push_back({&h, best, int64_t{bs} * best.k - best.moves});
   }
   // Most waste first, then seq and group. A heap: the budget usually ends after a few of the
   // (sequence, group)s, so only those are ordered.
   const auto after = [](const Candidate& a, const Candidate& b) {
     if (a.waste != b.waste) return a.waste < b.waste;
-    if (a.seq->seq != b.seq->seq) return a.seq->seq > b.seq->seq;
-    return a.seq->group > b.seq->group;
+    if (a.group->seq != b.group->seq) return a.group->seq > b.group->seq;
+    return a.group->group > b.group->group;
   };
   std::make_heap(ranked.begin(), ranked.end(), after);
   int64_t moves_left = options_.max_moves_per_step;
-  int64_t dst_left = snap.num_free_blocks;
+  int64_t dst_left = pool.num_free_blocks;
+  std::vector<std::pair<int32_t, BlockId>> blocks;
   for (auto heap_end = ranked.end(); heap_end != ranked.begin(); --heap_end) {
     if (moves_left <= 0 || dst_left <= 0) break;
     std::pop_heap(ranked.begin(), heap_end, after);
     const Candidate& c = *(heap_end - 1);
-    size_t k = c.k;
-    int64_t moves = c.moves;
-    int64_t dst = (moves + bs - 1) / bs;
-    if (moves > moves_left || dst > dst_left) {
-      std::tie(k, moves) = BestPrefix(flat, c.begin, c.end, bs, moves_left, dst_left);
-      if (k == 0) continue;
-      dst = (moves + bs - 1) / bs;
+    Prefix p = c.best;
+    if (p.moves > moves_left || (p.moves + bs - 1) / bs > dst_left) {
+      p = BestPrefix(&counts[c.group->offset], bs, moves_left, dst_left);
+      if (p.k == 0) continue;
     }
-    SeqPlan p{.seq = c.seq->seq,
-              .src_blocks = {},
-              .num_moves = moves,
-              .num_dst_blocks = static_cast<int32_t>(dst),
-              .group = c.seq->group};
-    p.src_blocks.reserve(k);
-    for (size_t i = 0; i < k; ++i) p.src_blocks.push_back(flat[c.begin + i]->block);
-    moves_left -= moves;
+    const int64_t dst = (p.moves + bs - 1) / bs;
+    // The k sparsest candidates, lowest block ids first among equally live ones.
+    blocks.clear();
+    list(static_cast<size_t>(c.group - histograms.data()), p.threshold, blocks);
+    assert(static_cast<int64_t>(blocks.size()) >= p.k);
+    std::sort(blocks.begin(), blocks.end());
+    SeqPlan sp{.seq = c.group->seq,
+               .src_blocks = {},
+               .num_moves = p.moves,
+               .num_dst_blocks = static_cast<int32_t>(dst),
+               .group = c.group->group};
+    sp.src_blocks.reserve(static_cast<size_t>(p.k));
+    for (int64_t i = 0; i < p.k; ++i) sp.src_blocks.push_back(blocks[i].second);
+    moves_left -= p.moves;
     dst_left -= dst;
-    plan.num_moves += moves;
-    plan.num_src_blocks += static_cast<int32_t>(k);
-    plan.num_dst_blocks += p.num_dst_blocks;
-    plan.seqs.push_back(std::move(p));
+    plan.num_moves += p.moves;
+    plan.num_src_blocks += static_cast<int32_t>(p.k);
+    plan.num_dst_blocks += sp.num_dst_blocks;
+    plan.seqs.push_back(std::move(sp));
   }
-  std::sort(plan.seqs.begin(), plan.seqs.end(),
-            [](const SeqPlan& a, const SeqPlan& b) {
-              return a.seq != b.seq ? a.seq < b.seq : a.group < b.group;
-            });
+  std::sort(plan.seqs.begin(), plan.seqs.end(), [](const SeqPlan& a, const SeqPlan& b) {
+    return a.seq != b.seq ? a.seq < b.seq : a.group < b.group;
+  });
   return plan;
 }
 

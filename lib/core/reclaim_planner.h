@@ -10,10 +10,17 @@
 // groups every (sequence, group) is planned on its own, as if it were a sequence. Sequences
 // with the most reclaimable waste go first; the plan stops at max_moves_per_step moves and at the
 // free blocks available for destinations. Thread-compatible (const).
+//
+// The planner reads a (sequence, group) through the histogram of its candidates' live counts
+// (the best k follows from it in O(block_size log blocks)) and lists block ids only for the
+// ones it chooses: O(blocks) to build the histograms, then O(block_size) per (sequence, group).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "lib/core/reclaim_plan.h"
 #include "lib/core/status.h"
@@ -50,6 +57,26 @@ class ReclaimPlanner {
   // Returns the plan for `snapshot` (empty when not triggered or nothing pays off). The plan
   // carries snapshot.version.
   ReclaimPlan Plan(const CacheSnapshot& snapshot) const;
+
+  // One (sequence, group) of PlanFromHistograms: its candidate blocks (see above) that hold v
+  // live tokens number counts[offset + v], v in [0, block_size).
+  struct GroupHistogram {
+    SeqId seq = kNoSeq;
+    int32_t group = 0;
+    size_t offset = 0;
+  };
+  // Appends histogram `index`'s candidate blocks that hold at most `max_live` live tokens, as
+  // (live, block), in any order.
+  using CandidateLister =
+      std::function<void(size_t index, int32_t max_live, std::vector<std::pair<int32_t, BlockId>>&)>;
+  // Plan() from what a cache can give without a snapshot (VirtualKvCache::PlanReclaim): `pool`
+  // with the pool-level fields (VirtualKvCache::PoolSnapshot), the histograms (sorted by
+  // (seq, group)) over `counts`, and the lister. The same plan as Plan() on the cache's
+  // snapshot: Plan() is this on histograms built from the snapshot.
+  ReclaimPlan PlanFromHistograms(const CacheSnapshot& pool,
+                                 const std::vector<GroupHistogram>& histograms,
+                                 const std::vector<int32_t>& counts,
+                                 const CandidateLister& list) const;
 
  private:
   ReclaimOptions options_;

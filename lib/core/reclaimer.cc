@@ -26,13 +26,13 @@ Reclaimer::Reclaimer(VirtualKvCache& cache, CopyEngine& engine, const ReclaimOpt
 StatusOr<int64_t> Reclaimer::Step(bool force) {
   const auto start = std::chrono::steady_clock::now();
   const ReclaimPlanner& planner = force ? forced_planner_ : planner_;
-  // Runs every engine step: decide the trigger from O(1) pool figures before building the
-  // per-sequence snapshot.
+  // Runs every engine step: decide the trigger from O(1) pool figures before reading the
+  // token tables.
   if (!planner.Triggered(cache_.PoolSnapshot())) {
     stats_.planner_seconds += SecondsSince(start);
     return int64_t{0};
   }
-  const ReclaimPlan plan = planner.Plan(cache_.Snapshot());
+  const ReclaimPlan plan = cache_.PlanReclaim(planner);
   stats_.planner_seconds += SecondsSince(start);
   if (plan.empty()) return int64_t{0};
   VTOKEN_ASSIGN_OR_RETURN(Relocation relocation, cache_.BeginRelocation(plan));

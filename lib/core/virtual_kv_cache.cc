@@ -588,6 +588,45 @@ CacheSnapshot VirtualKvCache::Snapshot() const {
   return snap;
 }
 
+ReclaimPlan VirtualKvCache::PlanReclaim(const ReclaimPlanner& planner) const {
+  const CacheSnapshot pool = PoolSnapshot();
+  if (!planner.Triggered(pool)) {
+    ReclaimPlan none;
+    none.snapshot_version = pool.version;
+    return none;
+  }
+  const int32_t bs = block_size();
+  // A candidate as the planner defines it: private, settled, not the open tail, not full.
+  const auto movable = [&](const TokenTable& t, size_t i) {
+    const BlockId b = t.blocks()[i];
+    return t.live_at(i) < bs && b != t.tail_block() && pool_.refcount(b) == 1 && !pool_.pinned(b);
+  };
+  std::vector<ReclaimPlanner::GroupHistogram> histograms;
+  std::vector<const TokenTable*> tables;
+  std::vector<int32_t> counts;
+  for (const auto& [seq, group_tables] : tables_) {
+    for (int32_t g = 0; g < num_groups(); ++g) {
+      const TokenTable& t = group_tables[g];
+      if (int64_t{t.num_blocks()} * bs - t.num_live() < bs) continue;
+      const size_t offset = counts.size();
+      counts.resize(offset + static_cast<size_t>(bs), 0);
+      for (size_t i = 0; i < t.blocks().size(); ++i) {
+        if (movable(t, i)) ++counts[offset + t.live_at(i)];
+      }
+      histograms.push_back({.seq = seq, .group = g, .offset = offset});
+      tables.push_back(&t);
+    }
+  }
+  return planner.PlanFromHistograms(
+      pool, histograms, counts,
+      [&](size_t index, int32_t max_live, std::vector<std::pair<int32_t, BlockId>>& out) {
+        const TokenTable& t = *tables[index];
+        for (size_t i = 0; i < t.blocks().size(); ++i) {
+          if (movable(t, i) && t.live_at(i) <= max_live) out.emplace_back(t.live_at(i), t.blocks()[i]);
+        }
+      });
+}
+
 Status VirtualKvCache::CheckInvariants() const {
   VTOKEN_RETURN_IF_ERROR(pool_.CheckInvariants());
   const int32_t bs = block_size();

@@ -32,6 +32,7 @@
 
 #include "lib/core/block_pool.h"
 #include "lib/core/reclaim_plan.h"
+#include "lib/core/reclaim_planner.h"
 #include "lib/core/status.h"
 #include "lib/core/token_table.h"
 #include "lib/core/types.h"
@@ -172,6 +173,11 @@ class VirtualKvCache {
   // ReclaimPlanner::Triggered.
   CacheSnapshot PoolSnapshot() const;
   CacheSnapshot Snapshot() const;
+  // planner.Plan(Snapshot()), computed from the token tables without a snapshot: one pass over
+  // the held blocks into per-(sequence, group) live-count histograms (a table with fewer than
+  // block_size empty slots cannot free a block and is skipped), then block ids only for the
+  // chosen ones. What the reclaimer runs on every planning step.
+  ReclaimPlan PlanReclaim(const ReclaimPlanner& planner) const;
 
   // Checks DESIGN.md §4's invariants over the whole cache: conservation, unique mapping,
   // read-after-copy (pinned / pending state), pool consistency. Internal error on a breach.

@@ -465,7 +465,7 @@ void BindCache(py::module_& m) {
              return p.Triggered(c.PoolSnapshot());
            })
       .def("plan", [](const ReclaimPlanner& p, const VirtualKvCache& c) {
-        return p.Plan(c.Snapshot());
+        return c.PlanReclaim(p);
       }, "The plan for the cache's current state (empty when not triggered or nothing pays).");
 }
 

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
+#include "lib/core/check_harness.h"
 #include "lib/core/reclaim_planner.h"
 
 namespace vtoken {
@@ -250,6 +253,78 @@ TEST(VirtualKvCacheTest, StatsReportWasteHistogramAndIdealBound) {
   EXPECT_EQ(s.utilization_hist[3], 1);
   EXPECT_EQ(s.ideal_blocks, 2);
   EXPECT_EQ(s.held_blocks, 3);
+}
+
+// PlanReclaim (the reclaimer's path: histograms from the token tables, no snapshot) makes exactly
+// the plan Plan(Snapshot()) makes, on random caches: KV groups, forked sequences sharing prefix
+// blocks, blocks pinned by an in-flight relocation, tight and loose move and destination
+// budgets, block sizes 1 to 17.
+TEST(PlanReclaimTest, MakesThePlanOfTheSnapshotPath) {
+  const uint64_t seed = 20261201;
+  std::printf("PlanReclaimTest seed %llu\n", static_cast<unsigned long long>(seed));
+  uint64_t rng = seed;
+  int64_t nonempty = 0, limited = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int32_t bs = 1 + static_cast<int32_t>(SplitMix64(rng) % 17);
+    const int32_t groups = 1 + static_cast<int32_t>(SplitMix64(rng) % 4);
+    VirtualKvCache cache({.mode = Mode::kVtoken,
+                          .pool = {.num_blocks = 4096, .block_size = bs, .headroom_blocks = 8},
+                          .num_groups = groups});
+    std::vector<SeqId> seqs;
+    for (int i = 0; i < 1 + static_cast<int>(SplitMix64(rng) % 5); ++i) {
+      const SeqId seq = cache.AddSequence();
+      const int64_t n = 1 + static_cast<int64_t>(SplitMix64(rng) % 300);
+      ASSERT_TRUE(cache.SyncNewTokens(seq, n).ok());
+      seqs.push_back(seq);
+      if (SplitMix64(rng) % 3 == 0 && n > bs) {  // A child sharing the full prefix blocks.
+        StatusOr<ForkResult> fork = cache.ForkSequence(seq, n);
+        ASSERT_TRUE(fork.ok()) << fork.status().ToString();
+        seqs.push_back(fork->child);
+      }
+    }
+    const uint64_t keep = 1 + SplitMix64(rng) % 4;  // Keep about 1 in `keep` entries.
+    for (SeqId seq : seqs) {
+      for (int32_t g = 0; g < groups; ++g) {
+        for (TokenId t = 0; t < cache.num_tokens(seq); ++t) {
+          if (SplitMix64(rng) % keep != 0) (void)cache.EvictToken(seq, g, t);
+        }
+      }
+    }
+    const ReclaimOptions loose{.trigger = ReclaimOptions::Trigger::kAlways,
+                               .max_moves_per_step = int64_t{1} << 40};
+    if (SplitMix64(rng) % 2 == 0) {  // Pin the blocks of a first relocation, still in flight.
+      ReclaimPlan first = ReclaimPlanner(loose).Plan(cache.Snapshot());
+      if (!first.empty()) {
+        first.seqs.resize(1);
+        ASSERT_TRUE(cache.BeginRelocation(first).ok());
+      }
+    }
+    const int64_t max_moves = 1 + static_cast<int64_t>(SplitMix64(rng) % 200);
+    for (const ReclaimOptions& o :
+         {loose, ReclaimOptions{.trigger = ReclaimOptions::Trigger::kAlways,
+                                .max_moves_per_step = max_moves}}) {
+      const ReclaimPlanner planner(o);
+      const ReclaimPlan want = planner.Plan(cache.Snapshot());
+      const ReclaimPlan got = cache.PlanReclaim(planner);
+      ASSERT_EQ(got.snapshot_version, want.snapshot_version);
+      ASSERT_EQ(got.num_moves, want.num_moves) << "trial " << trial;
+      ASSERT_EQ(got.num_src_blocks, want.num_src_blocks);
+      ASSERT_EQ(got.num_dst_blocks, want.num_dst_blocks);
+      ASSERT_EQ(got.seqs.size(), want.seqs.size());
+      for (size_t i = 0; i < want.seqs.size(); ++i) {
+        EXPECT_EQ(got.seqs[i].seq, want.seqs[i].seq);
+        EXPECT_EQ(got.seqs[i].group, want.seqs[i].group);
+        EXPECT_EQ(got.seqs[i].src_blocks, want.seqs[i].src_blocks) << "trial " << trial;
+        EXPECT_EQ(got.seqs[i].num_moves, want.seqs[i].num_moves);
+        EXPECT_EQ(got.seqs[i].num_dst_blocks, want.seqs[i].num_dst_blocks);
+      }
+      nonempty += want.empty() ? 0 : 1;
+      limited += o.max_moves_per_step == max_moves && want.num_moves > 0 ? 1 : 0;
+    }
+  }
+  // The trials exercise real plans, budget-limited ones too.
+  EXPECT_GT(nonempty, 200);
+  EXPECT_GT(limited, 100);
 }
 
 }  // namespace
