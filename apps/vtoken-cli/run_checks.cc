@@ -6,6 +6,7 @@
 
 #include "lib/core/memory_budget.h"
 #include "lib/core/virtual_kv_cache.h"
+#include "lib/model/io/device_spec.h"
 #include "lib/sim/sim_spec.h"
 
 namespace vtoken::cli {
@@ -57,7 +58,9 @@ Status CheckRunMemory(const ExperimentConfig& c, const model::ModelConfig& m,
   const int64_t slots = SaturatingMul(num_blocks, block_size);
   const bool sim = sim::IsSimSpec(c.model);
   // KV store and weights in model.dtype (the KV store takes the compute dtype).
-  const int64_t dtype_bytes = c.model_dtype == "float32" ? 4 : 2;
+  StatusOr<model::ComputeDtype> dtype = model::ParseComputeDtype(c.model_dtype);
+  if (!dtype.ok()) return InvalidArgumentError(c.file + ": model." + dtype.status().message());
+  const int64_t dtype_bytes = model::ComputeDtypeBytes(*dtype);
   const int64_t per_slot =
       sim ? 8 : SaturatingMul(SaturatingMul(2 * dtype_bytes, m.num_hidden_layers),
                               SaturatingMul(m.num_key_value_heads, m.head_dim));
