@@ -267,7 +267,6 @@ Status ExportRuns(const engine::ResultStore& store, const std::vector<engine::Ru
 // Student's t; empty with one run) and the run count `seeds`.
 Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::RunRecord>& runs,
                     std::FILE* out, bool csv) {
-  const std::vector<std::string> seed_keys = {"seed", "workload.seed"};
   struct Point {
     std::string mode, policy, sweep;
     FlatConfig config;  // Without modes and the seeds.
@@ -285,7 +284,7 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
                                     "result db " + store.path() + ": run " + std::to_string(r.id)));
     const std::string seed = c.count("seed") ? c.at("seed") : "";
     c.erase("modes");
-    for (const std::string& k : seed_keys) c.erase(k);
+    for (const std::string& k : kSeedKeys) c.erase(k);
     auto [slot, added] = index.try_emplace({r.mode, r.sweep, c}, points.size());
     if (added) points.push_back({r.mode, r.policy, r.sweep, std::move(c), {}, {}, {}});
     Point* it = &points[slot->second];
@@ -361,8 +360,12 @@ class Counterparts {
     if (self == nullptr) return std::nullopt;  // not completed
     if (run.mode == mode) return run.id;
     std::optional<int64_t> before, after;
+    // A native run does not record [policy] and [reclaim] (older ones do): compare without.
+    const bool native = mode == "native";
+    const FlatConfig own = native ? NativeView(self->config) : self->config;
     for (const Entry& e : runs_) {  // ascending ids
-      if (e.mode != mode || e.sweep != self->sweep || e.config != self->config) continue;
+      if (e.mode != mode || e.sweep != self->sweep) continue;
+      if (native ? NativeView(e.config) != own : e.config != self->config) continue;
       if (e.id < run.id) before = e.id;
       if (e.id > run.id && !after) after = e.id;
     }

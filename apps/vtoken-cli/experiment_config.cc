@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +14,8 @@
 #include <toml++/toml.h>
 
 #include "lib/model/io/device_spec.h"
+
+#include "lib/core/policy_registry.h"
 
 namespace vtoken::cli {
 namespace {
@@ -151,9 +154,10 @@ Status ApplyOverride(toml::table& root, const std::string& file, const std::stri
   return Status::Ok();
 }
 
-Status ParsePolicyParams(const toml::table* t, const std::string& file, RawParams& out) {
-  if (t == nullptr) return Status::Ok();
-  for (const auto& [key, node] : *t) {
+// One policy's parameters from a TOML table: `where` names the table in errors.
+Status ParseParamTable(const toml::table& t, const std::string& file, const std::string& where,
+                       RawParams& out) {
+  for (const auto& [key, node] : t) {
     const std::string k(key.str());
     if (auto i = node.value_exact<int64_t>()) {
       out[k] = *i;
@@ -164,15 +168,63 @@ Status ParsePolicyParams(const toml::table* t, const std::string& file, RawParam
     } else if (auto s = node.value_exact<std::string>()) {
       out[k] = *s;
     } else {
-      return InvalidArgumentError(file + ": key 'policy.params." + k +
+      return InvalidArgumentError(file + ": key '" + where + k +
                                   "' must be an integer, number, boolean or string");
     }
   }
   return Status::Ok();
 }
 
+// [policy.params]: the running policy's parameters, as plain keys (`decay = 0.9`) or in a table
+// named after a policy (`[policy.params.ema_attention]`) that applies only when that policy
+// runs, so that one config or sweep grid sets the parameters of several policies. The tables of
+// the policies that do not run are checked against their parameters all the same.
+Status ParsePolicyParams(const toml::table* t, const std::string& file, const std::string& policy,
+                         RawParams& out) {
+  if (t == nullptr) return Status::Ok();
+  RawParams plain, own;
+  for (const auto& [key, node] : *t) {
+    const std::string k(key.str());
+    const toml::table* sub = node.as_table();
+    if (sub == nullptr) continue;
+    const std::string where = "policy.params." + k + ".";
+    StatusOr<const PolicyInfo*> info = FindPolicy(k);
+    if (!info.ok()) {
+      return InvalidArgumentError(file + ": table 'policy.params." + k +
+                                  "' is not a policy's: " + info.status().message());
+    }
+    RawParams values;
+    VTOKEN_RETURN_IF_ERROR(ParseParamTable(*sub, file, where, values));
+    if (Status s = ResolveParams(k, (*info)->params, values).status(); !s.ok()) {
+      return InvalidArgumentError(file + ": table 'policy.params." + k + "': " + s.message());
+    }
+    if (k == policy) own = std::move(values);
+  }
+  toml::table scalars;
+  for (const auto& [key, node] : *t) {
+    if (!node.is_table()) scalars.insert(key, node);
+  }
+  VTOKEN_RETURN_IF_ERROR(ParseParamTable(scalars, file, "policy.params.", plain));
+  for (const auto& [key, value] : own) {
+    if (plain.contains(key)) {
+      return InvalidArgumentError(file + ": policy parameter '" + key + "' is given twice, as " +
+                                  "'policy.params." + key + "' and 'policy.params." + policy +
+                                  "." + key + "'");
+    }
+    plain[key] = value;
+  }
+  out = std::move(plain);
+  return Status::Ok();
+}
+
 // A grid value as the TOML text an override takes ("4", "'h2o'", "[ 'naive' ]").
 std::string TomlValueText(const toml::node& value) {
+  if (auto d = value.value_exact<double>(); d && std::isfinite(*d)) {
+    char buf[32];  // Shortest round-trip form: 0.9, not 0.90000000000000002.
+    std::string text(buf, std::to_chars(buf, buf + sizeof(buf), *d).ptr);
+    if (text.find_first_of(".e") == std::string::npos) text += ".0";
+    return text;
+  }
   toml::table holder;
   holder.insert("v", value);
   std::ostringstream out;
@@ -464,7 +516,7 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(pol.Double("pyramid_beta", e.evictor.pyramid_beta));
   VTOKEN_RETURN_IF_ERROR(pol.Double("adaptive_floor", e.evictor.adaptive_floor));
   VTOKEN_ASSIGN_OR_RETURN(const toml::table* params_t, pol.Table("params"));
-  VTOKEN_RETURN_IF_ERROR(ParsePolicyParams(params_t, f, e.policy_params));
+  VTOKEN_RETURN_IF_ERROR(ParsePolicyParams(params_t, f, e.policy, e.policy_params));
   VTOKEN_RETURN_IF_ERROR(pol.Finish());
 
   VTOKEN_ASSIGN_OR_RETURN(const toml::table* cache_t, top.Table("cache"));
@@ -713,6 +765,12 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
     if (c.granularity != Granularity::kToken) {
       resolved["sim"]["parametric"].as_table()->insert("group_sigma", p.group_sigma);
     }
+  }
+  // Native mode neither evicts nor reclaims: its run does not depend on [policy] or [reclaim],
+  // so the points of a sweep that differ only there share one native run (one config hash).
+  if (mode == Mode::kNative) {
+    resolved.erase("policy");
+    resolved.erase("reclaim");
   }
   return resolved;
 }

@@ -64,6 +64,14 @@ std::vector<std::string> VaryingKeys(const std::vector<const FlatConfig*>& confi
   return out;
 }
 
+FlatConfig NativeView(const FlatConfig& config) {
+  FlatConfig out;
+  for (const auto& [key, value] : config) {
+    if (key.rfind("policy.", 0) != 0 && key.rfind("reclaim.", 0) != 0) out.emplace(key, value);
+  }
+  return out;
+}
+
 std::string ConfigValue(const FlatConfig& config, const std::string& key,
                         const std::string& missing) {
   auto it = config.find(key);

@@ -20,10 +20,19 @@ using FlatConfig = std::map<std::string, std::string>;
 // "[ 'naive' ]"). kDataLoss, naming `what` (e.g. "result db X: run 3"), when it does not parse.
 StatusOr<FlatConfig> FlattenConfig(const std::string& config_toml, const std::string& what);
 
+// The keys `[sweep] seeds` sets: runs whose configs differ only in these are repetitions (seeds)
+// of one point, which `report` and `export --table points` average.
+inline const std::set<std::string> kSeedKeys = {"seed", "workload.seed"};
+
 // Returns, sorted, the keys whose value is not the same in every config of `configs` (a key
 // missing from a config counts as a value of its own), leaving out those in `ignore`.
 std::vector<std::string> VaryingKeys(const std::vector<const FlatConfig*>& configs,
                                      const std::set<std::string>& ignore);
+
+// `config` without the keys a native run does not read (policy.* and reclaim.*): a native run
+// records none of them (older databases' native runs do), so runs compare against their native
+// baseline through this view.
+FlatConfig NativeView(const FlatConfig& config);
 
 // Returns the value of `key` in `config`, or `missing` when it has none.
 std::string ConfigValue(const FlatConfig& config, const std::string& key,

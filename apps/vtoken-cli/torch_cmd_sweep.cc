@@ -52,10 +52,25 @@ struct PointPlan {
   ExperimentConfig config;
   std::vector<std::string> hashes;  // config hash per mode, in config.modes order
   std::vector<bool> completed;      // per mode: a completed run of this sweep exists
+  // Per mode: the index (into the plans) of the earlier point that runs this mode's config, or
+  // -1. Points that differ only in what a mode does not read (native: [policy] and [reclaim],
+  // so native runs once per distinct native config) share one run.
+  std::vector<int64_t> same_as;
   std::vector<Mode> todo;           // modes this invocation runs
   std::string status = "pending";   // then "skipped" | "done" | "failed"
   std::string error;
 };
+
+// The modes `p` shares with earlier points, e.g. " (native: point 0's run)"; "" when none.
+std::string SharedRuns(const PointPlan& p, const std::vector<PointPlan>& plans) {
+  std::string out;
+  for (size_t m = 0; m < p.same_as.size(); ++m) {
+    if (p.same_as[m] < 0) continue;
+    out += (out.empty() ? "" : ", ") + std::string(ModeName(p.config.modes[m])) + ": point " +
+           std::to_string(plans[p.same_as[m]].point.index) + "'s run";
+  }
+  return out.empty() ? "" : " (" + out + ")";
+}
 
 std::string JoinOverrides(const std::vector<std::string>& overrides) {
   std::string out;
@@ -277,7 +292,17 @@ int RunSweep(const SweepArgs& a) {
     p.config = std::move(*c);
     for (const std::string& toml : p.config.resolved_toml) p.hashes.push_back(ConfigHash(toml));
     p.completed.assign(p.config.modes.size(), false);
+    p.same_as.assign(p.config.modes.size(), -1);
     plans.push_back(std::move(p));
+  }
+  // The first point of this invocation with a (mode, config hash) runs it; later points with
+  // the same one reuse that run (their summaries read its outputs from the database).
+  std::map<std::string, int64_t> first_with_hash;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    for (size_t m = 0; m < plans[i].hashes.size(); ++m) {
+      auto [it, added] = first_with_hash.try_emplace(plans[i].hashes[m], static_cast<int64_t>(i));
+      if (!added) plans[i].same_as[m] = it->second;
+    }
   }
 
   // What the database already has. A dry run does not create the database.
@@ -295,7 +320,9 @@ int RunSweep(const SweepArgs& a) {
         if (!found.ok()) return fail(found.status().message(), 1);
         p.completed[m] = found->has_value();
       }
-      if (!a.resume || !p.completed[m]) p.todo.push_back(p.config.modes[m]);
+      if (p.same_as[m] < 0 && (!a.resume || !p.completed[m])) {
+        p.todo.push_back(p.config.modes[m]);
+      }
     }
     if (p.todo.empty()) {
       p.status = "skipped";
@@ -312,9 +339,9 @@ int RunSweep(const SweepArgs& a) {
       const auto done = std::count(p.completed.begin(), p.completed.end(), true);
       const std::string completed =
           std::to_string(done) + "/" + std::to_string(p.config.modes.size());
-      std::printf("%5lld  %-9s  %-20s  %s\n", static_cast<long long>(p.point.index),
+      std::printf("%5lld  %-9s  %-20s  %s%s\n", static_cast<long long>(p.point.index),
                   completed.c_str(), ModeList(p.todo).c_str(),
-                  JoinOverrides(p.point.overrides).c_str());
+                  JoinOverrides(p.point.overrides).c_str(), SharedRuns(p, plans).c_str());
     }
     return 0;
   }
@@ -342,14 +369,27 @@ int RunSweep(const SweepArgs& a) {
     }
   } else {
     std::map<pid_t, Child> children;
-    size_t next = 0;
+    std::vector<bool> started(plans.size(), false);
+    // The next point to start: the first not started whose shared runs' points have finished
+    // (their outputs are in the database); plans.size() when none can start now.
+    auto next_ready = [&]() {
+      for (size_t i = 0; i < plans.size(); ++i) {
+        if (started[i] || plans[i].status == "skipped") continue;
+        bool ready = true;
+        for (int64_t owner : plans[i].same_as) {
+          if (owner >= 0 && plans[owner].status == "pending") ready = false;
+        }
+        if (ready) return i;
+      }
+      return plans.size();
+    };
     bool forwarded = false;  // The first signal only: a second one ends the children at once.
     while (true) {
-      while (static_cast<int64_t>(children.size()) < a.jobs && next < plans.size() &&
-             InterruptSignal() == 0) {
-        PointPlan& p = plans[next];
-        const size_t index = next++;
-        if (p.status == "skipped") continue;
+      while (static_cast<int64_t>(children.size()) < a.jobs && InterruptSignal() == 0) {
+        const size_t index = next_ready();
+        if (index == plans.size()) break;
+        started[index] = true;
+        PointPlan& p = plans[index];
         StatusOr<Child> child = StartChild(a, db, sweep, p, index);
         if (!child.ok()) {
           finish(p, child.status());

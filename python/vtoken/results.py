@@ -52,6 +52,13 @@ def _process_alive(pid):
     return True
 
 
+def native_view(config):
+    """A flat config without the keys a native run does not read (policy.* and reclaim.*), as
+    the CLI's NativeView: runs find their native counterpart through it."""
+    return {k: v for k, v in config.items()
+            if not k.startswith("policy.") and not k.startswith("reclaim.")}
+
+
 def flatten_config(config_toml, what=""):
     """The leaves of a run's resolved config by dotted key ("engine.num_blocks" -> 384)."""
     try:
@@ -264,9 +271,12 @@ class ResultDb:
             return None
         if run["mode"] == mode:
             return run["id"]
+        # A native run records no [policy] / [reclaim] (older ones do): compare without them.
+        view = native_view if mode == "native" else (lambda c: c)
+        own = view(me[2])
         before = after = None
         for rid, (m, sweep, config) in completed.items():  # ascending ids
-            if m != mode or sweep != me[1] or config != me[2]:
+            if m != mode or sweep != me[1] or view(config) != own:
                 continue
             if rid < run["id"]:
                 before = rid

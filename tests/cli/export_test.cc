@@ -230,8 +230,9 @@ TEST_F(ExportTest, RequestsTableScoresEachRequestAgainstItsNativeRun) {
   // "a b x d" against "a b c d": LCS 3 of 4 and 4 tokens, F1 0.75. No naive run of the point.
   EXPECT_EQ(lines[3], "2,0,640,96,0,0.5,3,0.5,0.125,3,0,20.5,14,12,0.75,");
   EXPECT_EQ(lines[4], "2,1,641,96,0,0.5,3.5,0.5,0.125,3.5,0,20.5,15,12,1,");
-  // keep_ratio 0.5 has no native run: no score.
-  EXPECT_EQ(lines[5], "3,0,640,96,0,0.5,3,0.5,0.125,3,0,20.5,20,12,,");
+  // Native does not read [policy]: the native run (whose config, as in older databases, still
+  // records keep_ratio 0.25) is the keep_ratio 0.5 point's baseline too.
+  EXPECT_EQ(lines[5], "3,0,640,96,0,0.5,3,0.5,0.125,3,0,20.5,20,12,1,");
 }
 
 TEST_F(ExportTest, StepsTableAsJsonLinesToAFile) {
