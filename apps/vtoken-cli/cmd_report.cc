@@ -20,6 +20,7 @@
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/run_config.h"
 #include "lib/engine/result_store.h"
+#include "lib/engine/stats.h"
 
 extern char** environ;
 
@@ -29,7 +30,7 @@ namespace {
 // A column of figures from the summary table.
 struct Figure {
   const char* header;
-  const char* key;  // summary name; "" for a derived figure (see FigureValue)
+  const char* key;  // summary name (util_below_50 is added when the runs are read)
   const char* format;
 };
 
@@ -39,7 +40,7 @@ constexpr Figure kMemory[] = {
     {"blocks/req (final)", "blocks_final_mean", "%.1f"},
     {"ideal (final)", "ideal_final_mean", "%.1f"},
     {"waste F", "waste_ratio_mean", "%.3f"},
-    {"blocks <50% used", "", "%.3f"},
+    {"blocks <50% used", "util_below_50", "%.3f"},
     {"peak blocks", "peak_allocated_blocks", "%.0f"},
     {"peak conc.", "peak_running", "%.0f"},
     {"preempt.", "preemptions", "%.0f"},
@@ -53,6 +54,7 @@ constexpr Figure kSpeed[] = {
     {"E2E p95 (s)", "e2e_p95", "%.2f"},
     {"ROUGE-L vs native", "rouge_l_vs_native", "%.4f"},
     {"ROUGE-L vs naive", "rouge_l_vs_naive", "%.4f"},
+    {"ROUGE-L vs reference", "rouge_l_vs_reference", "%.4f"},
     {"moves", "moves", "%.0f"},
     {"planner (s)", "planner_s", "%.4f"},
     {"fence (s)", "fence_s", "%.4f"},
@@ -63,10 +65,14 @@ constexpr Figure kSpeed[] = {
 // experiment name is the same for every run of a sweep.
 const std::set<std::string> kNotAxes = {"modes", "name", "policy.name"};
 
+// One run, or one point of a sweep with seeds: the mean of its runs' figures, `ci` the
+// half-widths of their 95% confidence intervals (Student's t) and `run_ids` its runs.
 struct ReportRun {
   engine::RunRecord record;
   engine::RunSummary summary;
   FlatConfig config;
+  std::map<std::string, double> ci;
+  std::vector<int64_t> run_ids;
 };
 
 double Get(const ReportRun& r, const std::string& key) {
@@ -74,9 +80,35 @@ double Get(const ReportRun& r, const std::string& key) {
   return it == r.summary.values.end() ? NAN : it->second;
 }
 
-double FigureValue(const ReportRun& r, const Figure& f) {
-  if (f.key[0] == '\0') return Get(r, "util_hist_0") + Get(r, "util_hist_1");
-  return Get(r, f.key);
+// The runs that differ only in the seed keys (run_config.h) as one point per mode: figures
+// averaged, with their confidence intervals. Points keep the order of their first run.
+std::vector<ReportRun> AggregateSeeds(const std::vector<ReportRun>& runs) {
+  std::vector<std::vector<const ReportRun*>> groups;
+  std::map<std::pair<std::string, FlatConfig>, size_t> index;
+  for (const ReportRun& r : runs) {
+    FlatConfig key = r.config;
+    for (const std::string& k : kSeedKeys) key.erase(k);
+    auto [it, added] = index.try_emplace({r.record.mode, std::move(key)}, groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(&r);
+  }
+  std::vector<ReportRun> points;
+  for (const std::vector<const ReportRun*>& group : groups) {
+    ReportRun p = *group.front();
+    p.run_ids.clear();
+    std::map<std::string, std::vector<double>> values;
+    for (const ReportRun* r : group) {
+      p.run_ids.push_back(r->record.id);
+      for (const auto& [name, v] : r->summary.values) values[name].push_back(v);
+    }
+    for (const auto& [name, v] : values) {
+      const engine::MeanCi m = engine::MeanCi95(v);
+      p.summary.values[name] = m.count > 0 ? m.mean : NAN;
+      p.ci[name] = m.half_width;
+    }
+    points.push_back(std::move(p));
+  }
+  return points;
 }
 
 std::string Format(double v, const char* format) {
@@ -86,32 +118,49 @@ std::string Format(double v, const char* format) {
   return buf;
 }
 
-std::vector<std::string> GridKeys(const std::vector<ReportRun>& runs) {
+std::vector<std::string> GridKeys(const std::vector<ReportRun>& runs, bool seeds) {
   std::vector<const FlatConfig*> configs;
   for (const ReportRun& r : runs) configs.push_back(&r.config);
-  return VaryingKeys(configs, kNotAxes);
+  std::set<std::string> ignore = kNotAxes;
+  if (seeds) ignore.insert(kSeedKeys.begin(), kSeedKeys.end());
+  return VaryingKeys(configs, ignore);
 }
 
 std::string ConfigValue(const ReportRun& r, const std::string& key) {
   return cli::ConfigValue(r.config, key);
 }
 
+// A figure of a run, or of a point as "mean ± half-width" (the 95% confidence interval).
+std::string Cell(const ReportRun& r, const Figure& f, bool seeds) {
+  const std::string mean = Format(Get(r, f.key), f.format);
+  auto ci = r.ci.find(f.key);
+  if (!seeds || mean == "-" || ci == r.ci.end() || std::isnan(ci->second)) return mean;
+  return mean + " ± " + Format(ci->second, f.format);
+}
+
+// One row per run, or with `seeds` one per point with its run ids and seed count.
 template <size_t N>
 void PrintTable(const char* title, const std::vector<ReportRun>& runs,
-                const std::vector<std::string>& axes, const Figure (&figures)[N]) {
-  std::printf("\n### %s\n\n| run | mode | policy |", title);
+                const std::vector<std::string>& axes, const Figure (&figures)[N], bool seeds) {
+  std::printf("\n### %s\n\n| %s | mode | policy |", title, seeds ? "runs | seeds" : "run");
   for (const std::string& k : axes) std::printf(" %s |", k.c_str());
   for (const Figure& f : figures) std::printf(" %s |", f.header);
-  std::printf("\n|---:|---|---|");
+  std::printf("\n|%s---|---|", seeds ? "---|---:|" : "---:|");
   for (size_t i = 0; i < axes.size(); ++i) std::printf("---:|");
   for (size_t i = 0; i < N; ++i) std::printf("---:|");
   std::printf("\n");
   for (const ReportRun& r : runs) {
-    std::printf("| %lld | %s | %s |", static_cast<long long>(r.record.id), r.record.mode.c_str(),
+    if (seeds) {
+      std::string ids;
+      for (int64_t id : r.run_ids) ids += (ids.empty() ? "" : " ") + std::to_string(id);
+      std::printf("| %s | %zu |", ids.c_str(), r.run_ids.size());
+    } else {
+      std::printf("| %lld |", static_cast<long long>(r.record.id));
+    }
+    std::printf(" %s | %s |", r.record.mode.c_str(),
                 r.record.policy.empty() ? "-" : r.record.policy.c_str());
     for (const std::string& k : axes) std::printf(" %s |", ConfigValue(r, k).c_str());
-    for (const Figure& f : figures)
-      std::printf(" %s |", Format(FigureValue(r, f), f.format).c_str());
+    for (const Figure& f : figures) std::printf(" %s |", Cell(r, f, seeds).c_str());
     std::printf("\n");
   }
 }
@@ -244,6 +293,8 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
     VTOKEN_ASSIGN_OR_RETURN(r.summary, store.GetSummary(rec.id));
     VTOKEN_ASSIGN_OR_RETURN(r.config,
                             FlattenConfig(rec.config_toml, db + ": run " + std::to_string(rec.id)));
+    r.summary.values["util_below_50"] = Get(r, "util_hist_0") + Get(r, "util_hist_1");
+    r.run_ids = {rec.id};
     r.record = std::move(rec);
     runs.push_back(std::move(r));
   }
@@ -258,7 +309,13 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
     return NotFoundError("no completed runs of sweep '" + sweep + "' in " + db +
                          (known.empty() ? " (it has no sweeps)" : " (sweeps: " + known + ")"));
   }
-  const std::vector<std::string> axes = GridKeys(runs);
+  // A sweep with `[sweep] seeds` is reported per point (the mean over its seeds and the 95%
+  // confidence interval); the frontiers then use the means.
+  const size_t num_runs = runs.size();
+  std::vector<ReportRun> points = AggregateSeeds(runs);
+  const bool seeds = points.size() < runs.size();
+  if (seeds) runs = std::move(points);
+  const std::vector<std::string> axes = GridKeys(runs, seeds);
   std::set<std::string> models, workloads;
   for (const ReportRun& r : runs) {
     models.insert(r.record.model);
@@ -269,7 +326,8 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
     for (const std::string& v : s) out += (out.empty() ? "" : ", ") + v;
     return out;
   };
-  std::printf("## Sweep %s\n\n%zu completed runs", sweep.c_str(), runs.size());
+  std::printf("## Sweep %s\n\n%zu completed runs", sweep.c_str(), num_runs);
+  if (seeds) std::printf(" (%zu points over their seeds: mean ± 95%% CI)", runs.size());
   if (not_completed > 0) {
     std::printf(" (%lld more not completed: running, failed or interrupted)",
                 static_cast<long long>(not_completed));
@@ -280,8 +338,8 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
   if (axes.empty()) std::printf("none");
   for (size_t i = 0; i < axes.size(); ++i) std::printf("%s%s", i ? ", " : "", axes[i].c_str());
   std::printf(".\n");
-  PrintTable("Memory", runs, axes, kMemory);
-  PrintTable("Speed, quality, reclamation cost", runs, axes, kSpeed);
+  PrintTable("Memory", runs, axes, kMemory, seeds);
+  PrintTable("Speed, quality, reclamation cost", runs, axes, kSpeed, seeds);
   PrintFrontiers(runs, axes);
   std::printf("\n");
   if (!figures) return Status::Ok();

@@ -162,5 +162,39 @@ TEST_F(ReadCommandsTest, MissingDatabaseIsOneErrorLineAndIsNotCreated) {
   EXPECT_FALSE(std::filesystem::exists(Path("none")));
 }
 
+// Runs that differ only in `seed` and `workload.seed` are one point: report prints its mean and
+// the half-width of the 95% confidence interval, t(0.975, n - 1) * s / sqrt(n).
+TEST_F(ReadCommandsTest, ReportAveragesSeedsIntoPointsWithConfidenceIntervals) {
+  const std::string db = Path("r.db");
+  auto config = [](const std::string& mode, const std::string& keep, int seed) {
+    return "name = \"t\"\nmodes = [\"" + mode + "\"]\nseed = " + std::to_string(seed) +
+           "\n[workload]\nseed = " + std::to_string(seed) + "\n[policy]\nname = \"h2o\"\n" +
+           "keep_ratio = " + keep + "\n";
+  };
+  {
+    StatusOr<engine::ResultStore> store = engine::ResultStore::Open(db);
+    ASSERT_TRUE(store.ok());
+    // keep_ratio 0.25 at seeds 1, 2, 3: throughput 10, 12, 17 (mean 13, s = sqrt(13),
+    // t(0.975, 2) = 4.303: half-width 4.303 * sqrt(13 / 3) = 8.957); keep_ratio 0.5, one seed.
+    const double tput[] = {10, 12, 17};
+    for (int seed = 1; seed <= 3; ++seed) {
+      Finish(*store, BeginRun(*store, config("vtoken", "0.25", seed), "vtoken", "h2o", "s"),
+             tput[seed - 1]);
+    }
+    Finish(*store, BeginRun(*store, config("vtoken", "0.5", 1), "vtoken", "h2o", "s"), 20);
+  }
+  CliResult r = Cli({"report", "--db", db, "--sweep", "s", "--no-figures"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("4 completed runs (2 points over their seeds: mean ± 95% CI)"),
+            std::string::npos)
+      << r.out;
+  // The seed keys are not grid keys; keep_ratio is.
+  EXPECT_NE(r.out.find("grid keys: policy.keep_ratio."), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 1 2 3 | 3 | vtoken | h2o | 0.25 | 13.0 ± 9.0 |"), std::string::npos)
+      << r.out;
+  // One seed: no interval.
+  EXPECT_NE(r.out.find("| 4 | 1 | vtoken | h2o | 0.5 | 20.0 |"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace vtoken::cli
