@@ -57,23 +57,23 @@ StatusOr<BlockId> BlockPool::Allocate(SeqId owner, AllocClass alloc_class) {
 
 void BlockPool::AddRef(BlockId block) {
   assert(!blocks_[block].free && blocks_[block].refcount > 0);
-  ++blocks_[block].refcount;
+  if (++blocks_[block].refcount == 2) ++num_shared_blocks_;
 }
 
 void BlockPool::Release(BlockId block) {
   assert(blocks_[block].refcount > 0);
-  --blocks_[block].refcount;
+  if (--blocks_[block].refcount == 1) --num_shared_blocks_;
   MaybeFree(block);
 }
 
 void BlockPool::Pin(BlockId block) {
   assert(!blocks_[block].free);
-  ++blocks_[block].pins;
+  if (++blocks_[block].pins == 1) ++num_pinned_blocks_;
 }
 
 void BlockPool::Unpin(BlockId block) {
   assert(blocks_[block].pins > 0);
-  --blocks_[block].pins;
+  if (--blocks_[block].pins == 0) --num_pinned_blocks_;
   MaybeFree(block);
 }
 
@@ -109,8 +109,11 @@ Status BlockPool::CheckInvariants() const {
     on_free_list[b] = 1;
   }
   int64_t live_slots = 0;
+  int32_t shared = 0, pinned = 0;
   for (BlockId b = 0; b < num_blocks(); ++b) {
     const BlockState& s = blocks_[b];
+    shared += s.refcount > 1 ? 1 : 0;
+    pinned += s.pins > 0 ? 1 : 0;
     if (s.free != static_cast<bool>(on_free_list[b])) {
       return InternalError("block " + std::to_string(b) + " free flag disagrees with free list");
     }
@@ -134,6 +137,11 @@ Status BlockPool::CheckInvariants() const {
     live_slots += live;
   }
   if (live_slots != num_live_slots_) return InternalError("pool live slot total is stale");
+  if (shared != num_shared_blocks_ || pinned != num_pinned_blocks_) {
+    return InternalError("pool counts " + std::to_string(num_shared_blocks_) + " shared and " +
+                         std::to_string(num_pinned_blocks_) + " pinned blocks, holds " +
+                         std::to_string(shared) + " and " + std::to_string(pinned));
+  }
   return Status::Ok();
 }
 

@@ -80,6 +80,10 @@ class BlockPool {
   int32_t slot_refs(SlotIndex slot) const { return slot_refs_[slot]; }
   // Sum of live_count over all blocks.
   int64_t num_live_slots() const { return num_live_slots_; }
+  // Blocks with refcount > 1 (shared prefixes), and pinned blocks: when both are 0, no block is
+  // shared or pinned, and the planner need not look a block up (VirtualKvCache::PlanReclaim).
+  int32_t num_shared_blocks() const { return num_shared_blocks_; }
+  int32_t num_pinned_blocks() const { return num_pinned_blocks_; }
 
   // Verifies the free list, refcounts, pins and live counts agree. Returns Internal on a breach.
   Status CheckInvariants() const;
@@ -100,6 +104,8 @@ class BlockPool {
   std::vector<BlockId> free_list_;  // LIFO: a just-freed block is reused first (warm in cache).
   std::vector<uint16_t> slot_refs_;
   int64_t num_live_slots_ = 0;
+  int32_t num_shared_blocks_ = 0;  // refcount > 1
+  int32_t num_pinned_blocks_ = 0;  // pins > 0
 };
 
 }  // namespace vtoken

@@ -101,6 +101,23 @@ Prefix BestPrefix(const int32_t* counts, int32_t block_size, int64_t max_moves, 
   return {};
 }
 
+// Sorts (live, block) pairs with live <= max_live by live, then block: a stable counting sort
+// over the live counts when the blocks come in id order (a snapshot's do), else a comparison sort.
+void SortByLiveThenBlock(std::vector<std::pair<int32_t, BlockId>>& blocks, int32_t max_live,
+                         std::vector<std::pair<int32_t, BlockId>>& scratch) {
+  const auto by_block = [](const auto& a, const auto& b) { return a.second < b.second; };
+  if (!std::is_sorted(blocks.begin(), blocks.end(), by_block)) {
+    std::sort(blocks.begin(), blocks.end());
+    return;
+  }
+  std::vector<size_t> starts(static_cast<size_t>(max_live) + 2, 0);
+  for (const auto& b : blocks) ++starts[static_cast<size_t>(b.first) + 1];
+  for (size_t v = 1; v < starts.size(); ++v) starts[v] += starts[v - 1];
+  scratch.resize(blocks.size());
+  for (const auto& b : blocks) scratch[starts[static_cast<size_t>(b.first)]++] = b;
+  blocks.swap(scratch);
+}
+
 }  // namespace
 
 ReclaimPlan ReclaimPlanner::Plan(const CacheSnapshot& snap) const {
@@ -156,7 +173,7 @@ ReclaimPlan ReclaimPlanner::PlanFromHistograms(const CacheSnapshot& pool,
   std::make_heap(ranked.begin(), ranked.end(), after);
   int64_t moves_left = options_.max_moves_per_step;
   int64_t dst_left = pool.num_free_blocks;
-  std::vector<std::pair<int32_t, BlockId>> blocks;
+  std::vector<std::pair<int32_t, BlockId>> blocks, sorted;
   for (auto heap_end = ranked.end(); heap_end != ranked.begin(); --heap_end) {
     if (moves_left <= 0 || dst_left <= 0) break;
     std::pop_heap(ranked.begin(), heap_end, after);
@@ -171,7 +188,7 @@ ReclaimPlan ReclaimPlanner::PlanFromHistograms(const CacheSnapshot& pool,
     blocks.clear();
     list(static_cast<size_t>(c.group - histograms.data()), p.threshold, blocks);
     assert(static_cast<int64_t>(blocks.size()) >= p.k);
-    std::sort(blocks.begin(), blocks.end());
+    SortByLiveThenBlock(blocks, p.threshold, sorted);
     SeqPlan sp{.seq = c.group->seq,
                .src_blocks = {},
                .num_moves = p.moves,

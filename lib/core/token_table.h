@@ -52,6 +52,8 @@ class TokenTable {
   int32_t live_at(size_t i) const { return block_live_[i]; }
   // Blocks held, in no particular order.
   const std::vector<BlockId>& blocks() const { return blocks_; }
+  // The live counts of blocks(), in the same order.
+  const std::vector<int32_t>& block_live() const { return block_live_; }
   int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
 
   // The open block new tokens append into, and how many of its slots are written.
