@@ -103,11 +103,16 @@ class Run:
         return tuple(repr(self.config.get(k)) for k in SEED_KEYS)
 
 
+def native_ignores(key):
+    """Keys a native run does not read (the CLI's NativeView): policy.* and reclaim.*."""
+    return key.startswith("policy.") or key.startswith("reclaim.")
+
+
 class Point:
     """One grid point of one mode: its runs, one per seed, and the grid keys that identify it.
 
     `config` is the resolved config without NOT_AXES and SEED_KEYS, and for native without the
-    policy.* keys (native does not depend on them). `values` maps each grid axis the point has
+    policy.* and reclaim.* keys (native does not depend on them, and records none of them). `values` maps each grid axis the point has
     to its value (set by load()).
     """
 
@@ -123,7 +128,7 @@ class Point:
         return self.stat(name)[0]
 
     def ignores(self, key):
-        return self.mode == "native" and key.startswith("policy.")
+        return self.mode == "native" and native_ignores(key)
 
     def label(self, skip=(), by_policy=True):
         """"vtoken h2o, num_blocks=48": the mode, the policy, the other grid keys."""
@@ -141,13 +146,13 @@ class Point:
 def group_points(runs):
     """Points of the runs (first-seen order) and how many duplicate runs were left out.
 
-    A native run whose (seed, config without policy.*) another native run already has is the
-    same baseline; the first is kept."""
+    A native run whose (seed, config without policy.* and reclaim.*) another native run already
+    has is the same baseline; the first is kept."""
     points, index, dropped = [], {}, 0
     for r in runs:
         config = {k: v for k, v in r.config.items()
                   if k not in NOT_AXES and k not in SEED_KEYS
-                  and not (r.mode == "native" and k.startswith("policy."))}
+                  and not (r.mode == "native" and native_ignores(k))}
         key = (r.mode, repr(sorted(config.items())))
         if key not in index:
             index[key] = len(points)

@@ -238,9 +238,13 @@ Status ExportRuns(const engine::ResultStore& store, const std::vector<engine::Ru
     summaries.push_back(std::move(s));
   }
   std::vector<const FlatConfig*> config_ptrs;
-  for (const FlatConfig& c : configs) config_ptrs.push_back(&c);
+  std::vector<bool> native;
+  for (size_t i = 0; i < configs.size(); ++i) {
+    config_ptrs.push_back(&configs[i]);
+    native.push_back(runs[i].mode == "native");
+  }
   // The mode has its own column.
-  const std::vector<std::string> keys = VaryingKeys(config_ptrs, {"modes"});
+  const std::vector<std::string> keys = VaryingKeys(config_ptrs, native, {"modes"});
   std::vector<std::string> columns = Names(kRunColumns);
   columns.insert(columns.end(), keys.begin(), keys.end());
   columns.insert(columns.end(), figures.begin(), figures.end());
@@ -297,8 +301,12 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
     }
   }
   std::vector<const FlatConfig*> config_ptrs;
-  for (const Point& p : points) config_ptrs.push_back(&p.config);
-  const std::vector<std::string> keys = VaryingKeys(config_ptrs, {});
+  std::vector<bool> native;
+  for (const Point& p : points) {
+    config_ptrs.push_back(&p.config);
+    native.push_back(p.mode == "native");
+  }
+  const std::vector<std::string> keys = VaryingKeys(config_ptrs, native, {});
   std::vector<std::string> columns = {"mode", "policy", "sweep", "seeds", "seed_values", "run_ids"};
   columns.insert(columns.end(), keys.begin(), keys.end());
   for (const std::string& f : figures) {

@@ -120,10 +120,14 @@ std::string Format(double v, const char* format) {
 
 std::vector<std::string> GridKeys(const std::vector<ReportRun>& runs, bool seeds) {
   std::vector<const FlatConfig*> configs;
-  for (const ReportRun& r : runs) configs.push_back(&r.config);
+  std::vector<bool> native;
+  for (const ReportRun& r : runs) {
+    configs.push_back(&r.config);
+    native.push_back(r.record.mode == "native");
+  }
   std::set<std::string> ignore = kNotAxes;
   if (seeds) ignore.insert(kSeedKeys.begin(), kSeedKeys.end());
-  return VaryingKeys(configs, ignore);
+  return VaryingKeys(configs, native, ignore);
 }
 
 std::string ConfigValue(const ReportRun& r, const std::string& key) {

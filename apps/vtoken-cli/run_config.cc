@@ -47,6 +47,12 @@ StatusOr<FlatConfig> FlattenConfig(const std::string& config_toml, const std::st
 
 std::vector<std::string> VaryingKeys(const std::vector<const FlatConfig*>& configs,
                                      const std::set<std::string>& ignore) {
+  return VaryingKeys(configs, std::vector<bool>(configs.size(), false), ignore);
+}
+
+std::vector<std::string> VaryingKeys(const std::vector<const FlatConfig*>& configs,
+                                     const std::vector<bool>& native,
+                                     const std::set<std::string>& ignore) {
   std::set<std::string> keys;
   for (const FlatConfig* c : configs) {
     for (const auto& [k, v] : *c) keys.insert(k);
@@ -54,20 +60,26 @@ std::vector<std::string> VaryingKeys(const std::vector<const FlatConfig*>& confi
   std::vector<std::string> out;
   for (const std::string& k : keys) {
     if (ignore.count(k)) continue;
+    const bool native_ignores = NativeIgnores(k);
     std::set<std::string> values;
-    for (const FlatConfig* c : configs) {
-      auto it = c->find(k);
-      values.insert(it == c->end() ? "(unset)" : "=" + it->second);
+    for (size_t i = 0; i < configs.size(); ++i) {
+      if (native[i] && native_ignores) continue;
+      auto it = configs[i]->find(k);
+      values.insert(it == configs[i]->end() ? "(unset)" : "=" + it->second);
     }
     if (values.size() > 1) out.push_back(k);
   }
   return out;
 }
 
+bool NativeIgnores(const std::string& key) {
+  return key.rfind("policy.", 0) == 0 || key.rfind("reclaim.", 0) == 0;
+}
+
 FlatConfig NativeView(const FlatConfig& config) {
   FlatConfig out;
   for (const auto& [key, value] : config) {
-    if (key.rfind("policy.", 0) != 0 && key.rfind("reclaim.", 0) != 0) out.emplace(key, value);
+    if (!NativeIgnores(key)) out.emplace(key, value);
   }
   return out;
 }

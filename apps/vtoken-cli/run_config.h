@@ -29,10 +29,19 @@ inline const std::set<std::string> kSeedKeys = {"seed", "workload.seed"};
 std::vector<std::string> VaryingKeys(const std::vector<const FlatConfig*>& configs,
                                      const std::set<std::string>& ignore);
 
+// VaryingKeys where `native[i]` says configs[i] is a native run's: it has no say on the keys it
+// does not read (policy.*, reclaim.*), which it records not at all (or, in older databases, as
+// they were).
+std::vector<std::string> VaryingKeys(const std::vector<const FlatConfig*>& configs,
+                                     const std::vector<bool>& native,
+                                     const std::set<std::string>& ignore);
+
 // `config` without the keys a native run does not read (policy.* and reclaim.*): a native run
 // records none of them (older databases' native runs do), so runs compare against their native
 // baseline through this view.
 FlatConfig NativeView(const FlatConfig& config);
+// Whether a native run does not read `key` (policy.* and reclaim.*).
+bool NativeIgnores(const std::string& key);
 
 // Returns the value of `key` in `config`, or `missing` when it has none.
 std::string ConfigValue(const FlatConfig& config, const std::string& key,

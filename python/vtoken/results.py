@@ -55,8 +55,7 @@ def _process_alive(pid):
 def native_view(config):
     """A flat config without the keys a native run does not read (policy.* and reclaim.*), as
     the CLI's NativeView: runs find their native counterpart through it."""
-    return {k: v for k, v in config.items()
-            if not k.startswith("policy.") and not k.startswith("reclaim.")}
+    return {k: v for k, v in config.items() if not native_ignores(k)}
 
 
 def flatten_config(config_toml, what=""):
@@ -77,20 +76,28 @@ def flatten_config(config_toml, what=""):
     return out
 
 
-def varying_keys(configs, ignore=("modes",)):
-    """Sorted keys whose value is not the same in every config (missing counts as a value)."""
+def varying_keys(configs, ignore=("modes",), native=None):
+    """Sorted keys whose value is not the same in every config (missing counts as a value).
+    A config marked in `native` (a native run's) has no say on the keys native does not read."""
+    native = native or [False] * len(configs)
     keys = sorted({k for c in configs for k in c})
     missing = object()
     out = []
     for k in keys:
         if k in ignore:
             continue
-        values = [c.get(k, missing) for c in configs]
+        skip = native_ignores(k)
+        values = [c.get(k, missing) for c, n in zip(configs, native) if not (n and skip)]
         if any(v is missing for v in values) and not all(v is missing for v in values):
             out.append(k)
         elif any(v != values[0] for v in values):
             out.append(k)
     return out
+
+
+def native_ignores(key):
+    """Whether a native run does not read `key` (policy.* and reclaim.*), as the CLI's."""
+    return key.startswith("policy.") or key.startswith("reclaim.")
 
 
 def rouge_tokenize(text):
@@ -230,7 +237,7 @@ class ResultDb:
         configs = [flatten_config(r["config_toml"], f"result db {self.path}: run {r['id']}")
                    for r in runs]
         summaries = [self.summary(r["id"]) for r in runs]
-        keys = varying_keys(configs)
+        keys = varying_keys(configs, native=[r["mode"] == "native" for r in runs])
         figures = sorted({n for s in summaries for n in s})
         rows = []
         for r, c, s in zip(runs, configs, summaries):
