@@ -72,6 +72,9 @@ grep -q "8 completed runs (4 points over their seeds: mean ± 95% CI)" "$TMP/rep
 grep -Eq "^\| [0-9]+ [0-9]+ \| 2 \| vtoken \| decayed_attention \|" "$TMP/report.out" \
   || fail "report has no 2-seed decayed_attention point: $(cat "$TMP/report.out")"
 grep -q " ± " "$TMP/report.out" || fail "report shows no confidence interval"
+# Native records no [policy] and has no say on the grid keys: only the applied decay varies.
+grep -q "grid keys: policy.params.decay\.$" "$TMP/report.out" \
+  || fail "report grid keys: $(grep -o 'grid keys: .*' "$TMP/report.out")"
 
 expect_error "table 'policy.params.nope' is not a policy's" run "$TMP/s.toml" --set policy.params.nope.x=1
 expect_error "policy.params.decayed_attention" run "$TMP/s.toml" --set policy.params.decayed_attention.bogus=1
