@@ -354,7 +354,8 @@ class Counterparts {
                               FlattenConfig(r.config_toml, "result db " + store.path() + ": run " +
                                                                std::to_string(r.id)));
       config.erase("modes");
-      c.runs_.push_back({r.id, r.mode, r.sweep, std::move(config)});
+      FlatConfig native = NativeView(config);
+      c.runs_.push_back({r.id, r.mode, r.sweep, std::move(config), std::move(native)});
     }
     return c;
   }
@@ -370,10 +371,9 @@ class Counterparts {
     std::optional<int64_t> before, after;
     // A native run does not record [policy] and [reclaim] (older ones do): compare without.
     const bool native = mode == "native";
-    const FlatConfig own = native ? NativeView(self->config) : self->config;
     for (const Entry& e : runs_) {  // ascending ids
       if (e.mode != mode || e.sweep != self->sweep) continue;
-      if (native ? NativeView(e.config) != own : e.config != self->config) continue;
+      if (native ? e.native_view != self->native_view : e.config != self->config) continue;
       if (e.id < run.id) before = e.id;
       if (e.id > run.id && !after) after = e.id;
     }
@@ -385,7 +385,8 @@ class Counterparts {
     int64_t id;
     std::string mode;
     std::string sweep;
-    FlatConfig config;  // without "modes"
+    FlatConfig config;       // without "modes"
+    FlatConfig native_view;  // NativeView(config), what a native counterpart is matched on
   };
   std::vector<Entry> runs_;
 };

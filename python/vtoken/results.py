@@ -279,11 +279,10 @@ class ResultDb:
         if run["mode"] == mode:
             return run["id"]
         # A native run records no [policy] / [reclaim] (older ones do): compare without them.
-        view = native_view if mode == "native" else (lambda c: c)
-        own = view(me[2])
+        at = 3 if mode == "native" else 2  # the config, or its native view
         before = after = None
-        for rid, (m, sweep, config) in completed.items():  # ascending ids
-            if m != mode or sweep != me[1] or view(config) != own:
+        for rid, entry in completed.items():  # ascending ids
+            if entry[0] != mode or entry[1] != me[1] or entry[at] != me[at]:
                 continue
             if rid < run["id"]:
                 before = rid
@@ -297,7 +296,7 @@ class ResultDb:
         for r in self._all_runs(status="completed"):
             c = flatten_config(r["config_toml"], f"result db {self.path}: run {r['id']}")
             c.pop("modes", None)
-            completed[r["id"]] = (r["mode"], r["sweep"], c)
+            completed[r["id"]] = (r["mode"], r["sweep"], c, native_view(c))
         rows = []
         texts_cache = {}
 
