@@ -51,4 +51,55 @@ struct PagedDecodeArgs {
   float scale = 1.0f;      // Usually 1 / sqrt(head_dim).
 };
 
+
+// The element type of a PagedBatchArgs' q, K/V cache and out (all the same).
+enum class AttnDtype : int32_t { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
+
+// One layer's attention for a whole batch, CSR-shaped (the GPU counterpart of lib/model's
+// CpuAttentionBatch, same meaning field for field). Sequence s owns query rows [q_offsets[s],
+// q_offsets[s+1]) (its new tokens). KV head h reads key range u = s * groups_per_seq +
+// head_group[h] ([key_offsets[u], key_offsets[u+1]) of slots / key_positions: the group's live
+// context in logical order, then the sequence's new tokens). New token i sees the context and new
+// tokens 0..i (causal); with sliding_window W > 0 only keys at RoPE position p with
+// query_position - p < W. Query head q reads KV head q / (num_heads / num_kv_heads). KV head h of
+// slot `slot` starts at element slot * slot_stride + h * kv_head_stride of the cache.
+// Signals (attn_sum / norm_sum non-null, want_signals[s] != 0): attn_sum[key] += the probability
+// the key received summed over its query heads and the last num_signal[s] (clamped to [1, n])
+// query rows; norm_sum[key] += |K row| / norm_heads, per KV head reading the key. Both accumulate
+// (+=) across calls, in fp32, whatever the dtype. Sequences with skip[s] != 0 are not touched.
+// The max_* fields are host-side bounds that size the grid and the workspace.
+struct PagedBatchArgs {
+  AttnDtype dtype = AttnDtype::kFloat32;
+  const void* q = nullptr;                 // [num_rows, num_heads, head_dim]
+  const void* k_cache = nullptr;           // [num_slots, slot_stride]
+  const void* v_cache = nullptr;           // [num_slots, slot_stride]
+  void* out = nullptr;                     // [num_rows, num_heads, head_dim]
+  const int64_t* q_offsets = nullptr;      // [num_seqs + 1], [0] = 0, [num_seqs] = num_rows
+  const int64_t* head_group = nullptr;     // [num_kv_heads] in [0, groups_per_seq); null: all 0
+  const int64_t* key_offsets = nullptr;    // [num_seqs * groups_per_seq + 1], [0] = 0
+  const int64_t* slots = nullptr;          // [num_keys], each in [0, num_slots)
+  const int64_t* key_positions = nullptr;  // [num_keys]; nondecreasing per range with a window
+  const int64_t* num_signal = nullptr;     // [num_seqs]: signal query rows (the last ones)
+  const uint8_t* want_signals = nullptr;   // [num_seqs] or null (no signals)
+  float* attn_sum = nullptr;               // [num_keys] or null
+  float* norm_sum = nullptr;               // [num_keys] or null
+  const uint8_t* skip = nullptr;           // [num_seqs] or null: sequences left to the caller
+  int32_t num_seqs = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int64_t num_rows = 0;            // Query rows of the batch: q_offsets[num_seqs].
+  int64_t num_keys = 0;            // key_offsets[num_seqs * groups_per_seq].
+  int64_t num_slots = 0;           // Slots of the cache.
+  int64_t slot_stride = 0;         // Elements per slot: num_kv_heads * head_dim, or head_dim.
+  int64_t kv_head_stride = 0;      // Elements between KV heads in a slot: head_dim, or 0.
+  int64_t groups_per_seq = 1;      // G: key ranges per sequence.
+  int64_t norm_heads = 1;          // KV heads of this layer that share a key range.
+  int64_t sliding_window = 0;      // 0: full causal attention.
+  int64_t max_query_rows = 0;      // >= every sequence's query rows (host bound).
+  int64_t max_keys = 0;            // >= every key range's length (host bound).
+  int64_t max_signal_rows = 0;     // >= every signal sequence's signal rows; 0 without signals.
+  float scale = 1.0f;              // Usually 1 / sqrt(head_dim).
+};
+
 }  // namespace vtoken::cuda
