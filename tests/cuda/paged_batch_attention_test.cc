@@ -1,7 +1,8 @@
 // Batched paged attention: properties of the CPU reference, validation and the split-K policy
 // (always), and the kernel against the reference (GPU only) over fp32 / bf16 / fp16, block sizes
-// 1/3/7/17, GQA ratios 1/4/8, head dims 64/128/256 and odd ones, empty and 5000-key contexts,
-// prefill chunks, sliding windows, per-head slots with several key ranges, signals and skip.
+// 1/3/7/17, GQA ratios 1/4/8/16/32, head dims 64/128/256 and odd ones, empty and 5000-key
+// contexts, prefill chunks, sliding windows, per-head slots with several key ranges, signals and
+// skip.
 #include "lib/cuda/paged_batch_attention.h"
 
 #include <gtest/gtest.h>
@@ -302,6 +303,18 @@ TEST(PagedBatchAttentionDeviceTest, LongContextsSplitKeysAcrossPartitions) {
                       .magnitude = 3.0f},
                      {{.rows = 1, .context = {2000}}, {.rows = 3, .context = {64}}}, 12);
   ExpectKernelMatchesReference(large, "large scores", /*scale=*/50.0f);
+}
+
+// More query heads per KV head than a CTA holds (16, or 8 past head_dim 128): head tiles.
+TEST(PagedBatchAttentionDeviceTest, LargeGqaGroupsSplitHeadsAcrossCtas) {
+  if (Status s = CudaDeviceStatus(); !s.ok()) GTEST_SKIP() << s.message();
+  BatchProblem wide({.num_heads = 32, .num_kv_heads = 1, .head_dim = 64, .block_size = 7},
+                    MixedSeqs(1), 16);
+  ExpectKernelMatchesReference(wide, "32 query heads per KV head");
+  BatchProblem deep({.dtype = AttnDtype::kBFloat16, .num_heads = 32, .num_kv_heads = 2,
+                     .head_dim = 256, .block_size = 17},
+                    MixedSeqs(1), 17);
+  ExpectKernelMatchesReference(deep, "16 query heads per KV head at head_dim 256");
 }
 
 TEST(PagedBatchAttentionDeviceTest, SlidingWindowHeadSlotsAndSignalsOnOrOff) {

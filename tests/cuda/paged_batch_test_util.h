@@ -150,7 +150,7 @@ struct BatchProblem {
     args.sliding_window = s.sliding_window;
     args.max_query_rows = max_query_rows;
     args.max_keys = max_keys;
-    args.max_signal_rows = s.attn_signals ? max_signal_rows : 0;
+    args.max_signal_rows = s.attn_signals ? std::max<int64_t>(max_signal_rows, 1) : 0;
     args.scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
     PointAtHost();
   }
