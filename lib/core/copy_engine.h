@@ -33,6 +33,15 @@ class CopyEngine {
   virtual bool Poll(CopyTicket ticket) = 0;
   // Bytes copied so far by completed tickets.
   virtual int64_t bytes_copied() const = 0;
+  // The read fence: orders every read the consumer issues from now on (the next forward pass)
+  // after `ticket`'s copies and every earlier ticket's. An engine that copies on a device queue
+  // makes the consumer's queue wait for the copy there and returns true without blocking the host;
+  // the ticket then completes later, and the caller still polls it before freeing its sources.
+  // This default waits on the host (Wait) and returns false.
+  virtual bool FenceConsumer(CopyTicket ticket) {
+    Wait(ticket);
+    return false;
+  }
 };
 
 // The shared machinery of the concrete engines: runs a copy function either inside Submit

@@ -1,6 +1,7 @@
 #include "lib/core/reclaimer.h"
 
 #include <chrono>
+#include <string>
 
 namespace vtoken {
 namespace {
@@ -69,13 +70,32 @@ Status Reclaimer::Poll() {
 StatusOr<bool> Reclaimer::FenceForRead(SeqId seq) {
   VTOKEN_RETURN_IF_ERROR(Poll());
   if (!cache_.HasSequence(seq) || !cache_.HasPendingReads(seq)) return false;
-  const auto start = std::chrono::steady_clock::now();
-  // Tickets complete in order: retire until seq reads nothing pending.
-  while (!in_flight_.empty() && cache_.HasPendingReads(seq)) {
-    engine_.Wait(in_flight_.front().ticket);
-    VTOKEN_RETURN_IF_ERROR(RetireFront());
+  // Tickets complete in order: fencing on the newest relocation whose destinations seq reads (its
+  // own moved tokens, or a block shared by a fork) covers every earlier one.
+  const uint64_t relocation = cache_.NewestPendingRead(seq);
+  CopyTicket ticket = 0;
+  for (const InFlight& f : in_flight_) {
+    if (f.relocation.id == relocation) ticket = f.ticket;
+  }
+  if (ticket == 0) {
+    return InternalError("sequence " + std::to_string(seq) + " reads pending slots of relocation " +
+                         std::to_string(relocation) + ", which is not in flight");
   }
   ++stats_.fence_waits;
+  if (ticket <= device_fenced_through_) {  // The consumer already waits for it on the device.
+    ++stats_.device_fences;
+    return true;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  if (engine_.FenceConsumer(ticket)) {
+    device_fenced_through_ = ticket;
+    ++stats_.device_fences;
+  } else {
+    while (!in_flight_.empty() && in_flight_.front().ticket <= ticket) {
+      VTOKEN_RETURN_IF_ERROR(RetireFront());
+    }
+    ++stats_.host_fence_waits;
+  }
   stats_.fence_seconds += SecondsSince(start);
   return true;
 }

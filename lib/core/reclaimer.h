@@ -2,8 +2,11 @@
 // stage-aware order of the paper: snapshot -> Plan (pure) -> BeginRelocation -> Submit copies ->
 // ApplyMoves (table committed at once; destinations stay pending) -> later, once the copy
 // engine reports completion, CompleteRelocation frees the source blocks. A reader calls
-// FenceForRead(seq) before attention reads seq's slots; it waits only when a pending copy
-// touches them.
+// FenceForRead(seq) before attention reads seq's slots; it fences only when a pending copy
+// touches them, and then through CopyEngine::FenceConsumer: on a device copy engine the
+// consumer's stream waits for the copy's event and the host goes on (the relocation completes on
+// a later Poll), otherwise the host waits and the relocation completes at once. A device fence is
+// issued once per ticket: a stream that waited for ticket T is ordered after every ticket <= T.
 //
 // Not thread-safe; lives on the scheduler thread with the cache.
 #pragma once
@@ -24,7 +27,9 @@ struct ReclaimStats {
   int64_t moves = 0;          // Tokens relocated.
   int64_t bytes = 0;          // KV bytes submitted for copying.
   int64_t blocks_freed = 0;   // Source blocks minus destination blocks over all plans.
-  int64_t fence_waits = 0;    // Reads that had to wait for a copy.
+  int64_t fence_waits = 0;    // Reads that had to wait for a copy (on the host or the device).
+  int64_t device_fences = 0;  // Of those, fences the copy engine put on the device queue.
+  int64_t host_fence_waits = 0;  // Of those, fences that blocked the host until the copy was done.
   double planner_seconds = 0;  // Snapshot + Plan CPU time.
   double fence_seconds = 0;    // Time spent blocked in fences and drains.
 };
@@ -57,7 +62,8 @@ class Reclaimer {
   StatusOr<int64_t> Step(bool force = false);
   // Completes every relocation whose copies finished. Never blocks.
   Status Poll();
-  // Blocks until no pending copy touches a slot `seq` reads. Returns true if it had to wait.
+  // Orders the next reads of `seq`'s slots after every pending copy that touches them (see
+  // above). Returns true if a copy touched them (a fence was needed, on the device or the host).
   StatusOr<bool> FenceForRead(SeqId seq);
   // Waits for and completes every in-flight relocation.
   Status Drain();
@@ -80,6 +86,7 @@ class Reclaimer {
   RelocationObserver* observer_ = nullptr;
   bool force_sync_ = false;
   std::deque<InFlight> in_flight_;
+  CopyTicket device_fenced_through_ = 0;  // The consumer's queue waits for tickets <= this one.
   ReclaimStats stats_;
 };
 

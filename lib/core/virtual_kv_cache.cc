@@ -422,7 +422,7 @@ StatusOr<Relocation> VirtualKvCache::BeginRelocation(const ReclaimPlan& plan) {
           pool_.FirstSlot(sr.dst_blocks[next / block_size()]) + next % block_size();
       ++next;
       sr.moves.push_back({tok, e.slot, dst});
-      pending_slots_[dst] = PendingSlot{.seq = sp.seq, .group = sp.group};
+      pending_slots_[dst] = PendingSlot{.seq = sp.seq, .group = sp.group, .relocation = rel.id};
       flight.dst_slots.push_back(dst);
     }
     rel.seqs.push_back(std::move(sr));
@@ -518,6 +518,17 @@ bool VirtualKvCache::HasPendingReads(SeqId seq) const {
     if (tables[owner.group].holds(pool_.BlockOf(slot))) return true;
   }
   return false;
+}
+
+uint64_t VirtualKvCache::NewestPendingRead(SeqId seq) const {
+  if (pending_slots_.empty()) return 0;
+  const std::vector<TokenTable>& tables = tables_.at(seq);
+  uint64_t newest = 0;
+  for (const auto& [slot, owner] : pending_slots_) {
+    if (owner.relocation <= newest || pool_.slot_refs(slot) == 0) continue;
+    if (tables[owner.group].holds(pool_.BlockOf(slot))) newest = owner.relocation;
+  }
+  return newest;
 }
 
 std::vector<uint64_t> VirtualKvCache::InFlightRelocations() const {

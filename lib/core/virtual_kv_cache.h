@@ -144,6 +144,9 @@ class VirtualKvCache {
   bool IsSlotPending(SlotIndex slot) const { return pending_slots_.count(slot) > 0; }
   // True when one of seq's live slots awaits a copy.
   bool HasPendingReads(SeqId seq) const;
+  // The newest in-flight relocation (ids increase) whose pending destination `seq` reads (its own
+  // moved tokens, or a forked block shared with the relocated sequence); 0 when none.
+  uint64_t NewestPendingRead(SeqId seq) const;
   // Relocations begun and not completed, oldest first.
   std::vector<uint64_t> InFlightRelocations() const;
 
@@ -192,6 +195,7 @@ class VirtualKvCache {
   struct PendingSlot {
     SeqId seq = kNoSeq;
     int32_t group = 0;
+    uint64_t relocation = 0;  // The in-flight relocation whose copy writes the slot.
   };
 
   StatusOr<std::vector<TokenTable>*> MutableTables(SeqId seq);

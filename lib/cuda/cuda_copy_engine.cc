@@ -1,6 +1,7 @@
 #include "lib/cuda/cuda_copy_engine.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -109,6 +110,12 @@ void CudaCopyEngine::Wait(CopyTicket ticket) {
   if (!status.ok()) Fatal("Wait", status);
 }
 
+bool CudaCopyEngine::FenceConsumer(CopyTicket ticket) {
+  const Status status = MakeStreamWait(ticket, options_.compute_stream);
+  if (!status.ok()) Fatal("FenceConsumer", status);
+  return true;
+}
+
 bool CudaCopyEngine::Poll(CopyTicket ticket) {
   StatusOr<bool> done = TryPoll(ticket);
   if (!done.ok()) Fatal("Poll", done.status());
@@ -161,27 +168,43 @@ Status CudaCopyEngine::Fail(Status status) {
 }
 
 StatusOr<CudaCopyEngine::Staging*> CudaCopyEngine::AcquireStaging(int64_t num_copies) {
-  Staging* staging = nullptr;
-  if (!free_staging_.empty()) {
-    staging = free_staging_.back();
-    free_staging_.pop_back();
-  } else {
-    staging_.push_back(std::make_unique<Staging>());
-    staging = staging_.back().get();
-    VTOKEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staging->done, cudaEventDisableTiming));
+  // The smallest free buffer that holds the list. None is ever freed or resized here: cudaFree
+  // and cudaFreeHost synchronise the device, which would stall the forward pass that this copy
+  // is meant to overlap. A longer list gets a new buffer (a power of two), and the small ones
+  // stay for later short lists; all are released by the destructor.
+  auto best = free_staging_.end();
+  for (auto it = free_staging_.begin(); it != free_staging_.end(); ++it) {
+    if ((*it)->capacity >= num_copies && (best == free_staging_.end() ||
+                                          (*it)->capacity < (*best)->capacity)) {
+      best = it;
+    }
   }
-  if (staging->capacity < num_copies) {
-    // Only free buffers are resized: their last upload and kernel have completed.
-    const int64_t capacity = std::max(num_copies, options_.initial_staging_copies);
-    if (staging->host != nullptr) VTOKEN_CUDA_RETURN_IF_ERROR(cudaFreeHost(staging->host));
-    staging->host = nullptr;
-    staging->capacity = 0;
-    const size_t bytes = static_cast<size_t>(capacity) * sizeof(SlotPair);
-    VTOKEN_CUDA_RETURN_IF_ERROR(cudaMallocHost(reinterpret_cast<void**>(&staging->host), bytes));
-    VTOKEN_ASSIGN_OR_RETURN(staging->device, DeviceBuffer::Allocate(bytes));
-    staging->capacity = capacity;
+  if (best != free_staging_.end()) {
+    Staging* staging = *best;
+    free_staging_.erase(best);
+    return staging;
   }
-  return staging;
+  auto staging = std::make_unique<Staging>();
+  VTOKEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staging->done, cudaEventDisableTiming));
+  const int64_t capacity = std::max<int64_t>(
+      std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(num_copies, 1))),
+      options_.initial_staging_copies);
+  const size_t bytes = static_cast<size_t>(capacity) * sizeof(SlotPair);
+  const cudaError_t error = cudaMallocHost(reinterpret_cast<void**>(&staging->host), bytes);
+  if (error != cudaSuccess) {
+    LogIfError(cudaEventDestroy(staging->done), "cudaEventDestroy");
+    return CudaStatus(error, "cudaMallocHost(copy list)");
+  }
+  StatusOr<DeviceBuffer> device = DeviceBuffer::Allocate(bytes);
+  if (!device.ok()) {
+    LogIfError(cudaFreeHost(staging->host), "cudaFreeHost");
+    LogIfError(cudaEventDestroy(staging->done), "cudaEventDestroy");
+    return device.status();
+  }
+  staging->device = std::move(*device);
+  staging->capacity = capacity;
+  staging_.push_back(std::move(staging));
+  return staging_.back().get();
 }
 
 StatusOr<CopyTicket> CudaCopyEngine::TrySubmit(std::span<const SlotCopy> copies) {

@@ -10,8 +10,10 @@
 //   4. an event is recorded on the copy stream; it is the ticket's completion.
 // Poll = cudaEventQuery, Wait = cudaEventSynchronize. MakeStreamWait(ticket, stream) is the
 // stage-aware fence: the next forward's stream waits for the copy on the GPU (cudaStreamWaitEvent)
-// without blocking the host. Each in-flight ticket owns its staging buffers, which are recycled
-// once its event has completed, so a later Submit never overwrites a list still being uploaded.
+// without blocking the host; FenceConsumer (what the reclaimer calls) applies it to the compute
+// stream. Each in-flight ticket owns its staging buffers, which are recycled once its event has
+// completed, so a later Submit never overwrites a list still being uploaded; Submit never frees
+// a buffer (a device-synchronising cudaFree), it adds a larger one when a list does not fit.
 //
 // Errors: the Try* methods return Status. CopyEngine's own methods cannot (the interface has no
 // error channel), and a relocation that failed on the GPU leaves the KV cache in an unknown state
@@ -65,6 +67,9 @@ class CudaCopyEngine final : public CopyEngine {
   void Wait(CopyTicket ticket) override;
   bool Poll(CopyTicket ticket) override;
   int64_t bytes_copied() const override { return bytes_copied_; }
+  // The device-side read fence: MakeStreamWait(ticket, options.compute_stream); never blocks the
+  // host, so the reclaimer completes the relocation on a later Poll.
+  bool FenceConsumer(CopyTicket ticket) override;
 
   // Enqueues the copies and returns their ticket (> 0, increasing) without waiting. An empty list
   // gets a ticket too. Returns InvalidArgument (naming the copy) for a slot out of range, a slot

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "lib/cuda/cuda_check.h"
+#include "lib/cuda/kernels.h"
 
 namespace vtoken::cuda {
 
@@ -29,6 +30,13 @@ Status CudaDeviceStatus() {
 }
 
 bool CudaDeviceAvailable() { return CudaDeviceStatus().ok(); }
+
+Status SpinStream(Stream stream, int64_t microseconds) {
+  if (microseconds < 0) {
+    return InvalidArgumentError("SpinStream: negative time " + std::to_string(microseconds));
+  }
+  return CudaStatus(internal::LaunchSpin(microseconds, stream), "SpinStream launch");
+}
 
 StatusOr<std::string> CudaDeviceDescription() {
   int device = 0;

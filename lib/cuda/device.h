@@ -30,6 +30,11 @@ bool CudaDeviceAvailable();
 // "<name> (sm_XY, N SMs, M MiB)" of the current device, or the error.
 StatusOr<std::string> CudaDeviceDescription();
 
+// Enqueues a one-thread kernel that keeps `stream` busy for about `microseconds` (tests and
+// benchmarks delay a stream with it to widen a race window). InvalidArgument for a negative
+// time, Internal when the launch fails.
+Status SpinStream(Stream stream, int64_t microseconds);
+
 // Owns `bytes` of device memory (cudaMalloc). Movable, not copyable.
 class DeviceBuffer {
  public:

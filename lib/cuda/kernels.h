@@ -22,6 +22,9 @@ cudaError_t LaunchRelocate(const KvLayersView& kv, const SlotPair* copies, int64
 cudaError_t LaunchHashTokenRows(const KvLayersView& kv, const int64_t* slots, int64_t num_tokens,
                                 uint64_t* hashes, cudaStream_t stream);
 
+// One thread spinning for `microseconds` on `stream` (spin.cu). REQUIRES microseconds >= 0.
+cudaError_t LaunchSpin(int64_t microseconds, cudaStream_t stream);
+
 // args: device pointers, validated. REQUIRES num_seqs > 0.
 cudaError_t LaunchPagedDecode(const PagedDecodeArgs& args, cudaStream_t stream);
 

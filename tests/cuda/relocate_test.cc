@@ -198,6 +198,54 @@ TEST(CudaCopyEngineTest, SubmitWaitPollAndFenceMoveTheRightRows) {
   EXPECT_EQ(actual.storage, expected.storage);
 }
 
+// The device-side read fence with a delayed copy: the copy stream is held busy, the engine fences
+// the compute stream (FenceConsumer, what the reclaimer calls) and returns at once, and a kernel
+// on the compute stream hashes the destination row. Without the fence (the control) the kernel
+// runs before the copy and sees the row's old bytes.
+TEST(CudaCopyEngineTest, FenceConsumerOrdersAComputeKernelAfterADelayedCopy) {
+  SKIP_WITHOUT_GPU();
+  for (bool fence : {true, false}) {
+    SCOPED_TRACE(fence ? "fenced" : "control without the fence");
+    HostKv host(2, 64, 48, 21);
+    DeviceKv device(host);
+    StatusOr<CudaStream> compute = CudaStream::Create();
+    ASSERT_TRUE(compute.ok());
+    CudaCopyEngineOptions options;
+    options.compute_stream = compute->get();
+    StatusOr<std::unique_ptr<CudaCopyEngine>> engine =
+        CudaCopyEngine::Create(device.k, device.v, 64, 48, options);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    CudaCopyEngine& e = **engine;
+    const uint64_t source_hash = HashTokenRowsReference(host.view, 5);
+    ASSERT_NE(source_hash, HashTokenRowsReference(host.view, 40));
+
+    // Allocations and synchronous copies before the spin: they may synchronise the device.
+    StatusOr<DeviceBuffer> slot = DeviceBuffer::Allocate(sizeof(int64_t));
+    StatusOr<DeviceBuffer> hash = DeviceBuffer::Allocate(sizeof(uint64_t));
+    ASSERT_TRUE(slot.ok() && hash.ok());
+    const int64_t dst = 40;
+    ASSERT_TRUE(slot->CopyFromHost(&dst, sizeof(dst)).ok());
+    ASSERT_TRUE(SpinStream(e.copy_stream(), 200000).ok());  // The copy starts 200 ms from now.
+    const CopyTicket ticket = e.Submit({{5, 40}});
+    if (fence) {
+      EXPECT_TRUE(e.FenceConsumer(ticket));
+      EXPECT_FALSE(e.Poll(ticket));  // The host did not wait for the copy.
+    }
+    ASSERT_TRUE(HashTokenRows(device.view, slot->as<int64_t>(), 1, hash->as<uint64_t>(),
+                              compute->get())
+                    .ok());
+    ASSERT_TRUE(compute->Synchronize().ok());
+    uint64_t seen = 0;
+    ASSERT_TRUE(hash->CopyToHost(&seen, sizeof(seen)).ok());
+    if (fence) {
+      EXPECT_EQ(seen, source_hash);
+    } else {
+      EXPECT_NE(seen, source_hash);
+    }
+    e.Wait(ticket);
+  }
+}
+
 TEST(CudaCopyEngineTest, TrySubmitRejectsInvalidListsWithoutFailingTheEngine) {
   SKIP_WITHOUT_GPU();
   HostKv host(1, 8, 16, 12);
