@@ -2,11 +2,13 @@
 // the fused CPU path (fp32 on the CPU) or the torch reference path (any device and dtype).
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "lib/model/cpu_ops.h"
 #include "lib/model/cpu_paged_attention.h"
 #include "lib/model/llama.h"
 #include "lib/model/llama_ops.h"
+#include "lib/model/paged_cuda_attention.h"
 #include "lib/model/paged_torch_attention.h"
 
 namespace vtoken::model {
@@ -19,6 +21,9 @@ using internal::GatherAndMask;
 using internal::GatherMask;
 using internal::Linear;
 using internal::SignalAccumulators;
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+using internal::CudaPagedAttention;
+#endif
 
 namespace {
 
@@ -174,7 +179,10 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
 }
 
 // The reference path: per layer, torch ops; per sequence, K/V gathered with index_select and
-// attention as bmm / softmax / bmm, with the causal and sliding-window mask.
+// attention as bmm / softmax / bmm, with the causal and sliding-window mask. On CUDA KV tensors
+// (when lib/cuda is built) the attention of the sequences with fewer than
+// kBlasAttentionMinQueries new tokens is instead one CudaPagedAttention call per layer; longer
+// prefill chunks stay on the torch ops (batched GEMMs).
 torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const std::vector<int64_t>& positions,
                                            const std::vector<int64_t>& writes, PagedBatch& b,
                                            KvTensors& kv) const {
@@ -195,16 +203,37 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const std::vector<in
   auto [cos, sin] = RopeCosSin(torch::tensor(positions, idx));
   const BatchView view{groups, b.q_offsets.data(), b.key_offsets.data(), b.key_slots.data(),
                        b.key_positions.data()};
-  std::vector<GatherMask> gather_mask;
-  std::vector<int64_t> all_seqs;
-  for (int64_t s = 0; s < num_seqs; ++s) {
-    for (int64_t u = s * groups; u < (s + 1) * groups; ++u) {
-      gather_mask.push_back(GatherAndMask(view, u, c.sliding_window, options_.device));
+  // on_kernel[s]: sequence s is attended by the CUDA kernel, not by the torch ops.
+  std::vector<uint8_t> on_kernel(static_cast<size_t>(num_seqs), 0);
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+  std::optional<CudaPagedAttention> cuda_attention;
+  if (CudaPagedAttention::Usable(kv, options_.compute_dtype, heads)) {
+    std::vector<int64_t> head_group(static_cast<size_t>(c.num_hidden_layers * kv_heads));
+    for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
+      for (int64_t hh = 0; hh < kv_heads; ++hh) {
+        head_group[li * kv_heads + hh] = KvGroupOf(gran, li, hh, kv_heads);
+      }
     }
-    all_seqs.push_back(s);
+    std::vector<uint8_t> kernel_skip(static_cast<size_t>(num_seqs), 0);
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      kernel_skip[s] = b.q_offsets[s + 1] - b.q_offsets[s] >= kBlasAttentionMinQueries;
+      on_kernel[s] = kernel_skip[s] == 0;
+    }
+    cuda_attention.emplace(view, num_seqs, b.num_signal.data(), b.want_signals.data(), kernel_skip,
+                           head_group, heads, c.sliding_window, kv);
+  }
+#endif
+  std::vector<GatherMask> gather_mask(static_cast<size_t>(num_seqs * groups));
+  std::vector<int64_t> torch_seqs;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    if (on_kernel[s] != 0) continue;
+    for (int64_t u = s * groups; u < (s + 1) * groups; ++u) {
+      gather_mask[u] = GatherAndMask(view, u, c.sliding_window, options_.device);
+    }
+    torch_seqs.push_back(s);
   }
   auto signals =
-      SignalAccumulators(all_seqs, view, b.want_signals.data(), options_.device, num_seqs);
+      SignalAccumulators(torch_seqs, view, b.want_signals.data(), options_.device, num_seqs);
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
     auto h = RmsNorm(x, l.input_norm, c.rms_norm_eps);
@@ -224,19 +253,38 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const std::vector<in
       kv.k(li).index_copy_(0, index, k.to(kvo.dtype));
       kv.v(li).index_copy_(0, index, v.to(kvo.dtype));
     }
-    std::vector<torch::Tensor> attn_out;
-    attn_out.reserve(num_seqs);
-    for (int64_t s = 0; s < num_seqs; ++s) {
-      const int64_t begin = b.q_offsets[s];
-      attn_out.push_back(AttendSeqLayer(q.narrow(0, begin, b.q_offsets[s + 1] - begin), kv, li, s,
-                                        groups, gather_mask, signals, options_.compute_dtype,
-                                        b.num_signal[s]));
+    torch::Tensor attn;
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+    if (cuda_attention) {
+      q = q.contiguous();
+      attn = torch::empty({total, heads * hd}, q.options());
+      cuda_attention->Attend(q, kv, li, attn);
+      for (int64_t s : torch_seqs) {
+        const int64_t begin = b.q_offsets[s], n = b.q_offsets[s + 1] - begin;
+        attn.narrow(0, begin, n)
+            .copy_(AttendSeqLayer(q.narrow(0, begin, n), kv, li, s, groups, gather_mask, signals,
+                                  options_.compute_dtype, b.num_signal[s]));
+      }
     }
-    auto attn = attn_out.size() == 1 ? attn_out[0] : torch::cat(attn_out, 0);
+#endif
+    if (!attn.defined()) {
+      std::vector<torch::Tensor> attn_out;
+      attn_out.reserve(num_seqs);
+      for (int64_t s = 0; s < num_seqs; ++s) {
+        const int64_t begin = b.q_offsets[s];
+        attn_out.push_back(AttendSeqLayer(q.narrow(0, begin, b.q_offsets[s + 1] - begin), kv, li,
+                                          s, groups, gather_mask, signals, options_.compute_dtype,
+                                          b.num_signal[s]));
+      }
+      attn = attn_out.size() == 1 ? attn_out[0] : torch::cat(attn_out, 0);
+    }
     x = x + Linear(attn, l.o, l.o_bias);
     x = x + Mlp(l, x);
   }
   FlushSignals(signals, b.key_offsets.data(), b.attn_sum.data(), b.norm_sum.data());
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+  if (cuda_attention) cuda_attention->FlushSignals(b.attn_sum.data(), b.norm_sum.data());
+#endif
   return x;
 }
 

@@ -1,0 +1,58 @@
+// CudaPagedAttention: a paged step's attention on CUDA KV tensors through lib/cuda's batched
+// kernel (paged_batch_attention.h), one call per layer over the whole batch. The batch's CSR
+// arrays go to the device once per step, as one int64 tensor; the signals accumulate in device
+// fp32 tensors over the layers and come back to the host once, in FlushSignals. Internal to
+// lib/model; exists only when lib/cuda is built (VTOKEN_MODEL_CUDA_KERNELS).
+//
+// The kernel runs on the legacy default stream (nullptr), which is torch's current stream unless
+// the caller set another: at::cuda::getCurrentCUDAStream lives in libtorch_cuda, which Debian's
+// CPU-only libtorch 1.13 that this project builds against does not have.
+#pragma once
+
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "lib/cuda/views.h"
+#include "lib/model/kv_tensors.h"
+#include "lib/model/paged_torch_attention.h"
+
+namespace vtoken::model::internal {
+
+class CudaPagedAttention {
+ public:
+  // Whether the kernel can attend over `kv` with queries of `compute_dtype`: KV tensors on a CUDA
+  // device, one dtype for both, fp32 / bf16 / fp16, head_dim and num_heads <= 256.
+  static bool Usable(const KvTensors& kv, torch::Dtype compute_dtype, int64_t num_heads);
+
+  // The step's batch: `b` (num_seqs sequences), num_signal / want_signals [num_seqs], skip
+  // [num_seqs] (sequences another path attends), head_group [num_layers * num_kv_heads] (the key
+  // range KV head h of layer l reads at l * num_kv_heads + h). Uploads the arrays to kv's device.
+  CudaPagedAttention(const BatchView& b, int64_t num_seqs, const int64_t* num_signal,
+                     const uint8_t* want_signals, const std::vector<uint8_t>& skip,
+                     const std::vector<int64_t>& head_group, int64_t num_heads,
+                     int64_t sliding_window, const KvTensors& kv);
+
+  // Writes the rows of the sequences not skipped of `out` [N, num_heads * head_dim] (contiguous,
+  // q's dtype and device) with layer `layer`'s attention of q [N, num_heads, head_dim], adding
+  // their signals to the device sums. Throws c10::Error if the kernel cannot run.
+  void Attend(const torch::Tensor& q, KvTensors& kv, int64_t layer, torch::Tensor& out);
+
+  // Adds the signals summed over the Attend calls into the host sums [num_keys].
+  void FlushSignals(float* attn_sum, float* norm_sum) const;
+
+ private:
+  cuda::PagedBatchArgs args_;  // Device pointers into csr_ and the signal tensors.
+  int64_t num_kv_heads_ = 0;
+  const int64_t* head_group_ = nullptr;  // Device [num_layers * num_kv_heads].
+  torch::Tensor csr_;                    // All the int64 arrays, and the uint8 ones packed.
+  torch::Tensor attn_sum_, norm_sum_;    // Device fp32 [num_keys], or undefined.
+  torch::Tensor workspace_;              // Device bytes, PagedBatchWorkspaceBytes(args_).
+};
+
+}  // namespace vtoken::model::internal
+
+#endif  // VTOKEN_MODEL_CUDA_KERNELS
