@@ -3,6 +3,7 @@
 //   engine    CudaCopyEngine Submit (host cost) and Submit+Wait round trip
 //   hash      per-token XXH64 over all layers
 //   attention paged decode attention over shuffled live-slot lists, with and without token mass
+//   batch_attention  PagedBatchAttention (bf16) on the same decode shapes, with and without signals
 // Timings are CUDA-event times (device) except the engine's, which are host wall-clock times.
 // Usage: vtoken-cuda-bench [--quick]   (--quick: smaller shapes, fewer iterations)
 #include <cuda_runtime_api.h>
@@ -21,6 +22,7 @@
 #include "lib/cuda/device.h"
 #include "lib/cuda/kv_hash.h"
 #include "lib/cuda/paged_attention.h"
+#include "lib/cuda/paged_batch_attention.h"
 #include "lib/cuda/relocate.h"
 
 namespace vtoken::cuda {
@@ -219,6 +221,89 @@ void BenchAttention(bool quick, std::mt19937_64& rng) {
   }
 }
 
+// Decode steps (one query row per sequence) of the batched kernel in bf16 over shuffled slots.
+void BenchBatchAttention(bool quick, std::mt19937_64& rng) {
+  const int32_t num_seqs = 32, num_heads = 32, num_kv_heads = 8, head_dim = 128;
+  for (int64_t context : {1024, 4096, quick ? 4096 : 16384}) {
+    const int64_t keys = num_seqs * context;
+    const size_t row_bytes = size_t{2} * num_kv_heads * head_dim;
+    DeviceBuffer k = Check(DeviceBuffer::Allocate(keys * row_bytes), "allocate K");
+    DeviceBuffer v = Check(DeviceBuffer::Allocate(keys * row_bytes), "allocate V");
+    DeviceBuffer q = Check(DeviceBuffer::Allocate(size_t{2} * num_seqs * num_heads * head_dim), "q");
+    DeviceBuffer out =
+        Check(DeviceBuffer::Allocate(size_t{2} * num_seqs * num_heads * head_dim), "out");
+    Check(k.Fill(0), "fill");
+    Check(v.Fill(0), "fill");
+    Check(q.Fill(0), "fill");
+    // Host arrays: slots shuffled over the cache, positions 0.. per sequence, the new token last.
+    std::vector<int64_t> slot_list(keys), positions(keys), q_offsets(num_seqs + 1),
+        key_offsets(num_seqs + 1), num_signal(num_seqs, 1);
+    std::iota(slot_list.begin(), slot_list.end(), 0);
+    std::shuffle(slot_list.begin(), slot_list.end(), rng);
+    for (int32_t s = 0; s <= num_seqs; ++s) {
+      q_offsets[s] = s;
+      key_offsets[s] = s * context;
+    }
+    for (int64_t j = 0; j < keys; ++j) positions[j] = j % context;
+    std::vector<uint8_t> want(num_seqs, 1);
+    auto upload = [](const auto& host) {
+      DeviceBuffer buffer = Check(DeviceBuffer::Allocate(host.size() * sizeof(host[0])), "csr");
+      Check(buffer.CopyFromHost(host.data(), host.size() * sizeof(host[0])), "upload");
+      return buffer;
+    };
+    DeviceBuffer slots_d = upload(slot_list), positions_d = upload(positions);
+    DeviceBuffer q_offsets_d = upload(q_offsets), key_offsets_d = upload(key_offsets);
+    DeviceBuffer num_signal_d = upload(num_signal), want_d = upload(want);
+    DeviceBuffer attn = Check(DeviceBuffer::Allocate(4 * keys), "attn");
+    DeviceBuffer norm = Check(DeviceBuffer::Allocate(4 * keys), "norm");
+    PagedBatchArgs args;
+    args.dtype = AttnDtype::kBFloat16;
+    args.q = q.data();
+    args.k_cache = k.data();
+    args.v_cache = v.data();
+    args.out = out.data();
+    args.q_offsets = q_offsets_d.as<int64_t>();
+    args.key_offsets = key_offsets_d.as<int64_t>();
+    args.slots = slots_d.as<int64_t>();
+    args.key_positions = positions_d.as<int64_t>();
+    args.num_signal = num_signal_d.as<int64_t>();
+    args.num_seqs = num_seqs;
+    args.num_heads = num_heads;
+    args.num_kv_heads = num_kv_heads;
+    args.head_dim = head_dim;
+    args.num_rows = num_seqs;
+    args.num_keys = keys;
+    args.num_slots = keys;
+    args.slot_stride = static_cast<int64_t>(num_kv_heads) * head_dim;
+    args.kv_head_stride = head_dim;
+    args.norm_heads = num_kv_heads;
+    args.max_query_rows = 1;
+    args.max_keys = context;
+    args.max_signal_rows = 1;
+    args.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    auto time_ms = [&](const PagedBatchArgs& a, const char* what) {
+      const size_t bytes = PagedBatchWorkspaceBytes(a);
+      DeviceBuffer workspace = Check(DeviceBuffer::Allocate(bytes), "workspace");
+      return TimeMs(nullptr, quick ? 3 : 10, [&] {
+        Check(PagedBatchAttention(a, workspace.data(), bytes, nullptr), what);
+      });
+    };
+    const double ms = time_ms(args, "batch attention");
+    PagedBatchArgs with_signals = args;
+    with_signals.want_signals = want_d.as<uint8_t>();
+    with_signals.attn_sum = attn.as<float>();
+    with_signals.norm_sum = norm.as<float>();
+    const double signals_ms = time_ms(with_signals, "batch attention+signals");
+    const double kv_bytes = 2.0 * static_cast<double>(keys) * static_cast<double>(row_bytes);
+    std::printf(
+        "{\"bench\":\"batch_attention\",\"dtype\":\"bf16\",\"num_seqs\":%d,\"context\":%ld,"
+        "\"num_heads\":%d,\"num_kv_heads\":%d,\"head_dim\":%d,\"partitions\":%d,\"ms\":%.4f,"
+        "\"kv_gb_per_s\":%.1f,\"with_signals_ms\":%.4f}\n",
+        num_seqs, context, num_heads, num_kv_heads, head_dim, PagedBatchPartitions(args), ms,
+        kv_bytes / ms / 1e6, signals_ms);
+  }
+}
+
 }  // namespace
 }  // namespace vtoken::cuda
 
@@ -234,5 +319,6 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(1);
   BenchRelocateAndEngine(quick, rng);
   BenchAttention(quick, rng);
+  BenchBatchAttention(quick, rng);
   return 0;
 }
