@@ -104,6 +104,16 @@ __device__ __forceinline__ int64_t SignalRows(const PagedBatchArgs& a, int seq, 
   return rows < a.max_signal_rows ? rows : a.max_signal_rows;
 }
 
+// Where the score of signal row i (of the sequence's n rows, first_signal the first signal row)
+// of sequence `seq` (query rows from q0), query head `head` and key j lies in ws.scores.
+__device__ __forceinline__ int64_t ScoreIndex(const PagedBatchArgs& a, bool by_row, int seq,
+                                              int64_t q0, int64_t i, int64_t first_signal,
+                                              int64_t head, int64_t j) {
+  const int64_t score_row =
+      by_row ? q0 + i : static_cast<int64_t>(seq) * a.max_signal_rows + (i - first_signal);
+  return (score_row * a.num_heads + head) * a.max_keys + j;
+}
+
 // One CTA: query vectors (row r, head h of its tile) qv = r * heads_in_tile + h of one sequence
 // and KV head, over the keys of one partition. kMaxQ query vectors, kMaxDim head dims; the
 // accumulator (kMaxQ x head_dim) is spread over the threads' registers.
@@ -275,9 +285,8 @@ __global__ void __launch_bounds__(kThreads)
         p_s[qv * kChunk + c] = visible ? dot : -INFINITY;
         const int64_t i = r0 + r;
         if (c < count && i >= first_signal && j < a.max_keys) {
-          const int64_t head = h0 + qv % heads;
-          ws.scores[((static_cast<int64_t>(seq) * a.num_heads + head) * a.max_signal_rows +
-                     (i - first_signal)) * a.max_keys + j] = dot;
+          ws.scores[ScoreIndex(a, t.scores_by_row, seq, q0, i, first_signal, h0 + qv % heads,
+                               j)] = dot;
         }
       }
     }
@@ -394,7 +403,8 @@ __global__ void __launch_bounds__(256)
 
 // attn_sum += the signal rows' probabilities, from the scores the main pass wrote and the final
 // log-sum-exps: one CTA per (sequence, KV head), a thread per key, rows in batches of kRowBatch.
-__global__ void __launch_bounds__(256) AttnSignalKernel(PagedBatchArgs a, PagedBatchWorkspace ws) {
+__global__ void __launch_bounds__(256)
+    AttnSignalKernel(PagedBatchArgs a, PagedBatchWorkspace ws, bool scores_by_row) {
   constexpr int kRowBatch = 64;
   __shared__ int64_t lo_s[kRowBatch], hi_s[kRowBatch];
   const int seq = blockIdx.x / a.num_kv_heads;
@@ -426,12 +436,11 @@ __global__ void __launch_bounds__(256) AttnSignalKernel(PagedBatchArgs a, PagedB
       float sum = 0.0f;
       for (int r = 0; r < batch; ++r) {
         if (j < lo_s[r] || j >= hi_s[r]) continue;
-        const int64_t row = q0 + first_signal + rb + r;
+        const int64_t i = first_signal + rb + r;
         for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
-          const float score = ws.scores[((static_cast<int64_t>(seq) * a.num_heads + h) *
-                                             a.max_signal_rows +
-                                         rb + r) * a.max_keys + j];
-          sum += exp2f(score - ws.lse[row * a.num_heads + h]);
+          const float score =
+              ws.scores[ScoreIndex(a, scores_by_row, seq, q0, i, first_signal, h, j)];
+          sum += exp2f(score - ws.lse[(q0 + i) * a.num_heads + h]);
         }
       }
       if (sum != 0.0f) atomicAdd(a.attn_sum + k0 + j, sum);
@@ -470,7 +479,7 @@ cudaError_t LaunchTyped(const PagedBatchArgs& a, const PagedBatchTiling& t,
   }
   if (WantsAttnSignals(a)) {
     const unsigned blocks = static_cast<unsigned>(a.num_seqs) * a.num_kv_heads;
-    AttnSignalKernel<<<blocks, 256, 0, stream>>>(a, ws);
+    AttnSignalKernel<<<blocks, 256, 0, stream>>>(a, ws, t.scores_by_row);
     error = cudaGetLastError();
   }
   return error;

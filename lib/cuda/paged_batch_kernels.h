@@ -30,6 +30,9 @@ struct PagedBatchTiling {
   int32_t rows_per_tile = 1;       // Query rows of one sequence in a CTA.
   int64_t row_tiles = 1;
   int32_t partitions = 1;
+  // Signal scores indexed by batch row ([num_rows, ...]) rather than by (sequence, signal row)
+  // ([num_seqs * max_signal_rows, ...]): whichever is smaller.
+  bool scores_by_row = false;
 };
 
 // REQUIRES: args valid (ValidatePagedBatchArgs).
@@ -48,6 +51,7 @@ inline PagedBatchTiling TilingOf(const PagedBatchArgs& a) {
     t.partitions = static_cast<int32_t>(
         std::min<int64_t>({wanted, kMaxPartitions, a.max_keys / kMinPartitionKeys}));
   }
+  t.scores_by_row = a.num_rows < static_cast<int64_t>(a.num_seqs) * a.max_signal_rows;
   return t;
 }
 
@@ -63,7 +67,8 @@ struct PagedBatchWorkspace {
   float* part_sum = nullptr;  // [partitions, num_rows, num_heads] when partitions > 1
   float* part_acc = nullptr;  // [partitions, num_rows, num_heads, head_dim] when partitions > 1
   float* lse = nullptr;       // [num_rows, num_heads] with attention signals
-  float* scores = nullptr;    // [num_seqs, num_heads, max_signal_rows, max_keys] with signals
+  float* scores = nullptr;    // With signals: [score rows, num_heads, max_keys], score rows =
+                              // num_rows or num_seqs * max_signal_rows (scores_by_row)
 };
 
 // The workspace's layout over `base` (null: offsets from 0); returns the bytes it spans.
@@ -85,8 +90,9 @@ inline size_t CarveWorkspace(const PagedBatchArgs& a, const PagedBatchTiling& t,
   }
   if (WantsAttnSignals(a)) {
     ws->lse = take(a.num_rows * a.num_heads);
-    ws->scores =
-        take(static_cast<int64_t>(a.num_seqs) * a.num_heads * a.max_signal_rows * a.max_keys);
+    const int64_t score_rows =
+        t.scores_by_row ? a.num_rows : static_cast<int64_t>(a.num_seqs) * a.max_signal_rows;
+    ws->scores = take(score_rows * a.num_heads * a.max_keys);
   }
   return offset;
 }
