@@ -57,17 +57,32 @@ class HashObserver final : public RelocationObserver {
  public:
   HashObserver(model::ModelRunner& runner, EngineResult& result)
       : runner_(runner), result_(result) {}
+  // One batched hash call per relocation and side (a device runner hashes on the device).
   void BeforeCopy(const Relocation& rel) override {
+    std::vector<SlotIndex> srcs, dsts;
     for (const SeqRelocation& s : rel.seqs) {
-      for (const Move& m : s.moves) before_[m.dst] = runner_.TokenKvHash(m.src);
+      for (const Move& m : s.moves) {
+        srcs.push_back(m.src);
+        dsts.push_back(m.dst);
+      }
     }
+    const std::vector<uint64_t> hashes = runner_.TokenKvHashes(srcs);
+    if (!CountMatches(hashes, srcs)) return;
+    for (size_t i = 0; i < dsts.size(); ++i) before_[dsts[i]] = hashes[i];
   }
   void AfterCopy(const Relocation& rel) override {
+    std::vector<SlotIndex> dsts;
+    for (const SeqRelocation& s : rel.seqs) {
+      for (const Move& m : s.moves) dsts.push_back(m.dst);
+    }
+    const std::vector<uint64_t> after = runner_.TokenKvHashes(dsts);
+    if (!CountMatches(after, dsts)) return;
+    size_t next = 0;
     for (const SeqRelocation& s : rel.seqs) {
       for (const Move& m : s.moves) {
         ++result_.hash_checks;
         auto it = before_.find(m.dst);
-        if (it == before_.end() || it->second != runner_.TokenKvHash(m.dst)) {
+        if (it == before_.end() || it->second != after[next++]) {
           ++result_.violations;
           if (result_.first_violations.size() < 10) {
             result_.first_violations.push_back(
@@ -82,6 +97,17 @@ class HashObserver final : public RelocationObserver {
   }
 
  private:
+  bool CountMatches(const std::vector<uint64_t>& hashes, const std::vector<SlotIndex>& slots) {
+    if (hashes.size() == slots.size()) return true;
+    ++result_.violations;
+    if (result_.first_violations.size() < 10) {
+      result_.first_violations.push_back("the runner returned " + std::to_string(hashes.size()) +
+                                         " KV hashes for " + std::to_string(slots.size()) +
+                                         " slots");
+    }
+    return false;
+  }
+
   model::ModelRunner& runner_;
   EngineResult& result_;
   std::map<SlotIndex, uint64_t> before_;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <string_view>
 
 #include "lib/model/io/hf_config.h"
@@ -11,6 +12,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "lib/cuda/cuda_copy_engine.h"
+#include "lib/cuda/kv_hash.h"
 #endif
 
 namespace vtoken::model {
@@ -44,6 +46,26 @@ StatusOr<std::unique_ptr<CopyEngine>> MakeCudaCopyEngine(KvTensors& kv) {
   VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<cuda::CudaCopyEngine> engine,
                           cuda::CudaCopyEngine::Create(k, v, kv.num_slots(), bytes_per_row));
   return std::unique_ptr<CopyEngine>(std::move(engine));
+}
+
+// TokenKvHash of `slots` on the device: the engine's view has the same distinct tensors in the
+// same order (K then V per tensor), so the kernel's hash equals TokenKvHash's. It runs on the
+// legacy default stream, after the forward's KV writes.
+StatusOr<std::vector<uint64_t>> DeviceHashes(const cuda::KvLayersView& view,
+                                             std::span<const SlotIndex> slots) {
+  std::vector<uint64_t> hashes(slots.size());
+  if (slots.empty()) return hashes;
+  static_assert(sizeof(SlotIndex) == sizeof(int64_t));
+  VTOKEN_ASSIGN_OR_RETURN(cuda::DeviceBuffer device_slots,
+                          cuda::DeviceBuffer::Allocate(slots.size_bytes()));
+  VTOKEN_ASSIGN_OR_RETURN(cuda::DeviceBuffer device_hashes,
+                          cuda::DeviceBuffer::Allocate(hashes.size() * sizeof(uint64_t)));
+  VTOKEN_RETURN_IF_ERROR(device_slots.CopyFromHost(slots.data(), slots.size_bytes()));
+  VTOKEN_RETURN_IF_ERROR(cuda::HashTokenRows(view, device_slots.as<int64_t>(),
+                                             static_cast<int64_t>(slots.size()),
+                                             device_hashes.as<uint64_t>(), nullptr));
+  VTOKEN_RETURN_IF_ERROR(device_hashes.CopyToHost(hashes.data(), hashes.size() * sizeof(uint64_t)));
+  return hashes;
 }
 #endif
 
@@ -80,6 +102,11 @@ StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::Create(LlamaModel model,
   if (OnCurrentCudaDevice(runner->kv_)) {
     VTOKEN_ASSIGN_OR_RETURN(runner->copy_engine_, MakeCudaCopyEngine(runner->kv_));
     runner->copy_engine_kind_ = "cuda";
+    const cuda::KvLayersView view =
+        static_cast<cuda::CudaCopyEngine&>(*runner->copy_engine_).view();
+    runner->device_hashes_ = [view](std::span<const SlotIndex> slots) {
+      return DeviceHashes(view, slots);
+    };
     return runner;
   }
 #endif
@@ -90,6 +117,16 @@ StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::Create(LlamaModel model,
 int64_t LlamaRunner::kv_bytes_per_token() const {
   const KvTensorsOptions& o = kv_.options();
   return 2 * o.num_layers * o.num_kv_heads * o.head_dim * c10::elementSize(o.dtype);
+}
+
+std::vector<uint64_t> LlamaRunner::TokenKvHashes(std::span<const SlotIndex> slots) {
+  if (device_hashes_) {
+    StatusOr<std::vector<uint64_t>> hashes = device_hashes_(slots);
+    if (hashes.ok()) return *std::move(hashes);
+    std::fprintf(stderr, "vtoken: device KV hashing failed (%s); hashing on the host\n",
+                 hashes.status().ToString().c_str());
+  }
+  return ModelRunner::TokenKvHashes(slots);
 }
 
 StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<RunnerInput>& inputs) {

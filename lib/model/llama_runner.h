@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <span>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +60,10 @@ class LlamaRunner final : public ModelRunner {
   StatusOr<std::vector<RunnerOutput>> Forward(const std::vector<RunnerInput>& inputs) override;
   CopyEngine& copy_engine() override { return *copy_engine_; }
   uint64_t TokenKvHash(SlotIndex slot) override { return model::TokenKvHash(kv_, slot); }
+  // With the CudaCopyEngine: lib/cuda's hash kernel over the slots (one upload, one launch on the
+  // forward's stream, one copy back); else, or if that fails (reported on stderr), TokenKvHash
+  // per slot.
+  std::vector<uint64_t> TokenKvHashes(std::span<const SlotIndex> slots) override;
   void ForgetRequest(int64_t request) override { samplers_.erase(request); }
 
   const LlamaModel& model() const { return model_; }
@@ -72,6 +78,8 @@ class LlamaRunner final : public ModelRunner {
   KvTensors kv_;
   std::unique_ptr<CopyEngine> copy_engine_;
   const char* copy_engine_kind_ = "torch";
+  // Set with the CudaCopyEngine: hashes slots on the device.
+  std::function<StatusOr<std::vector<uint64_t>>(std::span<const SlotIndex>)> device_hashes_;
   std::map<int64_t, Sampler> samplers_;
 };
 

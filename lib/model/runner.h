@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <utility>
+#include <span>
 #include <vector>
 
 #include "lib/core/copy_engine.h"
@@ -119,6 +120,14 @@ class ModelRunner {
   // xxhash64 over the K then V bytes the group slot holds (token granularity: every layer's), for
   // verification.
   virtual uint64_t TokenKvHash(SlotIndex slot) = 0;
+  // TokenKvHash of every slot, in order. Runners with device KV override it to hash on the
+  // device in one launch and one copy back; this default calls TokenKvHash per slot.
+  virtual std::vector<uint64_t> TokenKvHashes(std::span<const SlotIndex> slots) {
+    std::vector<uint64_t> hashes;
+    hashes.reserve(slots.size());
+    for (SlotIndex slot : slots) hashes.push_back(TokenKvHash(slot));
+    return hashes;
+  }
   // Drops per-request state (sampler streams).
   virtual void ForgetRequest(int64_t request) = 0;
   // The run's clock; nullptr: the wall clock.
