@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/decode_inputs.h"
 #include "lib/model/blas_info.h"
 #include "lib/model/kv_tensors.h"
 #include "lib/model/llama.h"
@@ -70,38 +71,6 @@ std::optional<KvTensors> FilledKv(const LlamaModel& model, int64_t num_slots,
     kv->v_tensors()[i].normal_();
   }
   return std::move(*kv);
-}
-
-// One decode step for `batch` sequences of `context` earlier tokens each. Sequence s owns the
-// (context + 1) slots starting at s * (context + 1): its context in logical order, then the slot
-// its new token is written to. `scattered` applies one random permutation to all those slots, the
-// layout left behind by evictions and relocations; otherwise every context is contiguous, which is
-// what a dense cache reads. Positions go up to `context`, past vt-tiny's trained 1024 for the
-// larger contexts: RoPE is defined there and the cost does not depend on it. With `groups` > 1
-// KV groups (a store of groups * batch * (context + 1) slots) every group holds the same live
-// tokens, group g of sequence s in the (context + 1) slots from (g * batch + s) * (context + 1).
-std::vector<PagedSeqInput> DecodeInputs(int64_t batch, int64_t context, int64_t vocab,
-                                        bool scattered, uint64_t seed, int64_t groups = 1) {
-  std::vector<int64_t> slots(static_cast<size_t>(groups * batch * (context + 1)));
-  std::iota(slots.begin(), slots.end(), 0);
-  if (scattered) {
-    std::mt19937_64 rng(seed);
-    std::shuffle(slots.begin(), slots.end(), rng);
-  }
-  std::vector<PagedSeqInput> inputs(static_cast<size_t>(batch));
-  for (int64_t s = 0; s < batch; ++s) {
-    PagedSeqInput& in = inputs[s];
-    for (int64_t g = 0; g < groups; ++g) {
-      auto first = slots.begin() + (g * batch + s) * (context + 1);
-      in.context_slots.insert(in.context_slots.end(), first, first + context);
-      in.write_slots.push_back(*(first + context));
-      if (groups > 1) in.context_offsets.push_back(g * context);
-    }
-    if (groups > 1) in.context_offsets.push_back(groups * context);
-    in.tokens = {static_cast<int32_t>((s * 7919 + 1) % vocab)};
-    in.positions = {context};
-  }
-  return inputs;
 }
 
 // Decode throughput: one ForwardPaged call per iteration with one new token for each of

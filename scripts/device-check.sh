@@ -27,6 +27,7 @@
 #   env.txt           nvidia-smi, nvcc, gcc, cmake, ninja, torch version / CUDA / CXX11 ABI, commit
 #   ctest-cuda.xml    JUnit of `ctest -L cuda` (a skipped test counts as a failure here)
 #   cuda-bench.jsonl  vtoken-cuda-bench, one JSON object per measurement
+#   model-bench.json  torch_gpu_bench (Google Benchmark JSON): the model's decode step
 #   gpu.db            the engine evaluation's result database (experiments/gpu/*.toml)
 #   compare.txt       `vtoken-cli compare` of each evaluation's runs
 # Exit status 0 when every stage passed, else 1 (the failed stages are named on the last line).
@@ -51,12 +52,13 @@ STAGES=(
   "configure-notorch|30|fallback|only when configure fails: the same without libtorch (GPU stages only)"
   "build-cuda|80|quick full|ninja: vtoken_cuda, vtoken-cuda-bench, tests/cuda/*_test"
   "test-cuda|40|quick full|ctest -L cuda (relocation, hash, paged attention vs CPU references); a skip fails"
-  "bench-cuda|40|full|vtoken-cuda-bench: relocation vs cudaMemcpy, copy engine, hash, paged attention"
+  "bench-cuda|30|full|vtoken-cuda-bench: relocation vs cudaMemcpy, copy engine, hash, paged attention"
   "bench-cuda-quick|25|quick|vtoken-cuda-bench --quick: the same benchmarks on smaller shapes"
-  "build-eval|150|full|ninja: vtoken-cli with libtorch and lib/cuda"
-  "eval-quickstart|40|full|vtoken-cli run experiments/gpu/quickstart.toml (vt-tiny, 16 requests, 3 modes)"
-  "eval-8b|60|full|vtoken-cli run experiments/gpu/synthetic_8b.toml (synthetic weights, 16 requests, 3 modes)"
-  "compare|10|full|vtoken-cli compare of each evaluation's three runs"
+  "build-eval|150|full|ninja: vtoken-cli and bench/torch_gpu_bench with libtorch and lib/cuda"
+  "bench-model|45|full|torch_gpu_bench: synthetic 8B bf16 decode step, batch x context, scattered vs contiguous slots"
+  "eval-quickstart|30|full|vtoken-cli run experiments/gpu/quickstart.toml (vt-tiny, 16 requests, 3 modes)"
+  "eval-8b|45|full|vtoken-cli run experiments/gpu/synthetic_8b.toml (synthetic weights, 16 requests, 3 modes)"
+  "compare|5|full|vtoken-cli compare of each evaluation's three runs"
 )
 stage_field() { # stage_field NAME FIELD(1-4)
   local s
@@ -244,12 +246,15 @@ CLI="$B/apps/vtoken-cli/vtoken-cli"
 if [[ "$MODE" == full ]]; then
   EVAL_BUILT=0
   if ((CONFIGURED == 1)); then
-    stage build-eval cmake --build "$B" -j "$JOBS" --target vtoken-cli && EVAL_BUILT=1
+    stage build-eval cmake --build "$B" -j "$JOBS" --target vtoken-cli torch_gpu_bench &&
+      EVAL_BUILT=1
   else
     not_run build-eval "configure with libtorch failed"
   fi
   evaluated=()
   if ((EVAL_BUILT)); then
+    stage bench-model --label "torch_gpu_bench > model-bench.json" \
+      "$B/bench/torch_gpu_bench" --benchmark_format=json --benchmark_out="$OUT/model-bench.json"
     rm -f "$OUT/gpu.db"
     if ! bash scripts/make-corpus.sh build/corpus >>"$LOG" 2>&1; then
       log "scripts/make-corpus.sh failed: eval-quickstart has no corpus"
@@ -259,6 +264,7 @@ if [[ "$MODE" == full ]]; then
     stage eval-8b "$CLI" run experiments/gpu/synthetic_8b.toml --db "$OUT/gpu.db" &&
       evaluated+=(synthetic_8b)
   else
+    not_run bench-model "build-eval did not pass"
     not_run eval-quickstart "build-eval did not pass"
     not_run eval-8b "build-eval did not pass"
   fi
@@ -330,6 +336,22 @@ if os.path.exists(bench):
         p("| " + " | ".join(keys) + " |")
         p("|" + " --- |" * len(keys))
         for r in rs: p("| " + " | ".join(str(r.get(k, "")) for k in keys) + " |")
+model = os.path.join(out, "model-bench.json")
+if os.path.exists(model):
+    try: doc = json.load(open(model))
+    except ValueError: doc = {}
+    ctx = doc.get("context", {})
+    p()
+    p(f"### torch_gpu_bench: decode step, {ctx.get('model', '?')}, {ctx.get('dtype', '?')} on "
+      f"{ctx.get('device', '?')} (wall ms per step; ratio = scattered / contiguous slots)")
+    p()
+    p("| cell | scattered ms | contiguous ms | ratio | tokens/s | error |")
+    p("| --- | --- | --- | --- | --- | --- |")
+    for b in doc.get("benchmarks", []):
+        cell = "/".join(b.get("name", "?").split("/")[1:3])
+        f = lambda k: f"{b[k]:.3f}" if k in b else ""
+        p(f"| {cell} | {f('scattered_ms')} | {f('contiguous_ms')} | {f('ratio')} | "
+          f"{f('tok_per_s')} | {b.get('error_message', '')} |")
 compare = os.path.join(out, "compare.txt")
 if os.path.exists(compare):
     p()

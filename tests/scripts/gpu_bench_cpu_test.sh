@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# bench/torch_gpu_bench on the CPU: the device run's decode benchmark runs here too (on vt-tiny,
+# --quick, fewer iterations), reports every cell of its grid with the scattered / contiguous ratio,
+# and refuses a malformed flag with a one-line error.
+# Usage: gpu_bench_cpu_test.sh SOURCE_DIR BENCH_BINARY
+set -euo pipefail
+src="$1"
+bench="$2"
+out="$(mktemp)"
+trap 'rm -f "$out"' EXIT
+
+OMP_WAIT_POLICY=PASSIVE "$bench" --model="$src/models/vt-tiny" --device=cpu --dtype=float32 \
+  --quick --warmup=1 --iterations=2 --benchmark_format=json >"$out"
+python3 - "$out" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+cells = {b["name"]: b for b in doc["benchmarks"]}
+want = {f"BM_DecodeStep/batch:{b}/context:{c}/iterations:2/manual_time"
+        for b in (1, 32) for c in (1024, 4096)}
+assert set(cells) == want, sorted(cells)
+for name, b in cells.items():
+    assert "error_message" not in b, (name, b.get("error_message"))
+    assert b["iterations"] == 2, name
+    for key in ("scattered_ms", "contiguous_ms", "ratio", "tok_per_s"):
+        assert b[key] > 0, (name, key, b[key])
+    assert abs(b["ratio"] - b["scattered_ms"] / b["contiguous_ms"]) < 1e-6 * b["ratio"], name
+ctx = doc["context"]
+assert ctx["device"] == "cpu" and ctx["dtype"] == "float32" and ctx["blas"], ctx
+print("torch_gpu_bench on the CPU:", ", ".join(
+    f"{n.split('/')[1]}/{n.split('/')[2]} ratio {cells[n]['ratio']:.2f}" for n in sorted(cells)))
+PY
+
+# A malformed flag: one line naming it, exit status 2, no benchmark run.
+set +e
+msg="$("$bench" --kv-gib=lots 2>&1 >/dev/null)"
+rc=$?
+set -e
+[[ $rc -eq 2 ]] || { echo "expected exit 2 for --kv-gib=lots, got $rc" >&2; exit 1; }
+[[ "$msg" == 'torch_gpu_bench: error: --kv-gib needs a positive number, got "lots"' ]] ||
+  { echo "unexpected message: $msg" >&2; exit 1; }
+msg="$("$bench" --device=tpu 2>&1 >/dev/null)" && { echo "--device=tpu was accepted" >&2; exit 1; }
+[[ "$(wc -l <<<"$msg")" -eq 1 && "$msg" == *tpu* ]] || { echo "unexpected message: $msg" >&2; exit 1; }
+echo "gpu_bench_cpu: ok"
