@@ -60,8 +60,9 @@ TEST(PagedCudaReferenceTest, CudaReferenceEqualsCpuPagedAttention) {
   const int32_t dims[] = {8, 16, 33, 64};
   const int64_t blocks[] = {1, 3, 7, 17};
   const int64_t windows[] = {0, 0, 4, 20};
-  for (uint64_t seed = 1; seed <= 200; ++seed) {
-    std::printf("PagedCudaReferenceTest seed %llu\n", static_cast<unsigned long long>(seed));
+  constexpr uint64_t kSeeds = 200;
+  std::printf("seeds 1..%llu (a failure names its seed)\n", static_cast<unsigned long long>(kSeeds));
+  for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
     auto pick = [&](int64_t n) { return static_cast<size_t>(rng() % static_cast<uint64_t>(n)); };
