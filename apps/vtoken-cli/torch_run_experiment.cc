@@ -11,6 +11,8 @@
 #include "apps/vtoken-cli/interrupt.h"
 #include "apps/vtoken-cli/run_checks.h"
 #include "apps/vtoken-cli/run_experiment.h"
+#include "lib/core/copy_engine.h"
+#include "lib/core/host_kv_store.h"
 #include "lib/engine/result_store.h"
 #include "lib/engine/rouge.h"
 #include "lib/engine/run_summary.h"
@@ -44,6 +46,73 @@ std::string GitSha() {
 
 bool IsSynthetic(const std::string& model) {
   return model.rfind("synthetic:", 0) == 0 || sim::IsSimSpec(model);
+}
+
+// What a dry run of a synthetic model validates against: the model's shape and the KV store's
+// size, with no weights drawn and no KV allocated (an 8B shape would draw 16-32 GB of weights
+// for a run that runs nothing). Forward refuses.
+class ShapeRunner final : public model::ModelRunner {
+ public:
+  ShapeRunner(const model::ModelConfig& config, const model::LlamaOptions& options,
+              int64_t num_slots, Granularity granularity)
+      : config_(config),
+        options_(options),
+        num_slots_(num_slots),
+        granularity_(granularity),
+        store_(1, 1, 1),
+        copies_(store_) {}
+
+  int64_t vocab_size() const override { return config_.vocab_size; }
+  int64_t max_context() const override { return config_.max_position_embeddings; }
+  std::optional<int32_t> bos_token_id() const override {
+    if (config_.bos_token_ids.empty()) return std::nullopt;
+    return static_cast<int32_t>(config_.bos_token_ids.front());
+  }
+  const std::vector<int64_t>& eos_token_ids() const override { return config_.eos_token_ids; }
+  int64_t kv_bytes_per_token() const override {
+    const int64_t head_dim = config_.head_dim > 0
+                                 ? config_.head_dim
+                                 : config_.hidden_size / config_.num_attention_heads;
+    return 2 * config_.num_hidden_layers * config_.num_key_value_heads * head_dim *
+           static_cast<int64_t>(c10::elementSize(options_.compute_dtype));
+  }
+  int64_t num_slots() const override { return num_slots_; }
+  int32_t num_kv_groups() const override {
+    return NumKvGroups(granularity_, config_.num_hidden_layers, config_.num_key_value_heads);
+  }
+  Granularity granularity() const override { return granularity_; }
+  StatusOr<std::vector<model::RunnerOutput>> Forward(
+      const std::vector<model::RunnerInput>&) override {
+    return FailedPreconditionError("a dry run has no weights to run");
+  }
+  CopyEngine& copy_engine() override { return copies_; }
+  uint64_t TokenKvHash(SlotIndex) override { return 0; }
+  void ForgetRequest(int64_t) override {}
+  const model::LlamaOptions& options() const { return options_; }
+
+ private:
+  model::ModelConfig config_;
+  model::LlamaOptions options_;
+  int64_t num_slots_;
+  Granularity granularity_;
+  HostKvStore store_;
+  SyncHostCopyEngine copies_;
+};
+
+bool IsSyntheticLlama(const std::string& model) { return model.rfind("synthetic:", 0) == 0; }
+
+// A dry run's runner for a synthetic model: every check LoadModel makes before drawing weights,
+// then the shape alone.
+StatusOr<std::unique_ptr<model::ModelRunner>> MakeShapeRunner(const ExperimentConfig& c,
+                                                              const model::ModelConfig& shape) {
+  StatusOr<model::LlamaOptions> options = model::LlamaOptionsFor(c.model_device, c.model_dtype);
+  if (!options.ok()) {
+    return Status(options.status().code(), c.file + ": model." + options.status().message());
+  }
+  VTOKEN_RETURN_IF_ERROR(model::CheckModelLoads(c.model, *options));
+  const int64_t slots = int64_t{c.engine.pool.num_blocks} * c.engine.pool.block_size;
+  return std::unique_ptr<model::ModelRunner>(
+      std::make_unique<ShapeRunner>(shape, *options, slots, c.granularity));
 }
 
 StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig& c) {
@@ -135,8 +204,8 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
                          " not found (scripts/make-corpus.sh builds the KJV corpus)");
   }
   // What the run allocates and what the policy asks of the context, before anything is loaded.
+  StatusOr<model::ModelConfig> shape = PeekModelConfig(c.model);
   {
-    StatusOr<model::ModelConfig> shape = PeekModelConfig(c.model);
     if (shape.ok()) {
       VTOKEN_RETURN_IF_ERROR(CheckRunMemory(c, *shape));
       VTOKEN_RETURN_IF_ERROR(CheckPolicyAgainstContext(c, shape->max_position_embeddings));
@@ -147,7 +216,12 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
   }
   // One runner serves every mode: each run writes every KV slot before reading it, and a
   // finished run leaves no sampler state or pending copy behind.
-  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<model::ModelRunner> runner, MakeRunner(c));
+  std::unique_ptr<model::ModelRunner> runner;
+  if (dry_run && IsSyntheticLlama(c.model) && shape.ok()) {
+    VTOKEN_ASSIGN_OR_RETURN(runner, MakeShapeRunner(c, *shape));
+  } else {
+    VTOKEN_ASSIGN_OR_RETURN(runner, MakeRunner(c));
+  }
   auto* sim_runner = dynamic_cast<sim::SimRunner*>(runner.get());
   if (!record_signals.empty() && c.granularity != Granularity::kToken) {
     return InvalidArgumentError("--record-signals records token-granularity signals; " + c.file +
@@ -223,6 +297,11 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
                  llama->kv().options().device.str().c_str(),
                  model::TorchDtypeName(llama->kv().options().dtype).c_str(),
                  llama->copy_engine_kind());
+  }
+  if (auto* dry = dynamic_cast<ShapeRunner*>(runner.get())) {
+    std::fprintf(stderr, "device %s, dtype %s (dry run: synthetic weights not drawn)\n",
+                 dry->options().device.str().c_str(),
+                 model::TorchDtypeName(dry->options().compute_dtype).c_str());
   }
   if (dry_run) {
     for (size_t i = 0; i < c.modes.size(); ++i) {

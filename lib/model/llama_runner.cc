@@ -71,14 +71,12 @@ StatusOr<std::vector<uint64_t>> DeviceHashes(const cuda::KvLayersView& view,
 
 }  // namespace
 
-StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
-                               const LlamaOptions& options) {
+Status CheckModelLoads(const std::string& spec, const LlamaOptions& options) {
   VTOKEN_RETURN_IF_ERROR(CheckDtypeRuns(options));
   if (std::string_view(spec).substr(0, kSyntheticPrefix.size()) != kSyntheticPrefix) {
-    return LlamaModel::FromDirectory(spec, options);
+    return Status::Ok();
   }
-  const std::string name = spec.substr(kSyntheticPrefix.size());
-  VTOKEN_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(name));
+  VTOKEN_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(spec.substr(kSyntheticPrefix.size())));
   const int64_t bytes =
       ParameterCount(config) * static_cast<int64_t>(c10::elementSize(options.compute_dtype));
   if (options.device.is_cpu() && bytes > PhysicalMemoryBytes() * 3 / 4) {
@@ -87,6 +85,16 @@ StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
         std::string(c10::toString(options.compute_dtype)) + ", more than 3/4 of this machine's " +
         std::to_string(PhysicalMemoryBytes() / (1 << 20)) + " MiB");
   }
+  return Status::Ok();
+}
+
+StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
+                               const LlamaOptions& options) {
+  VTOKEN_RETURN_IF_ERROR(CheckModelLoads(spec, options));
+  if (std::string_view(spec).substr(0, kSyntheticPrefix.size()) != kSyntheticPrefix) {
+    return LlamaModel::FromDirectory(spec, options);
+  }
+  VTOKEN_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(spec.substr(kSyntheticPrefix.size())));
   return LlamaModel::RandomInit(config, seed, options);
 }
 

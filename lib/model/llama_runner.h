@@ -29,6 +29,10 @@ namespace vtoken::model {
 // CheckDtypeRuns' error first when this libtorch cannot run options.compute_dtype there.
 StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
                                const LlamaOptions& options = {});
+// What LoadModel checks before it reads or draws any weight: the dtype runs on the device, and
+// for "synthetic:NAME" that the name is known and the weights fit (its errors, same messages).
+// A dry run calls it instead of LoadModel.
+Status CheckModelLoads(const std::string& spec, const LlamaOptions& options = {});
 
 struct LlamaRunnerOptions {
   int64_t num_slots = 0;      // KV group slots (num_blocks * block_size). Must be >= 1.
