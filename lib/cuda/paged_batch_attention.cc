@@ -66,11 +66,12 @@ Status CheckContents(const PagedBatchArgs& a) {
   for (int64_t s = 0; s < a.num_seqs; ++s) {
     const int64_t n = a.q_offsets[s + 1] - a.q_offsets[s];
     if (n < 1) return ArgError("sequence " + Str(s) + " has no query rows");
-    if (n > a.max_query_rows) {
+    const bool skipped = a.skip != nullptr && a.skip[s] != 0;  // The max_* bounds skip it.
+    if (!skipped && n > a.max_query_rows) {
       return ArgError("sequence " + Str(s) + " has " + Str(n) + " query rows, past max_query_rows " +
                       Str(a.max_query_rows));
     }
-    if (internal::WantsAttnSignals(a) && a.want_signals[s] != 0 &&
+    if (!skipped && internal::WantsAttnSignals(a) && a.want_signals[s] != 0 &&
         SignalRows(a, s, n) > a.max_signal_rows) {
       return ArgError("sequence " + Str(s) + " has " + Str(SignalRows(a, s, n)) +
                       " signal rows, past max_signal_rows " + Str(a.max_signal_rows));
@@ -81,7 +82,7 @@ Status CheckContents(const PagedBatchArgs& a) {
         return ArgError("key range " + Str(u) + " has " + Str(keys) + " keys, fewer than its " +
                         "sequence's " + Str(n) + " query rows");
       }
-      if (keys > a.max_keys) {
+      if (!skipped && keys > a.max_keys) {
         return ArgError("key range " + Str(u) + " has " + Str(keys) + " keys, past max_keys " +
                         Str(a.max_keys));
       }

@@ -67,7 +67,6 @@ enum class AttnDtype : int32_t { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
 // the key received summed over its query heads and the last num_signal[s] (clamped to [1, n])
 // query rows; norm_sum[key] += |K row| / norm_heads, per KV head reading the key. Both accumulate
 // (+=) across calls, in fp32, whatever the dtype. Sequences with skip[s] != 0 are not touched.
-// The max_* fields are host-side bounds that size the grid and the workspace.
 struct PagedBatchArgs {
   AttnDtype dtype = AttnDtype::kFloat32;
   const void* q = nullptr;                 // [num_rows, num_heads, head_dim]
@@ -96,8 +95,9 @@ struct PagedBatchArgs {
   int64_t groups_per_seq = 1;      // G: key ranges per sequence.
   int64_t norm_heads = 1;          // KV heads of this layer that share a key range.
   int64_t sliding_window = 0;      // 0: full causal attention.
-  int64_t max_query_rows = 0;      // >= every sequence's query rows (host bound).
-  int64_t max_keys = 0;            // >= every key range's length (host bound).
+  // Host bounds over the sequences not skipped (they size the grid and the workspace):
+  int64_t max_query_rows = 0;      // >= every sequence's query rows.
+  int64_t max_keys = 0;            // >= every key range's length.
   int64_t max_signal_rows = 0;     // >= every signal sequence's signal rows; 0 without signals.
   float scale = 1.0f;              // Usually 1 / sqrt(head_dim).
 };

@@ -207,18 +207,19 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const std::vector<in
   std::vector<uint8_t> on_kernel(static_cast<size_t>(num_seqs), 0);
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
   std::optional<CudaPagedAttention> cuda_attention;
-  if (CudaPagedAttention::Usable(kv, options_.compute_dtype, heads)) {
+  std::vector<uint8_t> kernel_skip(static_cast<size_t>(num_seqs), 0);
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    kernel_skip[s] = b.q_offsets[s + 1] - b.q_offsets[s] >= kBlasAttentionMinQueries;
+  }
+  if (CudaPagedAttention::Usable(kv, options_.compute_dtype, heads) &&
+      std::count(kernel_skip.begin(), kernel_skip.end(), 0) > 0) {
     std::vector<int64_t> head_group(static_cast<size_t>(c.num_hidden_layers * kv_heads));
     for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
       for (int64_t hh = 0; hh < kv_heads; ++hh) {
         head_group[li * kv_heads + hh] = KvGroupOf(gran, li, hh, kv_heads);
       }
     }
-    std::vector<uint8_t> kernel_skip(static_cast<size_t>(num_seqs), 0);
-    for (int64_t s = 0; s < num_seqs; ++s) {
-      kernel_skip[s] = b.q_offsets[s + 1] - b.q_offsets[s] >= kBlasAttentionMinQueries;
-      on_kernel[s] = kernel_skip[s] == 0;
-    }
+    for (int64_t s = 0; s < num_seqs; ++s) on_kernel[s] = kernel_skip[s] == 0;
     cuda_attention.emplace(view, num_seqs, b.num_signal.data(), b.want_signals.data(), kernel_skip,
                            head_group, heads, c.sliding_window, kv);
   }

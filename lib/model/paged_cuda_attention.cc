@@ -101,13 +101,15 @@ CudaPagedAttention::CudaPagedAttention(const BatchView& b, int64_t num_seqs,
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(o.head_dim)));
   bool any_signals = false;
   a.max_query_rows = 1;
+  a.max_keys = 1;
   for (int64_t s = 0; s < num_seqs; ++s) {
+    if (skip[s] != 0) continue;
     const int64_t n = b.q_offsets[s + 1] - b.q_offsets[s];
     a.max_query_rows = std::max(a.max_query_rows, n);
     for (int64_t u = s * b.num_groups; u < (s + 1) * b.num_groups; ++u) {
       a.max_keys = std::max(a.max_keys, b.key_offsets[u + 1] - b.key_offsets[u]);
     }
-    if (want_signals[s] != 0 && skip[s] == 0) {
+    if (want_signals[s] != 0) {
       any_signals = true;
       a.max_signal_rows = std::max(a.max_signal_rows, std::clamp<int64_t>(num_signal[s], 1, n));
     }

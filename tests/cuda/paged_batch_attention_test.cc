@@ -76,14 +76,19 @@ TEST(PagedBatchReferenceTest, SequenceAloneEqualsItselfInTheBatch) {
   }
 }
 
+// A skipped sequence is left alone, and the max_* bounds need not cover it.
 TEST(PagedBatchReferenceTest, SkippedSequencesAreUntouched) {
   BatchProblem p({.num_heads = 4, .num_kv_heads = 4, .head_dim = 4}, MixedSeqs(1), 4);
-  p.skip[2] = 1;
-  ASSERT_TRUE(PagedBatchAttentionReference(p.args).ok());
-  for (int64_t i = p.q_offsets[2] * 16; i < p.q_offsets[3] * 16; ++i) {
+  p.skip[3] = 1;  // 19 rows, 69 keys, 19 signal rows.
+  p.args.max_query_rows = 5;
+  p.args.max_keys = 38;
+  p.args.max_signal_rows = 3;
+  const Status status = PagedBatchAttentionReference(p.args);
+  ASSERT_TRUE(status.ok()) << status.ToString();
+  for (int64_t i = p.q_offsets[3] * 16; i < p.q_offsets[4] * 16; ++i) {
     ASSERT_EQ(p.out.Get(i), -7.0f);
   }
-  for (int64_t j = p.key_offsets[2]; j < p.key_offsets[3]; ++j) {
+  for (int64_t j = p.key_offsets[3]; j < p.key_offsets[4]; ++j) {
     ASSERT_EQ(p.attn_sum[j], 0.5f);
     ASSERT_EQ(p.norm_sum[j], 0.25f);
   }
