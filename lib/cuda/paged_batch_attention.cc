@@ -68,8 +68,8 @@ Status CheckContents(const PagedBatchArgs& a) {
     if (n < 1) return ArgError("sequence " + Str(s) + " has no query rows");
     const bool skipped = a.skip != nullptr && a.skip[s] != 0;  // The max_* bounds skip it.
     if (!skipped && n > a.max_query_rows) {
-      return ArgError("sequence " + Str(s) + " has " + Str(n) + " query rows, past max_query_rows " +
-                      Str(a.max_query_rows));
+      return ArgError("sequence " + Str(s) + " has " + Str(n) +
+                      " query rows, past max_query_rows " + Str(a.max_query_rows));
     }
     if (!skipped && internal::WantsAttnSignals(a) && a.want_signals[s] != 0 &&
         SignalRows(a, s, n) > a.max_signal_rows) {
@@ -205,7 +205,9 @@ Status PagedBatchAttentionReference(const PagedBatchArgs& a) {
       const int64_t u = s * a.groups_per_seq + (a.head_group != nullptr ? a.head_group[g] : 0);
       const int64_t k0 = a.key_offsets[u], keys = a.key_offsets[u + 1] - k0, ctx = keys - n;
       const int64_t* kpos = a.key_positions + k0;
-      auto row_of = [&](int64_t j) { return a.slots[k0 + j] * a.slot_stride + g * a.kv_head_stride; };
+      auto row_of = [&](int64_t j) {
+        return a.slots[k0 + j] * a.slot_stride + g * a.kv_head_stride;
+      };
       for (int64_t i = 0; i < n; ++i) {
         const int64_t hi = ctx + i + 1;
         const int64_t lo = WindowStart(kpos, hi, kpos[ctx + i], a.sliding_window);

@@ -80,8 +80,7 @@ __device__ __forceinline__ float WarpMax(float v) {
 
 // The first key of [0, hi) inside query row i's window (CpuPagedAttention's upper_bound):
 // the first position > query_position - window, positions nondecreasing.
-__device__ int64_t WindowStart(const int64_t* kpos, int64_t hi, int64_t query_pos,
-                               int64_t window) {
+__device__ int64_t WindowStart(const int64_t* kpos, int64_t hi, int64_t query_pos, int64_t window) {
   if (window <= 0) return 0;
   const int64_t bound = query_pos - window;
   int64_t lo = 0;
@@ -162,8 +161,7 @@ __global__ void __launch_bounds__(kThreads)
   const bool norm_owner = signals && a.norm_sum != nullptr && r0 + rows == n && head_tile == 0;
   const float inv_norm_heads = 1.0f / static_cast<float>(a.norm_heads);
 
-  const int64_t width =
-      ((keys + t.partitions - 1) / t.partitions + kChunk - 1) / kChunk * kChunk;
+  const int64_t width = ((keys + t.partitions - 1) / t.partitions + kChunk - 1) / kChunk * kChunk;
   const int64_t p0 = part * width < keys ? part * width : keys;
   const int64_t p1 = p0 + width < keys ? p0 + width : keys;
 
@@ -285,8 +283,8 @@ __global__ void __launch_bounds__(kThreads)
         p_s[qv * kChunk + c] = visible ? dot : -INFINITY;
         const int64_t i = r0 + r;
         if (c < count && i >= first_signal && j < a.max_keys) {
-          ws.scores[ScoreIndex(a, t.scores_by_row, seq, q0, i, first_signal, h0 + qv % heads,
-                               j)] = dot;
+          ws.scores[ScoreIndex(a, t.scores_by_row, seq, q0, i, first_signal, h0 + qv % heads, j)] =
+              dot;
         }
       }
     }

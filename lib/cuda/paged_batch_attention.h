@@ -32,9 +32,9 @@
 
 namespace vtoken::cuda {
 
-// Returns InvalidArgument (naming the field) unless: num_seqs in [0, 2^20]; num_heads in
-// [1, 256] a multiple of num_kv_heads >= 1; head_dim in [1, 256]; num_slots > 0; slot_stride >=
-// head_dim and kv_head_stride >= 0 with KV head num_kv_heads - 1 inside the slot;
+// Returns InvalidArgument (naming the field) unless: a known dtype; num_seqs in [0, 2^20];
+// num_heads in [1, 256] a multiple of num_kv_heads >= 1; head_dim in [1, 256]; num_slots > 0;
+// slot_stride >= head_dim and kv_head_stride >= 0 with KV head num_kv_heads - 1 inside the slot;
 // groups_per_seq >= 1; norm_heads >= 1; sliding_window >= 0; num_rows, num_keys >= 0;
 // max_query_rows in [1, 65535] and max_keys >= 1 when num_seqs > 0; max_signal_rows >= 1 when
 // want_signals and attn_sum are set; q, k_cache, v_cache, out, q_offsets, key_offsets, slots and
@@ -54,17 +54,19 @@ int32_t PagedBatchPartitions(const PagedBatchArgs& args);
 size_t PagedBatchWorkspaceBytes(const PagedBatchArgs& args);
 
 // Enqueues the attention and signals on `stream`; every pointer in `args` and `workspace` is
-// device memory, `workspace` holds PagedBatchWorkspaceBytes(args) bytes (any alignment of
-// cudaMalloc's). Returns ValidatePagedBatchArgs's errors, InvalidArgument for a small or null
-// workspace, Internal when a launch fails.
+// device memory, `workspace` holds PagedBatchWorkspaceBytes(args) bytes, 4-byte aligned. Returns
+// ValidatePagedBatchArgs's errors, InvalidArgument for a small or null workspace or more than
+// 65535 query tiles (max_query_rows / (16 / query heads per KV head), at least 1 row per tile),
+// Internal when a launch fails.
 Status PagedBatchAttention(const PagedBatchArgs& args, void* workspace, size_t workspace_bytes,
                            Stream stream);
 
 // CPU reference in double precision (CpuPagedAttention's algorithm); every pointer in `args` is
 // host memory, bf16 / fp16 as their raw 16-bit patterns. Also checks the contents: InvalidArgument
-// for offsets that do not start at 0, decrease or do not end at num_rows / num_keys; a sequence
-// without query rows; a key range shorter than its sequence's query rows; a slot or head_group
-// out of range; key positions decreasing within a range (with a window); a max_* bound exceeded.
+// for offsets that do not start at 0 or end at num_rows / num_keys; a sequence without query rows
+// (q_offsets not increasing); a key range shorter than its sequence's query rows (so key_offsets
+// increase); a slot or head_group out of range; key positions decreasing within a range (with a
+// window); a max_* bound exceeded by a sequence not skipped.
 Status PagedBatchAttentionReference(const PagedBatchArgs& args);
 
 // Host conversions of one bf16 / fp16 value (raw bits), round to nearest even; for kFloat32 the

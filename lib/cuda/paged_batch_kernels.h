@@ -27,7 +27,7 @@ struct PagedBatchTiling {
   int32_t max_query_vectors = 16;  // Query vectors (row x head) per CTA: 16, or 8 past dim 128.
   int32_t heads_per_tile = 1;      // Query heads of one KV head in a CTA.
   int32_t head_tiles = 1;
-  int32_t rows_per_tile = 1;       // Query rows of one sequence in a CTA.
+  int32_t rows_per_tile = 1;  // Query rows of one sequence in a CTA.
   int64_t row_tiles = 1;
   int32_t partitions = 1;
   // Signal scores indexed by batch row ([num_rows, ...]) rather than by (sequence, signal row)
@@ -76,9 +76,8 @@ inline size_t CarveWorkspace(const PagedBatchArgs& a, const PagedBatchTiling& t,
                              PagedBatchWorkspace* ws) {
   size_t offset = 0;
   auto take = [&](int64_t floats) {
-    float* p = base == nullptr
-                   ? nullptr
-                   : reinterpret_cast<float*>(static_cast<char*>(base) + offset);
+    float* p =
+        base == nullptr ? nullptr : reinterpret_cast<float*>(static_cast<char*>(base) + offset);
     offset += (static_cast<size_t>(floats) * sizeof(float) + 255) / 256 * 256;
     return p;
   };

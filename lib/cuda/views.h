@@ -51,7 +51,6 @@ struct PagedDecodeArgs {
   float scale = 1.0f;      // Usually 1 / sqrt(head_dim).
 };
 
-
 // The element type of a PagedBatchArgs' q, K/V cache and out (all the same).
 enum class AttnDtype : int32_t { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
 
@@ -87,19 +86,19 @@ struct PagedBatchArgs {
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
-  int64_t num_rows = 0;            // Query rows of the batch: q_offsets[num_seqs].
-  int64_t num_keys = 0;            // key_offsets[num_seqs * groups_per_seq].
-  int64_t num_slots = 0;           // Slots of the cache.
-  int64_t slot_stride = 0;         // Elements per slot: num_kv_heads * head_dim, or head_dim.
-  int64_t kv_head_stride = 0;      // Elements between KV heads in a slot: head_dim, or 0.
-  int64_t groups_per_seq = 1;      // G: key ranges per sequence.
-  int64_t norm_heads = 1;          // KV heads of this layer that share a key range.
-  int64_t sliding_window = 0;      // 0: full causal attention.
+  int64_t num_rows = 0;        // Query rows of the batch: q_offsets[num_seqs].
+  int64_t num_keys = 0;        // key_offsets[num_seqs * groups_per_seq].
+  int64_t num_slots = 0;       // Slots of the cache.
+  int64_t slot_stride = 0;     // Elements per slot: num_kv_heads * head_dim, or head_dim.
+  int64_t kv_head_stride = 0;  // Elements between KV heads in a slot: head_dim, or 0.
+  int64_t groups_per_seq = 1;  // G: key ranges per sequence.
+  int64_t norm_heads = 1;      // KV heads of this layer that share a key range.
+  int64_t sliding_window = 0;  // 0: full causal attention.
   // Host bounds over the sequences not skipped (they size the grid and the workspace):
-  int64_t max_query_rows = 0;      // >= every sequence's query rows.
-  int64_t max_keys = 0;            // >= every key range's length.
-  int64_t max_signal_rows = 0;     // >= every signal sequence's signal rows; 0 without signals.
-  float scale = 1.0f;              // Usually 1 / sqrt(head_dim).
+  int64_t max_query_rows = 0;   // >= every sequence's query rows.
+  int64_t max_keys = 0;         // >= every key range's length.
+  int64_t max_signal_rows = 0;  // >= every signal sequence's signal rows; 0 without signals.
+  float scale = 1.0f;           // Usually 1 / sqrt(head_dim).
 };
 
 }  // namespace vtoken::cuda

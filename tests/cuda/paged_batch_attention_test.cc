@@ -29,9 +29,9 @@ std::vector<SeqSpec> MixedSeqs(int64_t groups) {
     for (int64_t g = 0; g < groups; ++g) per_group.push_back(c + 3 * g);
     return per_group;
   };
-  return {{.rows = 1, .context = ctx(0)},                     // Empty context.
+  return {{.rows = 1, .context = ctx(0)},  // Empty context.
           {.rows = 1, .context = ctx(37), .want_signals = false},
-          {.rows = 5, .context = ctx(20), .num_signal = 3},  // A prefill chunk.
+          {.rows = 5, .context = ctx(20), .num_signal = 3},     // A prefill chunk.
           {.rows = 19, .context = ctx(50), .num_signal = 40}};  // Several row tiles.
 }
 
@@ -57,8 +57,13 @@ TEST(PagedBatchReferenceTest, MassPerSignalRowAndHeadSumsToOne) {
 
 // What batching relies on: a sequence's output and signals do not depend on the others.
 TEST(PagedBatchReferenceTest, SequenceAloneEqualsItselfInTheBatch) {
-  const BatchShape shape{.num_heads = 6, .num_kv_heads = 3, .head_dim = 7, .block_size = 17,
-                         .groups_per_seq = 2, .per_head_slots = true, .sliding_window = 9};
+  const BatchShape shape{.num_heads = 6,
+                         .num_kv_heads = 3,
+                         .head_dim = 7,
+                         .block_size = 17,
+                         .groups_per_seq = 2,
+                         .per_head_slots = true,
+                         .sliding_window = 9};
   BatchProblem batch(shape, MixedSeqs(2), 3);
   ASSERT_TRUE(PagedBatchAttentionReference(batch.args).ok());
   for (size_t s = 0; s < batch.skip.size(); ++s) {
@@ -280,8 +285,11 @@ TEST(PagedBatchAttentionDeviceTest, MatchesReferenceOverDtypesShapesAndBlocks) {
     for (int32_t head_dim : {64, 128, 33, 256}) {
       for (Heads h : {Heads{4, 4}, Heads{8, 2}, Heads{16, 2}}) {
         for (int64_t block_size : {1, 3, 7, 17}) {
-          BatchProblem p({.dtype = t, .num_heads = h.heads, .num_kv_heads = h.kv_heads,
-                          .head_dim = head_dim, .block_size = block_size},
+          BatchProblem p({.dtype = t,
+                          .num_heads = h.heads,
+                          .num_kv_heads = h.kv_heads,
+                          .head_dim = head_dim,
+                          .block_size = block_size},
                          MixedSeqs(1), seed + head_dim + block_size);
           ExpectKernelMatchesReference(p, DtypeName(t) + " head_dim " + std::to_string(head_dim) +
                                               " heads " + std::to_string(h.heads) + "/" +
@@ -296,17 +304,18 @@ TEST(PagedBatchAttentionDeviceTest, MatchesReferenceOverDtypesShapesAndBlocks) {
 TEST(PagedBatchAttentionDeviceTest, LongContextsSplitKeysAcrossPartitions) {
   if (Status s = CudaDeviceStatus(); !s.ok()) GTEST_SKIP() << s.message();
   for (AttnDtype t : {AttnDtype::kFloat32, AttnDtype::kBFloat16}) {
-    BatchProblem p({.dtype = t, .num_heads = 8, .num_kv_heads = 2, .head_dim = 128,
-                    .block_size = 16},
-                   {{.rows = 1, .context = {4999}}, {.rows = 1, .context = {2}},
-                    {.rows = 4, .context = {3000}, .num_signal = 2}},
-                   11);
+    BatchProblem p(
+        {.dtype = t, .num_heads = 8, .num_kv_heads = 2, .head_dim = 128, .block_size = 16},
+        {{.rows = 1, .context = {4999}},
+         {.rows = 1, .context = {2}},
+         {.rows = 4, .context = {3000}, .num_signal = 2}},
+        11);
     ASSERT_GT(PagedBatchPartitions(p.args), 1);
     ExpectKernelMatchesReference(p, DtypeName(t) + " long context");
   }
-  BatchProblem large({.num_heads = 4, .num_kv_heads = 4, .head_dim = 32, .block_size = 7,
-                      .magnitude = 3.0f},
-                     {{.rows = 1, .context = {2000}}, {.rows = 3, .context = {64}}}, 12);
+  BatchProblem large(
+      {.num_heads = 4, .num_kv_heads = 4, .head_dim = 32, .block_size = 7, .magnitude = 3.0f},
+      {{.rows = 1, .context = {2000}}, {.rows = 3, .context = {64}}}, 12);
   ExpectKernelMatchesReference(large, "large scores", /*scale=*/50.0f);
 }
 
@@ -316,8 +325,11 @@ TEST(PagedBatchAttentionDeviceTest, LargeGqaGroupsSplitHeadsAcrossCtas) {
   BatchProblem wide({.num_heads = 32, .num_kv_heads = 1, .head_dim = 64, .block_size = 7},
                     MixedSeqs(1), 16);
   ExpectKernelMatchesReference(wide, "32 query heads per KV head");
-  BatchProblem deep({.dtype = AttnDtype::kBFloat16, .num_heads = 32, .num_kv_heads = 2,
-                     .head_dim = 256, .block_size = 17},
+  BatchProblem deep({.dtype = AttnDtype::kBFloat16,
+                     .num_heads = 32,
+                     .num_kv_heads = 2,
+                     .head_dim = 256,
+                     .block_size = 17},
                     MixedSeqs(1), 17);
   ExpectKernelMatchesReference(deep, "16 query heads per KV head at head_dim 256");
 }
@@ -331,8 +343,13 @@ TEST(PagedBatchAttentionDeviceTest, SlidingWindowHeadSlotsAndSignalsOnOrOff) {
         std::vector<SeqSpec> seqs = MixedSeqs(groups);
         seqs.push_back({.rows = 2, .context = std::vector<int64_t>(groups, 1500)});
         seqs.push_back({.rows = 7, .context = std::vector<int64_t>(groups, 9), .skip = true});
-        BatchProblem p({.dtype = t, .num_heads = 8, .num_kv_heads = 2, .head_dim = 100,
-                        .block_size = 3, .groups_per_seq = groups, .per_head_slots = per_head,
+        BatchProblem p({.dtype = t,
+                        .num_heads = 8,
+                        .num_kv_heads = 2,
+                        .head_dim = 100,
+                        .block_size = 3,
+                        .groups_per_seq = groups,
+                        .per_head_slots = per_head,
                         .sliding_window = window},
                        seqs, 13 + window);
         ExpectKernelMatchesReference(p, DtypeName(t) + " window " + std::to_string(window) +
@@ -341,7 +358,10 @@ TEST(PagedBatchAttentionDeviceTest, SlidingWindowHeadSlotsAndSignalsOnOrOff) {
     }
   }
   for (bool attn : {false, true}) {
-    BatchProblem p({.num_heads = 6, .num_kv_heads = 3, .head_dim = 17, .attn_signals = attn,
+    BatchProblem p({.num_heads = 6,
+                    .num_kv_heads = 3,
+                    .head_dim = 17,
+                    .attn_signals = attn,
                     .norm_signals = !attn},
                    MixedSeqs(1), 14);
     ExpectKernelMatchesReference(p, attn ? "attention signals only" : "norm signals only");

@@ -17,9 +17,9 @@ namespace vtoken::cuda::testing {
 
 // One sequence of a batch.
 struct SeqSpec {
-  int64_t rows = 1;                  // New tokens (query rows).
-  std::vector<int64_t> context;      // Live context keys per group (size groups_per_seq).
-  int64_t num_signal = 1;            // Signal rows asked for (clamped to [1, rows] by the kernel).
+  int64_t rows = 1;              // New tokens (query rows).
+  std::vector<int64_t> context;  // Live context keys per group (size groups_per_seq).
+  int64_t num_signal = 1;        // Signal rows asked for (clamped to [1, rows] by the kernel).
   bool want_signals = true;
   bool skip = false;
 };
@@ -28,11 +28,11 @@ struct BatchShape {
   AttnDtype dtype = AttnDtype::kFloat32;
   int32_t num_heads = 4, num_kv_heads = 2, head_dim = 16;
   int64_t block_size = 3;
-  int64_t groups_per_seq = 1;    // KV head h reads range h % groups_per_seq of its sequence.
-  bool per_head_slots = false;   // A slot holds one KV head's row (head granularity).
+  int64_t groups_per_seq = 1;   // KV head h reads range h % groups_per_seq of its sequence.
+  bool per_head_slots = false;  // A slot holds one KV head's row (head granularity).
   int64_t sliding_window = 0;
   bool attn_signals = true, norm_signals = true;
-  float magnitude = 1.0f;        // Standard deviation of q, K and V.
+  float magnitude = 1.0f;  // Standard deviation of q, K and V.
 };
 
 // An array of `dtype` elements (fp32 or raw 16-bit patterns).
@@ -66,8 +66,7 @@ struct HostArray {
 };
 
 struct BatchProblem {
-  BatchProblem(const BatchShape& s, const std::vector<SeqSpec>& seqs, uint64_t seed)
-      : shape(s) {
+  BatchProblem(const BatchShape& s, const std::vector<SeqSpec>& seqs, uint64_t seed) : shape(s) {
     std::mt19937_64 rng(seed);
     const int64_t groups = s.groups_per_seq;
     int64_t total = 0;
@@ -76,7 +75,8 @@ struct BatchProblem {
     }
     const int64_t bs = s.block_size;
     const int64_t live_per_block = bs == 1 ? 1 : bs - bs / 3;
-    const int64_t num_blocks = total / live_per_block + static_cast<int64_t>(seqs.size()) * groups + 1;
+    const int64_t num_blocks =
+        total / live_per_block + static_cast<int64_t>(seqs.size()) * groups + 1;
     std::vector<int64_t> blocks(static_cast<size_t>(num_blocks));
     std::iota(blocks.begin(), blocks.end(), 0);
     std::shuffle(blocks.begin(), blocks.end(), rng);
@@ -113,7 +113,8 @@ struct BatchProblem {
       skip.push_back(seq.skip ? 1 : 0);
       max_query_rows = std::max(max_query_rows, seq.rows);
       if (seq.want_signals) {
-        max_signal_rows = std::max(max_signal_rows, std::clamp<int64_t>(seq.num_signal, 1, seq.rows));
+        max_signal_rows =
+            std::max(max_signal_rows, std::clamp<int64_t>(seq.num_signal, 1, seq.rows));
       }
     }
     for (size_t u = 0; u + 1 < key_offsets.size(); ++u) {

@@ -33,8 +33,8 @@ ModelConfig Config(int64_t sliding_window) {
 // its own slots: group g's slots for sequence s are consecutive from a per-group base.
 std::vector<PagedSeqInput> Inputs(int32_t groups, const ModelConfig& c, std::mt19937_64& rng,
                                   int64_t* num_slots) {
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{0, 5}, {700, 1}, {33, 17}, {40, 6},
-                                                           {0, 1}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {0, 5}, {700, 1}, {33, 17}, {40, 6}, {0, 1}};
   int64_t per_group = 0;
   for (const auto& [ctx, n] : shapes) per_group += ctx + n;
   std::vector<int64_t> order(static_cast<size_t>(per_group));
@@ -51,7 +51,8 @@ std::vector<PagedSeqInput> Inputs(int32_t groups, const ModelConfig& c, std::mt1
     }
     in.context_offsets.push_back(groups * ctx);
     for (int64_t g = 0; g < groups; ++g) {
-      for (int64_t t = ctx; t < ctx + n; ++t) in.write_slots.push_back(g * per_group + order[next + t]);
+      for (int64_t t = ctx; t < ctx + n; ++t)
+        in.write_slots.push_back(g * per_group + order[next + t]);
     }
     for (int64_t i = 0; i < n; ++i) {
       in.tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
@@ -136,14 +137,13 @@ TEST_P(CudaAttentionTest, MatchesTheCpuTorchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    GranularityDtypeWindow, CudaAttentionTest,
-    ::testing::Values(Case{Granularity::kToken, torch::kFloat32, 0},
-                      Case{Granularity::kHead, torch::kFloat32, 0},
-                      Case{Granularity::kToken, torch::kFloat32, 24},
-                      Case{Granularity::kLayer, torch::kFloat32, 0},
-                      Case{Granularity::kToken, torch::kBFloat16, 0},
-                      Case{Granularity::kHead, torch::kBFloat16, 24}));
+INSTANTIATE_TEST_SUITE_P(GranularityDtypeWindow, CudaAttentionTest,
+                         ::testing::Values(Case{Granularity::kToken, torch::kFloat32, 0},
+                                           Case{Granularity::kHead, torch::kFloat32, 0},
+                                           Case{Granularity::kToken, torch::kFloat32, 24},
+                                           Case{Granularity::kLayer, torch::kFloat32, 0},
+                                           Case{Granularity::kToken, torch::kBFloat16, 0},
+                                           Case{Granularity::kHead, torch::kBFloat16, 24}));
 
 }  // namespace
 }  // namespace vtoken::model

@@ -61,7 +61,8 @@ TEST(PagedCudaReferenceTest, CudaReferenceEqualsCpuPagedAttention) {
   const int64_t blocks[] = {1, 3, 7, 17};
   const int64_t windows[] = {0, 0, 4, 20};
   constexpr uint64_t kSeeds = 200;
-  std::printf("seeds 1..%llu (a failure names its seed)\n", static_cast<unsigned long long>(kSeeds));
+  std::printf("seeds 1..%llu (a failure names its seed)\n",
+              static_cast<unsigned long long>(kSeeds));
   for (uint64_t seed = 1; seed <= kSeeds; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);

@@ -229,7 +229,8 @@ void BenchBatchAttention(bool quick, std::mt19937_64& rng) {
     const size_t row_bytes = size_t{2} * num_kv_heads * head_dim;
     DeviceBuffer k = Check(DeviceBuffer::Allocate(keys * row_bytes), "allocate K");
     DeviceBuffer v = Check(DeviceBuffer::Allocate(keys * row_bytes), "allocate V");
-    DeviceBuffer q = Check(DeviceBuffer::Allocate(size_t{2} * num_seqs * num_heads * head_dim), "q");
+    DeviceBuffer q =
+        Check(DeviceBuffer::Allocate(size_t{2} * num_seqs * num_heads * head_dim), "q");
     DeviceBuffer out =
         Check(DeviceBuffer::Allocate(size_t{2} * num_seqs * num_heads * head_dim), "out");
     Check(k.Fill(0), "fill");
@@ -284,9 +285,8 @@ void BenchBatchAttention(bool quick, std::mt19937_64& rng) {
     auto time_ms = [&](const PagedBatchArgs& a, const char* what) {
       const size_t bytes = PagedBatchWorkspaceBytes(a);
       DeviceBuffer workspace = Check(DeviceBuffer::Allocate(bytes), "workspace");
-      return TimeMs(nullptr, quick ? 3 : 10, [&] {
-        Check(PagedBatchAttention(a, workspace.data(), bytes, nullptr), what);
-      });
+      return TimeMs(nullptr, quick ? 3 : 10,
+                    [&] { Check(PagedBatchAttention(a, workspace.data(), bytes, nullptr), what); });
     };
     const double ms = time_ms(args, "batch attention");
     PagedBatchArgs with_signals = args;
