@@ -273,8 +273,8 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const std::vector<in
       attn_out.reserve(num_seqs);
       for (int64_t s = 0; s < num_seqs; ++s) {
         const int64_t begin = b.q_offsets[s];
-        attn_out.push_back(AttendSeqLayer(q.narrow(0, begin, b.q_offsets[s + 1] - begin), kv, li,
-                                          s, groups, gather_mask, signals, options_.compute_dtype,
+        attn_out.push_back(AttendSeqLayer(q.narrow(0, begin, b.q_offsets[s + 1] - begin), kv, li, s,
+                                          groups, gather_mask, signals, options_.compute_dtype,
                                           b.num_signal[s]));
       }
       attn = attn_out.size() == 1 ? attn_out[0] : torch::cat(attn_out, 0);
