@@ -15,6 +15,7 @@ class DecayedAttention final : public Policy {
   explicit DecayedAttention(const PolicyParams& p)
       : decay_(static_cast<float>(p.Double("decay"))) {}
 
+  uint8_t signals() const override { return kAttnSignal; }
   int32_t state_size() const override { return 1; }
 
   void Observe(std::span<const TokenView> tokens, PolicyContext&) const override {

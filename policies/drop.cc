@@ -26,6 +26,7 @@ class Drop final : public Policy {
     }
   }
 
+  uint8_t signals() const override { return 0; }
   void Score(std::span<const TokenView> tokens, PolicyContext&,
              std::span<float> scores) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {

@@ -10,6 +10,7 @@ namespace {
 
 class KNorm final : public Policy {
  public:
+  uint8_t signals() const override { return kKeyNormSignal; }
   void Score(std::span<const TokenView> tokens, PolicyContext&,
              std::span<float> scores) const override {
     for (size_t i = 0; i < tokens.size(); ++i) scores[i] = -tokens[i].key_norm;

@@ -9,6 +9,7 @@ namespace {
 
 class Random final : public Policy {
  public:
+  uint8_t signals() const override { return 0; }
   void Score(std::span<const TokenView>, PolicyContext& ctx,
              std::span<float> scores) const override {
     for (float& score : scores) score = static_cast<float>(ctx.rng.Uniform());

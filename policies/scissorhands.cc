@@ -15,6 +15,7 @@ class Scissorhands final : public Policy {
   explicit Scissorhands(const PolicyParams& p)
       : window_(p.Int("history_window")), recent_(static_cast<size_t>(p.Int("recent_window"))) {}
 
+  uint8_t signals() const override { return kAttnSignal; }
   int32_t state_size() const override { return static_cast<int32_t>(window_); }
 
   void Observe(std::span<const TokenView> tokens, PolicyContext& ctx) const override {

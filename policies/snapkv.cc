@@ -19,6 +19,7 @@ class SnapKv final : public Policy {
         radius_(p.Int("kernel") / 2),
         max_pool_(p.String("pooling") == "max") {}
 
+  uint8_t signals() const override { return kAttnSignal; }
   int32_t state_size() const override { return static_cast<int32_t>(window_); }
 
   void Observe(std::span<const TokenView> tokens, PolicyContext& ctx) const override {

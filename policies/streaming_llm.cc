@@ -13,6 +13,7 @@ class StreamingLlm final : public Policy {
   explicit StreamingLlm(const PolicyParams& p)
       : sinks_(static_cast<size_t>(p.Int("sink_tokens"))) {}
 
+  uint8_t signals() const override { return 0; }
   void Score(std::span<const TokenView> tokens, PolicyContext&,
              std::span<float> scores) const override {
     for (size_t i = 0; i < tokens.size(); ++i) {

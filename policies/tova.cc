@@ -8,6 +8,7 @@ namespace {
 
 class Tova final : public Policy {
  public:
+  uint8_t signals() const override { return kAttnSignal; }
   void Score(std::span<const TokenView> tokens, PolicyContext&,
              std::span<float> scores) const override {
     for (size_t i = 0; i < tokens.size(); ++i) scores[i] = tokens[i].attn;

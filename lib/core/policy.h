@@ -125,9 +125,20 @@ struct PolicyContext {
   int32_t group = 0;
 };
 
+// The signals a policy reads, as bits of Policy::signals(): the model computes only those (each
+// costs a pass over every live key in every layer). A signal the policy does not declare arrives
+// as zero (attn_sum then stays zero).
+inline constexpr uint8_t kAttnSignal = 1;     // attn and attn_sum
+inline constexpr uint8_t kKeyNormSignal = 2;  // key_norm
+
 class Policy {
  public:
   virtual ~Policy() = default;
+
+  // The signals Observe and Score read (kAttnSignal | kKeyNormSignal bits). The default, every
+  // signal, is always correct; declaring fewer saves the model their computation. A test checks
+  // every registered policy's declaration (scores are the same with undeclared signals zeroed).
+  virtual uint8_t signals() const { return kAttnSignal | kKeyNormSignal; }
 
   // Floats of per-token state this policy keeps. Fixed for the policy's lifetime.
   virtual int32_t state_size() const { return 0; }

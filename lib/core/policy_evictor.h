@@ -87,6 +87,8 @@ class PolicyEvictor {
   PolicyEvictor(std::string name, std::unique_ptr<Policy> policy, const EvictorOptions& options);
 
   const std::string& policy_name() const { return name_; }
+  // The signals the policy reads (Policy::signals()): the rest may be passed as zeros.
+  uint8_t signals() const { return policy_->signals(); }
   const EvictorOptions& options() const { return options_; }
 
   // Records one step of `seq`: its live tokens in increasing logical order with the attention

@@ -459,6 +459,7 @@ class Engine {
       in.obs_window = o_.obs_window;
       // The policy observes a sequence once its prompt is in the cache (then every step).
       in.want_signals = evictor_ != nullptr && in.sample;
+      if (evictor_ != nullptr) in.signals = evictor_->signals();
       inputs.push_back(std::move(in));
     }
     const double forward_start = clock_.Now();

@@ -9,11 +9,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <utility>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "lib/core/copy_engine.h"
+#include "lib/core/policy.h"
 #include "lib/core/status.h"
 #include "lib/core/types.h"
 
@@ -51,6 +52,10 @@ struct RunnerInput {
   // The caller reads this step's signals (a policy observes the sequence now). When false a
   // runner may leave RunnerOutput::attn / key_norm empty.
   bool want_signals = true;
+  // Which of them (kAttnSignal | kKeyNormSignal, lib/core/policy.h: the policy's declaration);
+  // with want_signals, a runner returns both vectors at full length and may leave a signal
+  // not asked for at zero.
+  uint8_t signals = kAttnSignal | kKeyNormSignal;
 };
 
 // True when in.context_offsets is a valid split of the context into `groups` ranges: empty with
