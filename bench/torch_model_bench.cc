@@ -172,6 +172,54 @@ std::pair<double, double> TimeAlternating(benchmark::State& state, A a, B b) {
   return {a_s, b_s};
 }
 
+// The price of the eviction signals in a decode step (scattered slots): every iteration runs the
+// step with both signals (what every policy got before Policy::signals()), with attention mass
+// only (H2O, TOVA, SnapKV, ...) and with none (StreamingLLM; and native mode), in rotating order.
+// The reported time is the attention-only step; counters give the three step times and the
+// ratios to the step with both.
+void BM_DecodeSignalCost(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  if (!VtTiny().ok()) return state.SkipWithError(VtTiny().status().ToString().c_str());
+  const LlamaModel& model = *VtTiny();
+  std::optional<KvTensors> kv = FilledKv(model, batch * (context + 1), state);
+  if (!kv) return;
+  const uint8_t kinds[3] = {kAttnSignal | kKeyNormSignal, kAttnSignal, 0};
+  std::vector<PagedSeqInput> inputs[3];
+  for (int k = 0; k < 3; ++k) {
+    inputs[k] = DecodeInputs(batch, context, model.config().vocab_size, true, 4);
+    for (PagedSeqInput& in : inputs[k]) in.signals = kinds[k];
+  }
+  double total[3] = {0, 0, 0};
+  int first = 0;
+  for (auto _ : state) {
+    double took[3];
+    for (int i = 0; i < 3; ++i) {
+      const int k = (first + i) % 3;
+      const double begin = CpuSeconds();
+      auto out = model.ForwardPaged(inputs[k], *kv);
+      took[k] = CpuSeconds() - begin;
+      if (!out.ok()) return state.SkipWithError(out.status().ToString().c_str());
+      benchmark::DoNotOptimize(out);
+    }
+    first = (first + 1) % 3;
+    for (int k = 0; k < 3; ++k) total[k] += took[k];
+    state.SetIterationTime(took[1]);
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["both_ms"] = 1e3 * total[0] / n;
+  state.counters["attn_ms"] = 1e3 * total[1] / n;
+  state.counters["none_ms"] = 1e3 * total[2] / n;
+  state.counters["attn_ratio"] = total[1] / total[0];
+  state.counters["none_ratio"] = total[2] / total[0];
+}
+BENCHMARK(BM_DecodeSignalCost)
+    ->ArgNames({"batch", "context"})
+    ->Args({1, 2048})
+    ->Args({8, 2048})
+    ->Args({32, 2048})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+
 // The price of KV groups: the same decode step (same model, same live tokens, scattered slots) at
 // token granularity and at range(2) = 1 layer or 2 head granularity, both in every iteration,
 // alternating which goes first; each reads the same KV bytes, the group store through one slot

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "lib/core/policy.h"
 #include "lib/model/cpu_simd.h"
 
 namespace vtoken::model {
@@ -34,7 +35,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   for (int64_t s = seq_begin; s < seq_end; ++s) {
     if (b.skip != nullptr && b.skip[s] != 0) continue;
     const int64_t q0 = b.q_offsets[s], n = b.q_offsets[s + 1] - q0;
-    const bool signals = b.want_signals != nullptr && b.want_signals[s] != 0;
+    const uint8_t want = b.want_signals != nullptr ? b.want_signals[s] : 0;
     const int64_t first_signal = n - std::clamp<int64_t>(b.num_signal[s], 1, n);
     for (int64_t g = 0; g < kvh; ++g) {
       const int64_t u = s * b.groups_per_seq + (b.head_group != nullptr ? b.head_group[g] : 0);
@@ -42,7 +43,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
       const int64_t ctx = keys - n;
       const int64_t* slots = b.slots + k0;
       const int64_t* kpos = b.key_positions + k0;
-      float* attn_sum = signals && b.attn_sum != nullptr ? b.attn_sum + k0 : nullptr;
+      float* attn_sum = (want & kAttnSignal) && b.attn_sum != nullptr ? b.attn_sum + k0 : nullptr;
       scratch.scores.resize(static_cast<size_t>(group * keys));
       scratch.acc.resize(static_cast<size_t>(group * hd));
       const float* kg = b.k_cache + g * b.kv_head_stride;
@@ -89,7 +90,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
           }
         }
       }
-      if (signals && b.norm_sum != nullptr) {
+      if ((want & kKeyNormSignal) && b.norm_sum != nullptr) {
         float* norm_sum = b.norm_sum + k0;
         const float inv_heads = 1.0f / static_cast<float>(b.norm_heads);
         for (int64_t j = 0; j < keys; ++j) {

@@ -14,7 +14,9 @@
 // row is loaded once per query row for all the query heads that read it. KV head h of slot `slot`
 // starts at cache + slot * slot_stride + h * kv_head_stride.
 //
-// Signals (when attn_sum / norm_sum are non-null and want_signals[s]): attn_sum[key] += the
+// Signals (when attn_sum / norm_sum are non-null and want_signals[s] has the kAttnSignal /
+// kKeyNormSignal bit of lib/core/policy.h; the key norms are a second pass over the K rows, so a
+// policy that reads no norm saves it): attn_sum[key] += the
 // attention probability the key received, summed over the query heads reading it and the last
 // num_signal[s] query rows; norm_sum[key] += the L2 norm of its K row / norm_heads. The caller
 // divides by layers (and heads x signal rows) after the last layer.
@@ -47,7 +49,7 @@ struct CpuAttentionBatch {
   const int64_t* slots = nullptr;          // [key_offsets[num_seqs * G]]: context, then new tokens
   const int64_t* key_positions = nullptr;  // Same shape: RoPE positions of the keys.
   const int64_t* num_signal = nullptr;     // [num_seqs]: signal query rows (the last ones).
-  const uint8_t* want_signals = nullptr;   // [num_seqs]
+  const uint8_t* want_signals = nullptr;   // [num_seqs]: signal bits (kAttnSignal | ...)
   float* attn_sum = nullptr;               // [key_offsets[num_seqs * G]] or null
   float* norm_sum = nullptr;               // [key_offsets[num_seqs * G]] or null
   int64_t norm_heads = 1;                  // KV heads of this layer that share a key range.

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/core/policy.h"
 #include "lib/core/status.h"
 #include "lib/model/io/hf_config.h"
 #include "lib/model/kv_tensors.h"
@@ -53,6 +54,9 @@ struct PagedSeqInput {
   bool want_signals = true;  // false: attn and key_norm are left empty.
   // [G + 1]; may be empty when G == 1. Last, so that positional initializers stay valid.
   std::vector<int64_t> context_offsets;
+  // With want_signals, the signals to compute (lib/core/policy.h bits); the others come back
+  // zero (both vectors keep their full length).
+  uint8_t signals = kAttnSignal | kKeyNormSignal;
 };
 
 struct PagedSeqOutput {
@@ -145,7 +149,7 @@ class LlamaModel {
   struct PagedBatch {
     int64_t num_groups = 1;
     std::vector<int64_t> q_offsets, key_offsets, key_slots, key_positions, num_signal;
-    std::vector<uint8_t> want_signals;
+    std::vector<uint8_t> want_signals;  // Per sequence: the signal bits to compute (0: none).
     std::vector<float> attn_sum, norm_sum;
   };
 

@@ -102,7 +102,7 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
     }
     q_offsets.push_back(static_cast<int64_t>(all_tokens.size()));
     num_signal.push_back(std::clamp<int64_t>(in.obs_window, 1, n));
-    want_signals.push_back(in.want_signals ? 1 : 0);
+    want_signals.push_back(in.want_signals ? in.signals & (kAttnSignal | kKeyNormSignal) : 0);
   }
   // Write slots group-major over the batch rows: group g's slot of row t at g * total + t.
   const int64_t total_rows = static_cast<int64_t>(all_tokens.size());
@@ -165,13 +165,17 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
   for (size_t s = 0; s < inputs.size(); ++s) {
     PagedSeqOutput& out = outputs[s];
     out.last_logits = logits[s];
-    if (!batch.want_signals[s]) continue;
+    if (!inputs[s].want_signals) continue;
+    // Full length, a signal not asked for left at zero (the CUDA and torch paths compute both).
+    const uint8_t want = batch.want_signals[s];
     const int64_t base = batch.key_offsets[s * groups];
     const float attn_div = layers * static_cast<float>(group_heads * batch.num_signal[s]);
-    out.attn.resize(static_cast<size_t>(batch.key_offsets[(s + 1) * groups] - base));
-    out.key_norm.resize(out.attn.size());
-    for (size_t j = 0; j < out.attn.size(); ++j) {
+    out.attn.assign(static_cast<size_t>(batch.key_offsets[(s + 1) * groups] - base), 0.0f);
+    out.key_norm.assign(out.attn.size(), 0.0f);
+    for (size_t j = 0; want & kAttnSignal && j < out.attn.size(); ++j) {
       out.attn[j] = batch.attn_sum[base + j] / attn_div;
+    }
+    for (size_t j = 0; want & kKeyNormSignal && j < out.key_norm.size(); ++j) {
       out.key_norm[j] = batch.norm_sum[base + j] / layers;
     }
   }

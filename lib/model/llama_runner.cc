@@ -148,7 +148,8 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
                                   .context_positions = in.context_positions,
                                   .obs_window = in.obs_window,
                                   .want_signals = in.want_signals,
-                                  .context_offsets = in.context_offsets});
+                                  .context_offsets = in.context_offsets,
+                                  .signals = in.signals});
   }
   VTOKEN_ASSIGN_OR_RETURN(std::vector<PagedSeqOutput> outs, model_.ForwardPaged(paged, kv_));
   std::vector<RunnerOutput> results(inputs.size());

@@ -148,6 +148,54 @@ TEST(FusedAttentionTest, SignalsOnlyWhenWanted) {
   EXPECT_LT(((*out)[0].last_logits - (*out)[1].last_logits).abs().max().item<double>(), 1e-6);
 }
 
+// PagedSeqInput::signals (the policy's declaration): the fused and the reference path compute
+// the declared signals exactly as with both, and return the others at zero, full length.
+class SignalBitsTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SignalBitsTest, DeclaredSignalsMatchAndTheOthersAreZero) {
+  const ModelConfig c = Config(4, 2, 8);
+  const LlamaModel m = Model(c, 5, GetParam());
+  auto kv = KvTensors::Create(m.KvOptions(128));
+  ASSERT_TRUE(kv.ok());
+  // A 12-token context then one decode token, in each of four sequences with its own slots.
+  std::vector<PagedSeqInput> batch;
+  for (int64_t s = 0; s < 4; ++s) {
+    PagedSeqInput prefill{.tokens = {}, .positions = {}, .write_slots = {}};
+    for (int64_t t = 0; t < 12; ++t) {
+      prefill.tokens.push_back(static_cast<int32_t>(1 + (t * 7 + s) % 50));
+      prefill.positions.push_back(t);
+      prefill.write_slots.push_back(s * 32 + t);
+    }
+    auto written = m.ForwardPaged({prefill}, *kv);
+    ASSERT_TRUE(written.ok()) << written.status().ToString();
+    PagedSeqInput decode{.tokens = {5}, .positions = {12}, .write_slots = {s * 32 + 12}};
+    decode.context_slots = prefill.write_slots;
+    decode.context_positions = prefill.positions;
+    decode.signals = static_cast<uint8_t>(s);  // none, attention, norms, both
+    batch.push_back(decode);
+  }
+  auto out = m.ForwardPaged(batch, *kv);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  std::vector<PagedSeqInput> full = batch;
+  for (PagedSeqInput& in : full) in.signals = kAttnSignal | kKeyNormSignal;
+  auto ref = m.ForwardPaged(full, *kv);
+  ASSERT_TRUE(ref.ok());
+  for (size_t s = 0; s < batch.size(); ++s) {
+    SCOPED_TRACE("signals " + std::to_string(s));
+    const PagedSeqOutput& o = (*out)[s];
+    const PagedSeqOutput& r = (*ref)[s];
+    ASSERT_EQ(o.attn.size(), 13u);
+    ASSERT_EQ(o.key_norm.size(), 13u);
+    for (size_t j = 0; j < 13; ++j) {
+      EXPECT_EQ(o.attn[j], (s & kAttnSignal) ? r.attn[j] : 0.0f) << j;
+      EXPECT_EQ(o.key_norm[j], (s & kKeyNormSignal) ? r.key_norm[j] : 0.0f) << j;
+      EXPECT_GT(r.key_norm[j], 0.0f);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(FusedAndReference, SignalBitsTest, ::testing::Bool());
+
 class SlidingWindowTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(SlidingWindowTest, MatchesDenseWithAWindowMaskAfterEvictions) {
