@@ -62,7 +62,9 @@ enum class AttnDtype : int32_t { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
 // tokens 0..i (causal); with sliding_window W > 0 only keys at RoPE position p with
 // query_position - p < W. Query head q reads KV head q / (num_heads / num_kv_heads). KV head h of
 // slot `slot` starts at element slot * slot_stride + h * kv_head_stride of the cache.
-// Signals (attn_sum / norm_sum non-null, want_signals[s] != 0): attn_sum[key] += the probability
+// Signals (attn_sum / norm_sum non-null, want_signals[s] != 0: both signals, whatever bits are
+// set; lib/model's CPU kernel reads the bits, but here the norms come from K rows already
+// loaded, so skipping them saves nothing): attn_sum[key] += the probability
 // the key received summed over its query heads and the last num_signal[s] (clamped to [1, n])
 // query rows; norm_sum[key] += |K row| / norm_heads, per KV head reading the key. Both accumulate
 // (+=) across calls, in fp32, whatever the dtype. Sequences with skip[s] != 0 are not touched.

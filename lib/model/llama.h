@@ -159,8 +159,9 @@ class LlamaModel {
   torch::Tensor PagedLayersCpu(torch::Tensor x, const std::vector<int64_t>& positions,
                                const std::vector<int64_t>& writes, PagedBatch& batch,
                                KvTensors& kv) const;
-  torch::Tensor PagedLayersTorch(torch::Tensor x, const std::vector<int64_t>& positions,
-                                 const std::vector<int64_t>& writes, PagedBatch& batch,
+  // positions [N] and writes [G * N] are int64 tensors on the model's device.
+  torch::Tensor PagedLayersTorch(torch::Tensor x, const torch::Tensor& positions,
+                                 const torch::Tensor& writes, PagedBatch& batch,
                                  KvTensors& kv) const;
   // Fills inv_freq_ and checks shapes; shared by the factories.
   Status Finish();

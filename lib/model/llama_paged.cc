@@ -32,6 +32,34 @@ namespace {
 // (BM_PrefillFusedVsReference in bench/torch_model_bench.cc).
 constexpr int64_t kBlasAttentionMinQueries = 16;
 
+// The torch path's per-step index inputs, in one int64 array on the model's device:
+// [tokens (N) | last row of each sequence (S) | positions (N) | write slots (G * N)]. On CUDA it
+// goes up as one non-blocking copy from pinned memory (torch's caching host allocator keeps the
+// pinned block until the copy is done); on the CPU it is used in place.
+struct StepIndexes {
+  torch::Tensor tokens, last_rows, positions, writes;
+};
+
+StepIndexes UploadStepIndexes(const std::vector<int64_t>& tokens,
+                              const std::vector<int64_t>& last_rows,
+                              const std::vector<int64_t>& positions,
+                              const std::vector<int64_t>& writes, const torch::Device& device) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t s = static_cast<int64_t>(last_rows.size());
+  const int64_t total = 2 * n + s + static_cast<int64_t>(writes.size());
+  auto host_options = torch::TensorOptions().dtype(torch::kInt64);
+  if (device.is_cuda()) host_options = host_options.pinned_memory(true);
+  torch::Tensor host = torch::empty({total}, host_options);
+  int64_t* p = host.data_ptr<int64_t>();
+  p = std::copy(tokens.begin(), tokens.end(), p);
+  p = std::copy(last_rows.begin(), last_rows.end(), p);
+  p = std::copy(positions.begin(), positions.end(), p);
+  std::copy(writes.begin(), writes.end(), p);
+  const torch::Tensor all = device.is_cpu() ? host : host.to(device, /*non_blocking=*/true);
+  return {all.narrow(0, 0, n), all.narrow(0, n, s), all.narrow(0, n + s, n),
+          all.narrow(0, 2 * n + s, total - 2 * n - s)};
+}
+
 }  // namespace
 
 StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
@@ -132,16 +160,20 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
                    .want_signals = std::move(want_signals),
                    .attn_sum = std::vector<float>(static_cast<size_t>(num_keys), 0.0f),
                    .norm_sum = std::vector<float>(static_cast<size_t>(num_keys), 0.0f)};
-  auto x = Embed(torch::tensor(all_tokens, idx));  // [N, hidden]
-  if (fused) {
-    x = PagedLayersCpu(x, all_positions, all_writes, batch, kv);
-  } else {
-    x = PagedLayersTorch(x, all_positions, all_writes, batch, kv);
-  }
-
   std::vector<int64_t> last_rows;
   for (size_t s = 0; s < inputs.size(); ++s) last_rows.push_back(batch.q_offsets[s + 1] - 1);
-  auto last = x.index_select(0, torch::tensor(last_rows, idx));
+  torch::Tensor last;
+  if (fused) {
+    auto x = Embed(torch::tensor(all_tokens, idx));  // [N, hidden]
+    x = PagedLayersCpu(x, all_positions, all_writes, batch, kv);
+    last = x.index_select(0, torch::tensor(last_rows, idx));
+  } else {
+    const StepIndexes step =
+        UploadStepIndexes(all_tokens, last_rows, all_positions, all_writes, options_.device);
+    auto x = Embed(step.tokens);  // [N, hidden]
+    x = PagedLayersTorch(x, step.positions, step.writes, batch, kv);
+    last = x.index_select(0, step.last_rows);
+  }
   torch::Tensor logits;
   if (fused && static_cast<int64_t>(last_rows.size()) <= kCpuLinearMaxRows) {
     auto normed = RmsNorm(last, norm_, c.rms_norm_eps).contiguous();
@@ -187,8 +219,8 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
 // (when lib/cuda is built) the attention of the sequences with fewer than
 // kBlasAttentionMinQueries new tokens is instead one CudaPagedAttention call per layer; longer
 // prefill chunks stay on the torch ops (batched GEMMs).
-torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const std::vector<int64_t>& positions,
-                                           const std::vector<int64_t>& writes, PagedBatch& b,
+torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const torch::Tensor& positions,
+                                           const torch::Tensor& writes, PagedBatch& b,
                                            KvTensors& kv) const {
   const auto& c = config_;
   const KvTensorsOptions& kvo = kv.options();
@@ -198,13 +230,9 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const std::vector<in
   const int64_t num_seqs = static_cast<int64_t>(b.q_offsets.size()) - 1;
   const int64_t groups = b.num_groups;
   const Granularity gran = kvo.granularity;
-  auto idx = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
   std::vector<torch::Tensor> write_index;  // Per group: [N] slots of the batch rows.
-  for (int64_t g = 0; g < groups; ++g) {
-    write_index.push_back(torch::tensor(
-        std::vector<int64_t>(writes.begin() + g * total, writes.begin() + (g + 1) * total), idx));
-  }
-  auto [cos, sin] = RopeCosSin(torch::tensor(positions, idx));
+  for (int64_t g = 0; g < groups; ++g) write_index.push_back(writes.narrow(0, g * total, total));
+  auto [cos, sin] = RopeCosSin(positions);
   const BatchView view{groups, b.q_offsets.data(), b.key_offsets.data(), b.key_slots.data(),
                        b.key_positions.data()};
   // on_kernel[s]: sequence s is attended by the CUDA kernel, not by the torch ops.

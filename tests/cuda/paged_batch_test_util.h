@@ -109,7 +109,8 @@ struct BatchProblem {
       }
       q_offsets.push_back(q_offsets.back() + seq.rows);
       num_signal.push_back(seq.num_signal);
-      want_signals.push_back(seq.want_signals ? 1 : 0);
+      // Both signal bits: lib/model's CPU kernel computes only the bits set (the kernel both).
+      want_signals.push_back(seq.want_signals ? 3 : 0);
       skip.push_back(seq.skip ? 1 : 0);
       max_query_rows = std::max(max_query_rows, seq.rows);
       if (seq.want_signals) {
