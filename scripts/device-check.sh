@@ -52,12 +52,13 @@ STAGES=(
   "configure-notorch|30|fallback|only when configure fails: the same without libtorch (GPU stages only)"
   "build-cuda|80|quick full|ninja: vtoken_cuda, vtoken-cuda-bench, tests/cuda/*_test"
   "test-cuda|40|quick full|ctest -L cuda (relocation, hash, paged attention vs CPU references); a skip fails"
-  "bench-cuda|30|full|vtoken-cuda-bench: relocation vs cudaMemcpy, copy engine, hash, paged attention"
+  "bench-cuda|25|full|vtoken-cuda-bench: relocation vs cudaMemcpy, copy engine, hash, paged attention"
   "bench-cuda-quick|25|quick|vtoken-cuda-bench --quick: the same benchmarks on smaller shapes"
-  "build-eval|150|full|ninja: vtoken-cli and bench/torch_gpu_bench with libtorch and lib/cuda"
-  "bench-model|45|full|torch_gpu_bench: synthetic 8B bf16 decode step, batch x context, scattered vs contiguous slots"
+  "build-eval|150|full|ninja: vtoken-cli, bench/torch_gpu_bench and the model's CUDA tests, with libtorch and lib/cuda"
+  "test-model-cuda|15|full|ctest CudaAttentionTest + TorchDeviceTest: ForwardPaged on CUDA vs the CPU reference, device and dtype handling; a skip fails"
+  "bench-model|40|full|torch_gpu_bench: synthetic 8B bf16 decode step, batch x context, scattered vs contiguous slots"
   "eval-quickstart|30|full|vtoken-cli run experiments/gpu/quickstart.toml (vt-tiny, 16 requests, 3 modes)"
-  "eval-8b|45|full|vtoken-cli run experiments/gpu/synthetic_8b.toml (synthetic weights, 16 requests, 3 modes)"
+  "eval-8b|40|full|vtoken-cli run experiments/gpu/synthetic_8b.toml (synthetic weights, 16 requests, 3 modes)"
   "compare|5|full|vtoken-cli compare of each evaluation's three runs"
 )
 stage_field() { # stage_field NAME FIELD(1-4)
@@ -246,13 +247,26 @@ CLI="$B/apps/vtoken-cli/vtoken-cli"
 if [[ "$MODE" == full ]]; then
   EVAL_BUILT=0
   if ((CONFIGURED == 1)); then
-    stage build-eval cmake --build "$B" -j "$JOBS" --target vtoken-cli torch_gpu_bench &&
-      EVAL_BUILT=1
+    stage build-eval cmake --build "$B" -j "$JOBS" --target vtoken-cli torch_gpu_bench \
+      llama_cuda_attention_test torch_device_test && EVAL_BUILT=1
   else
     not_run build-eval "configure with libtorch failed"
   fi
   evaluated=()
   if ((EVAL_BUILT)); then
+    # The model on CUDA (the batched attention kernel inside ForwardPaged, device and dtype
+    # handling); these tests skip without a GPU, and a skip fails here.
+    model_cuda_tests() {
+      local out rc
+      out="$(ctest --test-dir "$B" -R 'CudaAttentionTest|TorchDeviceTest' -j 4 \
+               --output-on-failure --timeout 60 2>&1)"
+      rc=$?
+      echo "$out"
+      ((rc == 0)) || return 1
+      if grep -q 'Skipped' <<<"$out"; then echo "tests were SKIPPED (no usable GPU?)"; return 1; fi
+    }
+    stage test-model-cuda --label "ctest -R 'CudaAttentionTest|TorchDeviceTest' (a skip fails)" \
+      bash -c "$(declare -f model_cuda_tests); $(declare -p B); model_cuda_tests"
     stage bench-model --label "torch_gpu_bench > model-bench.json" \
       "$B/bench/torch_gpu_bench" --benchmark_format=json --benchmark_out="$OUT/model-bench.json"
     rm -f "$OUT/gpu.db"
@@ -264,6 +278,7 @@ if [[ "$MODE" == full ]]; then
     stage eval-8b "$CLI" run experiments/gpu/synthetic_8b.toml --db "$OUT/gpu.db" &&
       evaluated+=(synthetic_8b)
   else
+    not_run test-model-cuda "build-eval did not pass"
     not_run bench-model "build-eval did not pass"
     not_run eval-quickstart "build-eval did not pass"
     not_run eval-8b "build-eval did not pass"
