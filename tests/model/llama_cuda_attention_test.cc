@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <numeric>
+#include <ostream>
 #include <random>
 
 #include "lib/model/llama.h"
@@ -71,6 +72,12 @@ struct Case {
   torch::Dtype dtype;
   int64_t sliding_window;
 };
+
+// Keeps ctest's listing readable (gtest would print the struct's bytes).
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << GranularityName(c.granularity) << " " << c10::toString(c.dtype) << " window "
+      << c.sliding_window;
+}
 
 class CudaAttentionTest : public ::testing::TestWithParam<Case> {};
 
