@@ -83,24 +83,25 @@ __global__ void __launch_bounds__(kThreads)
       }
       continue;
     }
+    // Register i of the pass holds word `word` of row `row`, when it is in the pass at all.
+    auto slot = [&](int i, int64_t& row, int64_t& word) {
+      const int r = i / words_per_lane;
+      row = first_row + r;
+      word = first_word + lane + 32 * (i % words_per_lane);
+      return r < rows_per_pass && row < rows && word < words;
+    };
     uint4 buffer[kInFlight];
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i) {
-      const int r = i / words_per_lane;
-      const int64_t row = first_row + r;
-      const int64_t word = first_word + lane + 32 * (i % words_per_lane);
-      if (r < rows_per_pass && row < rows && word < words &&
-          word < first_word + segment_words) {
+      int64_t row, word;
+      if (slot(i, row, word)) {
         buffer[i] = __ldcs(reinterpret_cast<const uint4*>(RowAt(kv, copies, row).src) + word);
       }
     }
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i) {
-      const int r = i / words_per_lane;
-      const int64_t row = first_row + r;
-      const int64_t word = first_word + lane + 32 * (i % words_per_lane);
-      if (r < rows_per_pass && row < rows && word < words &&
-          word < first_word + segment_words) {
+      int64_t row, word;
+      if (slot(i, row, word)) {
         __stcs(reinterpret_cast<uint4*>(RowAt(kv, copies, row).dst) + word, buffer[i]);
       }
     }
