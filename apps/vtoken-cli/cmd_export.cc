@@ -19,7 +19,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <tuple>
 #include <variant>
 #include <vector>
 
@@ -278,27 +277,34 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
     std::vector<int64_t> ids;
     std::map<std::string, std::vector<double>> figures;
   };
-  std::vector<Point> points;  // In order of their first run.
-  std::map<std::tuple<std::string, std::string, FlatConfig>, size_t> index;  // -> points[i]
-  std::set<std::string> figures;
+  std::vector<const engine::RunRecord*> completed;
+  std::vector<FlatConfig> configs;
   for (const engine::RunRecord& r : runs) {
     if (r.status != "completed") continue;
     VTOKEN_ASSIGN_OR_RETURN(
         FlatConfig c, FlattenConfig(r.config_toml,
                                     "result db " + store.path() + ": run " + std::to_string(r.id)));
-    const std::string seed = c.count("seed") ? c.at("seed") : "";
-    c.erase("modes");
-    for (const std::string& k : kSeedKeys) c.erase(k);
-    auto [slot, added] = index.try_emplace({r.mode, r.sweep, c}, points.size());
-    if (added) points.push_back({r.mode, r.policy, r.sweep, std::move(c), {}, {}, {}});
-    Point* it = &points[slot->second];
-    it->seeds.push_back(seed);
-    it->ids.push_back(r.id);
-    VTOKEN_ASSIGN_OR_RETURN(engine::RunSummary summary, store.GetSummary(r.id));
-    for (const auto& [name, value] : summary.values) {
-      figures.insert(name);
-      it->figures[name].push_back(value);
+    completed.push_back(&r);
+    configs.push_back(std::move(c));
+  }
+  std::vector<Point> points;  // In order of their first run.
+  std::set<std::string> figures;
+  for (const std::vector<size_t>& group : GroupSeedPoints(
+           completed.size(), [&](size_t i) -> const FlatConfig& { return configs[i]; },
+           [&](size_t i) { return completed[i]->mode + '\0' + completed[i]->sweep; })) {
+    const engine::RunRecord& first = *completed[group.front()];
+    Point p{first.mode, first.policy, first.sweep, SeedPointConfig(configs[group.front()]),
+            {}, {}, {}};
+    for (size_t i : group) {
+      p.seeds.push_back(ConfigValue(configs[i], "seed", ""));
+      p.ids.push_back(completed[i]->id);
+      VTOKEN_ASSIGN_OR_RETURN(engine::RunSummary summary, store.GetSummary(completed[i]->id));
+      for (const auto& [name, value] : summary.values) {
+        figures.insert(name);
+        p.figures[name].push_back(value);
+      }
     }
+    points.push_back(std::move(p));
   }
   std::vector<const FlatConfig*> config_ptrs;
   std::vector<bool> native;

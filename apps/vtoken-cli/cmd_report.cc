@@ -83,23 +83,17 @@ double Get(const ReportRun& r, const std::string& key) {
 // The runs that differ only in the seed keys (run_config.h) as one point per mode: figures
 // averaged, with their confidence intervals. Points keep the order of their first run.
 std::vector<ReportRun> AggregateSeeds(const std::vector<ReportRun>& runs) {
-  std::vector<std::vector<const ReportRun*>> groups;
-  std::map<std::pair<std::string, FlatConfig>, size_t> index;
-  for (const ReportRun& r : runs) {
-    FlatConfig key = r.config;
-    for (const std::string& k : kSeedKeys) key.erase(k);
-    auto [it, added] = index.try_emplace({r.record.mode, std::move(key)}, groups.size());
-    if (added) groups.emplace_back();
-    groups[it->second].push_back(&r);
-  }
+  const std::vector<std::vector<size_t>> groups = GroupSeedPoints(
+      runs.size(), [&](size_t i) -> const FlatConfig& { return runs[i].config; },
+      [&](size_t i) { return runs[i].record.mode; });
   std::vector<ReportRun> points;
-  for (const std::vector<const ReportRun*>& group : groups) {
-    ReportRun p = *group.front();
+  for (const std::vector<size_t>& group : groups) {
+    ReportRun p = runs[group.front()];
     p.run_ids.clear();
     std::map<std::string, std::vector<double>> values;
-    for (const ReportRun* r : group) {
-      p.run_ids.push_back(r->record.id);
-      for (const auto& [name, v] : r->summary.values) values[name].push_back(v);
+    for (size_t i : group) {
+      p.run_ids.push_back(runs[i].record.id);
+      for (const auto& [name, v] : runs[i].summary.values) values[name].push_back(v);
     }
     for (const auto& [name, v] : values) {
       const engine::MeanCi m = engine::MeanCi95(v);

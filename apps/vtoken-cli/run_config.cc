@@ -84,6 +84,25 @@ FlatConfig NativeView(const FlatConfig& config) {
   return out;
 }
 
+FlatConfig SeedPointConfig(FlatConfig config) {
+  config.erase("modes");
+  for (const std::string& k : kSeedKeys) config.erase(k);
+  return config;
+}
+
+std::vector<std::vector<size_t>> GroupSeedPoints(
+    size_t n, const std::function<const FlatConfig&(size_t)>& config,
+    const std::function<std::string(size_t)>& label) {
+  std::vector<std::vector<size_t>> groups;
+  std::map<std::pair<std::string, FlatConfig>, size_t> index;  // -> groups[i]
+  for (size_t i = 0; i < n; ++i) {
+    auto [it, added] = index.try_emplace({label(i), SeedPointConfig(config(i))}, groups.size());
+    if (added) groups.emplace_back();
+    groups[it->second].push_back(i);
+  }
+  return groups;
+}
+
 std::string ConfigValue(const FlatConfig& config, const std::string& key,
                         const std::string& missing) {
   auto it = config.find(key);

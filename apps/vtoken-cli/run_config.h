@@ -3,6 +3,8 @@
 // and `export` as config columns. Needs nothing but the database.
 #pragma once
 
+#include <cstddef>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -23,6 +25,16 @@ StatusOr<FlatConfig> FlattenConfig(const std::string& config_toml, const std::st
 // The keys `[sweep] seeds` sets: runs whose configs differ only in these are repetitions (seeds)
 // of one point, which `report` and `export --table points` average.
 inline const std::set<std::string> kSeedKeys = {"seed", "workload.seed"};
+
+// `config` without `modes` and the seed keys: what the runs of one seed point share.
+FlatConfig SeedPointConfig(FlatConfig config);
+
+// The seed points of `n` runs: run i's indexes grouped by (label(i), SeedPointConfig(config(i))),
+// groups in the order of their first run. `label` tells apart what the config does not (the
+// run's mode; `export` adds its sweep).
+std::vector<std::vector<size_t>> GroupSeedPoints(
+    size_t n, const std::function<const FlatConfig&(size_t)>& config,
+    const std::function<std::string(size_t)>& label);
 
 // Returns, sorted, the keys whose value is not the same in every config of `configs` (a key
 // missing from a config counts as a value of its own), leaving out those in `ignore`.
