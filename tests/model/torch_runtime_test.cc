@@ -6,23 +6,12 @@
 #include "lib/engine/engine.h"
 #include "lib/model/llama_runner.h"
 #include "lib/model/torch_copy_engine.h"
+#include "tests/model/small_model_config.h"
 
 namespace vtoken::model {
 namespace {
 
-ModelConfig SmallConfig() {
-  ModelConfig c;
-  c.vocab_size = 97;
-  c.hidden_size = 48;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 12;
-  c.max_position_embeddings = 4096;
-  c.bos_token_ids = {1};
-  return c;
-}
+using test_configs::SmallConfig;
 
 class TorchCopyEngineTest : public ::testing::TestWithParam<bool> {};
 
