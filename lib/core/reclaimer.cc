@@ -69,10 +69,10 @@ Status Reclaimer::Poll() {
 
 StatusOr<bool> Reclaimer::FenceForRead(SeqId seq) {
   VTOKEN_RETURN_IF_ERROR(Poll());
-  if (!cache_.HasSequence(seq) || !cache_.HasPendingReads(seq)) return false;
   // Tickets complete in order: fencing on the newest relocation whose destinations seq reads (its
   // own moved tokens, or a block shared by a fork) covers every earlier one.
-  const uint64_t relocation = cache_.NewestPendingRead(seq);
+  const uint64_t relocation = cache_.HasSequence(seq) ? cache_.NewestPendingRead(seq) : 0;
+  if (relocation == 0) return false;
   CopyTicket ticket = 0;
   for (const InFlight& f : in_flight_) {
     if (f.relocation.id == relocation) ticket = f.ticket;

@@ -509,20 +509,12 @@ Status VirtualKvCache::CompleteRelocation(uint64_t id) {
   return Status::Ok();
 }
 
-bool VirtualKvCache::HasPendingReads(SeqId seq) const {
-  if (pending_slots_.empty()) return false;
-  const std::vector<TokenTable>& tables = tables_.at(seq);
-  // Not only seq's own destinations: a fork may share a block whose copy is still in flight.
-  for (const auto& [slot, owner] : pending_slots_) {
-    if (pool_.slot_refs(slot) == 0) continue;
-    if (tables[owner.group].holds(pool_.BlockOf(slot))) return true;
-  }
-  return false;
-}
+bool VirtualKvCache::HasPendingReads(SeqId seq) const { return NewestPendingRead(seq) != 0; }
 
 uint64_t VirtualKvCache::NewestPendingRead(SeqId seq) const {
   if (pending_slots_.empty()) return 0;
   const std::vector<TokenTable>& tables = tables_.at(seq);
+  // Not only seq's own destinations: a fork may share a block whose copy is still in flight.
   uint64_t newest = 0;
   for (const auto& [slot, owner] : pending_slots_) {
     if (owner.relocation <= newest || pool_.slot_refs(slot) == 0) continue;
