@@ -26,6 +26,10 @@
 
 namespace vtoken::model {
 
+namespace internal {
+class StaticDecode;
+}  // namespace internal
+
 struct LlamaOptions {
   // Dtype of activations and of the weights as held in memory. Checkpoint weights in another
   // dtype are converted at load time. RMSNorm and softmax always run in fp32.
@@ -136,6 +140,9 @@ class LlamaModel {
   Status Save(const std::string& dir) const;
 
  private:
+  // The decode step on static buffers (static_decode.h) reuses the paged step's pieces.
+  friend class internal::StaticDecode;
+
   struct Layer {
     torch::Tensor input_norm, q, k, v, o;
     torch::Tensor q_bias, k_bias, v_bias, o_bias;  // undefined when the config has none
@@ -147,11 +154,37 @@ class LlamaModel {
   // key_offsets[u + 1]) (the group's context, then the new tokens), with the signal accumulators
   // summed over layers.
   struct PagedBatch {
+    Granularity granularity = Granularity::kToken;
     int64_t num_groups = 1;
     std::vector<int64_t> q_offsets, key_offsets, key_slots, key_positions, num_signal;
     std::vector<uint8_t> want_signals;  // Per sequence: the signal bits to compute (0: none).
     std::vector<float> attn_sum, norm_sum;
+    // With the CUDA kernel and signals: its sums [2, num keys] (attn, norm) fp32 on the device,
+    // which ForwardPaged brings back with the logits in one copy and adds to attn_sum / norm_sum.
+    torch::Tensor device_sums;
+    // Per batch row (new token): token id and position; writes [G * N]: group g's write slot of
+    // row t at g * N + t.
+    std::vector<int64_t> tokens, positions, writes;
   };
+
+  // ForwardPaged's checks of input `s` against the model and `kv`; returns its context_offsets
+  // (G + 1 of them, filled in for a plain list at G == 1).
+  StatusOr<std::vector<int64_t>> CheckPagedInput(const PagedSeqInput& in, size_t s,
+                                                 const KvTensors& kv) const;
+  // The checked CSR of a step's inputs, signal sums zeroed.
+  StatusOr<PagedBatch> BuildPagedBatch(const std::vector<PagedSeqInput>& inputs,
+                                       const KvTensors& kv) const;
+  // Sequence s's output signals from the sums over the layers (indexed like b.key_slots).
+  void SeqSignals(const PagedBatch& b, int64_t s, const float* attn_sum, const float* norm_sum,
+                  PagedSeqOutput& out) const;
+  // [num_layers * num_kv_heads]: the KV group (key range) KV head h of layer l reads, at
+  // l * num_kv_heads + h.
+  std::vector<int64_t> HeadGroups(Granularity gran) const;
+  // Layer `layer` up to attention: input norm, q / k / v, RoPE (cos / sin of RopeCosSin), and the
+  // new K / V written at write_index[group] ([N] slots per group). Returns q [N, heads, head_dim].
+  torch::Tensor LayerQueries(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos,
+                             const torch::Tensor& sin,
+                             const std::vector<torch::Tensor>& write_index, KvTensors& kv) const;
 
   LlamaModel() = default;
   // The layers of a paged step: the fused CPU fp32 path and the torch reference path. `writes`

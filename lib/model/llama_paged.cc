@@ -61,9 +61,48 @@ StepIndexes UploadStepIndexes(const std::vector<int64_t>& tokens,
 }
 
 }  // namespace
+StatusOr<std::vector<int64_t>> LlamaModel::CheckPagedInput(const PagedSeqInput& in, size_t s,
+                                                           const KvTensors& kv) const {
+  const auto& c = config_;
+  const int64_t groups = kv.num_kv_groups();
+  const std::string where = "ForwardPaged: input " + std::to_string(s) + ": ";
+  const int64_t n = static_cast<int64_t>(in.tokens.size());
+  const int64_t ctx = static_cast<int64_t>(in.context_slots.size());
+  if (n == 0) return InvalidArgumentError(where + "no new tokens");
+  if (static_cast<int64_t>(in.positions.size()) != n) {
+    return InvalidArgumentError(where + "positions and tokens differ in length");
+  }
+  if (static_cast<int64_t>(in.write_slots.size()) != groups * n) {
+    return InvalidArgumentError(
+        where + "write_slots has " + std::to_string(in.write_slots.size()) + " slots, expected " +
+        std::to_string(groups) + " groups x " + std::to_string(n) + " tokens");
+  }
+  std::vector<int64_t> offsets = in.context_offsets;
+  if (offsets.empty() && groups == 1) offsets = {0, ctx};
+  if (static_cast<int64_t>(offsets.size()) != groups + 1 || offsets.front() != 0 ||
+      offsets.back() != ctx || !std::is_sorted(offsets.begin(), offsets.end())) {
+    return InvalidArgumentError(where + "context_offsets must be " + std::to_string(groups + 1) +
+                                " non-decreasing offsets from 0 to the " + std::to_string(ctx) +
+                                " context_slots");
+  }
+  const bool has_positions = static_cast<int64_t>(in.context_positions.size()) == ctx;
+  if (c.sliding_window > 0 && !has_positions) {
+    return InvalidArgumentError(where + "the model has a sliding window: context_positions " +
+                                "must give every context token's position");
+  }
+  for (int32_t t : in.tokens) {
+    if (t < 0 || t >= c.vocab_size) {
+      return InvalidArgumentError(where + "token id " + std::to_string(t) +
+                                  " outside the vocabulary");
+    }
+  }
+  VTOKEN_RETURN_IF_ERROR(kv.CheckSlots(in.write_slots));
+  VTOKEN_RETURN_IF_ERROR(kv.CheckSlots(in.context_slots));
+  return offsets;
+}
 
-StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
-    const std::vector<PagedSeqInput>& inputs, KvTensors& kv) const {
+StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(
+    const std::vector<PagedSeqInput>& inputs, const KvTensors& kv) const {
   const auto& c = config_;
   const KvTensorsOptions& kvo = kv.options();
   if (kvo.num_layers != c.num_hidden_layers || kvo.num_kv_heads != c.num_key_value_heads ||
@@ -73,103 +112,99 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
   // CSR over the batch: query rows (new tokens) per sequence, keys (context, then new) per
   // (sequence, group).
   const int64_t groups = kv.num_kv_groups();
-  std::vector<int64_t> all_tokens, all_positions;
-  std::vector<int64_t> q_offsets = {0}, key_offsets = {0}, key_slots, key_positions, num_signal;
-  std::vector<uint8_t> want_signals;
+  PagedBatch b;
+  b.granularity = kvo.granularity;
+  b.num_groups = groups;
+  b.q_offsets = {0};
+  b.key_offsets = {0};
   for (size_t s = 0; s < inputs.size(); ++s) {
     const PagedSeqInput& in = inputs[s];
-    const std::string where = "ForwardPaged: input " + std::to_string(s) + ": ";
+    VTOKEN_ASSIGN_OR_RETURN(const std::vector<int64_t> offsets, CheckPagedInput(in, s, kv));
     const int64_t n = static_cast<int64_t>(in.tokens.size());
-    const int64_t ctx = static_cast<int64_t>(in.context_slots.size());
-    if (n == 0) return InvalidArgumentError(where + "no new tokens");
-    if (static_cast<int64_t>(in.positions.size()) != n) {
-      return InvalidArgumentError(where + "positions and tokens differ in length");
-    }
-    if (static_cast<int64_t>(in.write_slots.size()) != groups * n) {
-      return InvalidArgumentError(
-          where + "write_slots has " + std::to_string(in.write_slots.size()) + " slots, expected " +
-          std::to_string(groups) + " groups x " + std::to_string(n) + " tokens");
-    }
-    std::vector<int64_t> offsets = in.context_offsets;
-    if (offsets.empty() && groups == 1) offsets = {0, ctx};
-    if (static_cast<int64_t>(offsets.size()) != groups + 1 || offsets.front() != 0 ||
-        offsets.back() != ctx || !std::is_sorted(offsets.begin(), offsets.end())) {
-      return InvalidArgumentError(where + "context_offsets must be " + std::to_string(groups + 1) +
-                                  " non-decreasing offsets from 0 to the " + std::to_string(ctx) +
-                                  " context_slots");
-    }
-    const bool has_positions = static_cast<int64_t>(in.context_positions.size()) == ctx;
-    if (c.sliding_window > 0 && !has_positions) {
-      return InvalidArgumentError(where + "the model has a sliding window: context_positions " +
-                                  "must give every context token's position");
-    }
-    for (int32_t t : in.tokens) {
-      if (t < 0 || t >= c.vocab_size) {
-        return InvalidArgumentError(where + "token id " + std::to_string(t) +
-                                    " outside the vocabulary");
-      }
-    }
-    VTOKEN_RETURN_IF_ERROR(kv.CheckSlots(in.write_slots));
-    VTOKEN_RETURN_IF_ERROR(kv.CheckSlots(in.context_slots));
-    all_tokens.insert(all_tokens.end(), in.tokens.begin(), in.tokens.end());
-    all_positions.insert(all_positions.end(), in.positions.begin(), in.positions.end());
+    const bool has_positions = in.context_positions.size() == in.context_slots.size();
+    b.tokens.insert(b.tokens.end(), in.tokens.begin(), in.tokens.end());
+    b.positions.insert(b.positions.end(), in.positions.begin(), in.positions.end());
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t c0 = offsets[g], c1 = offsets[g + 1];
-      key_slots.insert(key_slots.end(), in.context_slots.begin() + c0,
-                       in.context_slots.begin() + c1);
-      key_slots.insert(key_slots.end(), in.write_slots.begin() + g * n,
-                       in.write_slots.begin() + (g + 1) * n);
+      b.key_slots.insert(b.key_slots.end(), in.context_slots.begin() + c0,
+                         in.context_slots.begin() + c1);
+      b.key_slots.insert(b.key_slots.end(), in.write_slots.begin() + g * n,
+                         in.write_slots.begin() + (g + 1) * n);
       if (has_positions) {
-        key_positions.insert(key_positions.end(), in.context_positions.begin() + c0,
-                             in.context_positions.begin() + c1);
+        b.key_positions.insert(b.key_positions.end(), in.context_positions.begin() + c0,
+                               in.context_positions.begin() + c1);
       } else {  // No window: positions only order the keys.
-        for (int64_t i = 0; i < c1 - c0; ++i) key_positions.push_back(i);
+        for (int64_t i = 0; i < c1 - c0; ++i) b.key_positions.push_back(i);
       }
-      key_positions.insert(key_positions.end(), in.positions.begin(), in.positions.end());
-      key_offsets.push_back(static_cast<int64_t>(key_slots.size()));
+      b.key_positions.insert(b.key_positions.end(), in.positions.begin(), in.positions.end());
+      b.key_offsets.push_back(static_cast<int64_t>(b.key_slots.size()));
     }
-    q_offsets.push_back(static_cast<int64_t>(all_tokens.size()));
-    num_signal.push_back(std::clamp<int64_t>(in.obs_window, 1, n));
-    want_signals.push_back(in.want_signals ? in.signals & (kAttnSignal | kKeyNormSignal) : 0);
+    b.q_offsets.push_back(static_cast<int64_t>(b.tokens.size()));
+    b.num_signal.push_back(std::clamp<int64_t>(in.obs_window, 1, n));
+    b.want_signals.push_back(in.want_signals ? in.signals & (kAttnSignal | kKeyNormSignal) : 0);
   }
   // Write slots group-major over the batch rows: group g's slot of row t at g * total + t.
-  const int64_t total_rows = static_cast<int64_t>(all_tokens.size());
-  std::vector<int64_t> all_writes(static_cast<size_t>(groups * total_rows));
+  const int64_t total_rows = static_cast<int64_t>(b.tokens.size());
+  b.writes.resize(static_cast<size_t>(groups * total_rows));
   for (size_t s = 0; s < inputs.size(); ++s) {
-    const int64_t q0 = q_offsets[s], n = q_offsets[s + 1] - q0;
+    const int64_t q0 = b.q_offsets[s], n = b.q_offsets[s + 1] - q0;
     for (int64_t g = 0; g < groups; ++g) {
       std::copy(inputs[s].write_slots.begin() + g * n, inputs[s].write_slots.begin() + (g + 1) * n,
-                all_writes.begin() + g * total_rows + q0);
+                b.writes.begin() + g * total_rows + q0);
     }
   }
+  b.attn_sum.assign(b.key_slots.size(), 0.0f);
+  b.norm_sum.assign(b.key_slots.size(), 0.0f);
+  return b;
+}
+
+void LlamaModel::SeqSignals(const PagedBatch& b, int64_t s, const float* attn_sum,
+                            const float* norm_sum, PagedSeqOutput& out) const {
+  // A group spans every layer at token granularity, one layer otherwise; its query heads are
+  // all of a layer's, or at head granularity the ones reading its KV head.
+  const auto& c = config_;
+  const int64_t groups = b.num_groups;
+  const Granularity gran = b.granularity;
+  const float layers = static_cast<float>(gran == Granularity::kToken ? c.num_hidden_layers : 1);
+  const int64_t group_heads = gran == Granularity::kHead
+                                  ? c.num_attention_heads / c.num_key_value_heads
+                                  : c.num_attention_heads;
+  // Full length, a signal not asked for left at zero (the CUDA and torch paths compute both).
+  const uint8_t want = b.want_signals[s];
+  const int64_t base = b.key_offsets[s * groups];
+  const float attn_div = layers * static_cast<float>(group_heads * b.num_signal[s]);
+  out.attn.assign(static_cast<size_t>(b.key_offsets[(s + 1) * groups] - base), 0.0f);
+  out.key_norm.assign(out.attn.size(), 0.0f);
+  for (size_t j = 0; want & kAttnSignal && j < out.attn.size(); ++j) {
+    out.attn[j] = attn_sum[base + j] / attn_div;
+  }
+  for (size_t j = 0; want & kKeyNormSignal && j < out.key_norm.size(); ++j) {
+    out.key_norm[j] = norm_sum[base + j] / layers;
+  }
+}
+
+StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
+    const std::vector<PagedSeqInput>& inputs, KvTensors& kv) const {
+  const auto& c = config_;
+  const KvTensorsOptions& kvo = kv.options();
+  VTOKEN_ASSIGN_OR_RETURN(PagedBatch batch, BuildPagedBatch(inputs, kv));
   std::vector<PagedSeqOutput> outputs(inputs.size());
   if (inputs.empty()) return outputs;
 
   torch::NoGradGuard no_grad;
-  const int64_t heads = c.num_attention_heads;
-  const int64_t num_keys = static_cast<int64_t>(key_slots.size());
   auto idx = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
   const bool fused = options_.fused_cpu_attention && options_.device.is_cpu() &&
                      options_.compute_dtype == torch::kFloat32 && kvo.dtype == torch::kFloat32;
-  PagedBatch batch{.num_groups = groups,
-                   .q_offsets = std::move(q_offsets),
-                   .key_offsets = std::move(key_offsets),
-                   .key_slots = std::move(key_slots),
-                   .key_positions = std::move(key_positions),
-                   .num_signal = std::move(num_signal),
-                   .want_signals = std::move(want_signals),
-                   .attn_sum = std::vector<float>(static_cast<size_t>(num_keys), 0.0f),
-                   .norm_sum = std::vector<float>(static_cast<size_t>(num_keys), 0.0f)};
   std::vector<int64_t> last_rows;
   for (size_t s = 0; s < inputs.size(); ++s) last_rows.push_back(batch.q_offsets[s + 1] - 1);
   torch::Tensor last;
   if (fused) {
-    auto x = Embed(torch::tensor(all_tokens, idx));  // [N, hidden]
-    x = PagedLayersCpu(x, all_positions, all_writes, batch, kv);
+    auto x = Embed(torch::tensor(batch.tokens, idx));  // [N, hidden]
+    x = PagedLayersCpu(x, batch.positions, batch.writes, batch, kv);
     last = x.index_select(0, torch::tensor(last_rows, idx));
   } else {
-    const StepIndexes step =
-        UploadStepIndexes(all_tokens, last_rows, all_positions, all_writes, options_.device);
+    const StepIndexes step = UploadStepIndexes(batch.tokens, last_rows, batch.positions,
+                                               batch.writes, options_.device);
     auto x = Embed(step.tokens);  // [N, hidden]
     x = PagedLayersTorch(x, step.positions, step.writes, batch, kv);
     last = x.index_select(0, step.last_rows);
@@ -187,31 +222,71 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
     at::parallel_for(0, c.vocab_size, 64,
                      [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); });
   } else {
-    logits = LmHead(last).to(torch::kFloat32).cpu();
-  }
-  // A group spans every layer at token granularity, one layer otherwise; its query heads are
-  // all of a layer's, or at head granularity the ones reading its KV head.
-  const Granularity gran = kvo.granularity;
-  const float layers = static_cast<float>(gran == Granularity::kToken ? c.num_hidden_layers : 1);
-  const int64_t group_heads = gran == Granularity::kHead ? heads / c.num_key_value_heads : heads;
-  for (size_t s = 0; s < inputs.size(); ++s) {
-    PagedSeqOutput& out = outputs[s];
-    out.last_logits = logits[s];
-    if (!inputs[s].want_signals) continue;
-    // Full length, a signal not asked for left at zero (the CUDA and torch paths compute both).
-    const uint8_t want = batch.want_signals[s];
-    const int64_t base = batch.key_offsets[s * groups];
-    const float attn_div = layers * static_cast<float>(group_heads * batch.num_signal[s]);
-    out.attn.assign(static_cast<size_t>(batch.key_offsets[(s + 1) * groups] - base), 0.0f);
-    out.key_norm.assign(out.attn.size(), 0.0f);
-    for (size_t j = 0; want & kAttnSignal && j < out.attn.size(); ++j) {
-      out.attn[j] = batch.attn_sum[base + j] / attn_div;
+    // One copy back: the logits and, with the CUDA kernel's signals, its sums.
+    logits = LmHead(last).to(torch::kFloat32);
+    const int64_t logit_count = logits.numel();
+    if (batch.device_sums.defined()) {
+      logits = torch::cat({logits.flatten(), batch.device_sums.flatten()}).cpu();
+      const float* sums = logits.data_ptr<float>() + logit_count;
+      const size_t keys = batch.attn_sum.size();
+      for (size_t j = 0; j < keys; ++j) {
+        batch.attn_sum[j] += sums[j];
+        batch.norm_sum[j] += sums[keys + j];
+      }
+      logits = logits.narrow(0, 0, logit_count).view({last.size(0), c.vocab_size});
+    } else {
+      logits = logits.cpu();
     }
-    for (size_t j = 0; want & kKeyNormSignal && j < out.key_norm.size(); ++j) {
-      out.key_norm[j] = batch.norm_sum[base + j] / layers;
+  }
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    outputs[s].last_logits = logits[s];
+    if (inputs[s].want_signals) {
+      SeqSignals(batch, static_cast<int64_t>(s), batch.attn_sum.data(), batch.norm_sum.data(),
+                 outputs[s]);
     }
   }
   return outputs;
+}
+
+std::vector<int64_t> LlamaModel::HeadGroups(Granularity gran) const {
+  const int64_t layers = config_.num_hidden_layers, kv_heads = config_.num_key_value_heads;
+  std::vector<int64_t> head_group(static_cast<size_t>(layers * kv_heads));
+  for (int64_t li = 0; li < layers; ++li) {
+    for (int64_t hh = 0; hh < kv_heads; ++hh) {
+      head_group[li * kv_heads + hh] = KvGroupOf(gran, li, hh, kv_heads);
+    }
+  }
+  return head_group;
+}
+
+torch::Tensor LlamaModel::LayerQueries(int64_t li, const torch::Tensor& x,
+                                       const torch::Tensor& cos, const torch::Tensor& sin,
+                                       const std::vector<torch::Tensor>& write_index,
+                                       KvTensors& kv) const {
+  const auto& c = config_;
+  const Layer& l = layers_[li];
+  const int64_t total = x.size(0), heads = c.num_attention_heads;
+  const int64_t kv_heads = c.num_key_value_heads, hd = c.head_dim;
+  const Granularity gran = kv.granularity();
+  const torch::Dtype kv_dtype = kv.options().dtype;
+  auto h = RmsNorm(x, l.input_norm, c.rms_norm_eps);
+  auto q = Linear(h, l.q, l.q_bias).view({total, heads, hd});
+  auto k = Linear(h, l.k, l.k_bias).view({total, kv_heads, hd});
+  auto v = Linear(h, l.v, l.v_bias).view({total, kv_heads, hd});
+  q = ApplyRope(q, cos.unsqueeze(1), sin.unsqueeze(1));
+  k = ApplyRope(k, cos.unsqueeze(1), sin.unsqueeze(1));
+  if (gran == Granularity::kHead) {
+    for (int64_t hh = 0; hh < kv_heads; ++hh) {
+      const torch::Tensor& index = write_index[KvGroupOf(gran, li, hh, kv_heads)];
+      kv.k(li).index_copy_(0, index, k.narrow(1, hh, 1).to(kv_dtype));
+      kv.v(li).index_copy_(0, index, v.narrow(1, hh, 1).to(kv_dtype));
+    }
+  } else {
+    const torch::Tensor& index = write_index[KvGroupOf(gran, li, 0, kv_heads)];
+    kv.k(li).index_copy_(0, index, k.to(kv_dtype));
+    kv.v(li).index_copy_(0, index, v.to(kv_dtype));
+  }
+  return q;
 }
 
 // The reference path: per layer, torch ops; per sequence, K/V gathered with index_select and
@@ -224,7 +299,7 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const torch::Tensor&
                                            KvTensors& kv) const {
   const auto& c = config_;
   const KvTensorsOptions& kvo = kv.options();
-  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const int64_t heads = c.num_attention_heads;
   const int64_t hd = c.head_dim;
   const int64_t total = x.size(0);
   const int64_t num_seqs = static_cast<int64_t>(b.q_offsets.size()) - 1;
@@ -245,12 +320,7 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const torch::Tensor&
   }
   if (CudaPagedAttention::Usable(kv, options_.compute_dtype, heads) &&
       std::count(kernel_skip.begin(), kernel_skip.end(), 0) > 0) {
-    std::vector<int64_t> head_group(static_cast<size_t>(c.num_hidden_layers * kv_heads));
-    for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
-      for (int64_t hh = 0; hh < kv_heads; ++hh) {
-        head_group[li * kv_heads + hh] = KvGroupOf(gran, li, hh, kv_heads);
-      }
-    }
+    const std::vector<int64_t> head_group = HeadGroups(gran);
     for (int64_t s = 0; s < num_seqs; ++s) on_kernel[s] = kernel_skip[s] == 0;
     cuda_attention.emplace(view, num_seqs, b.num_signal.data(), b.want_signals.data(), kernel_skip,
                            head_group, heads, c.sliding_window, kv);
@@ -269,23 +339,7 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const torch::Tensor&
       SignalAccumulators(torch_seqs, view, b.want_signals.data(), options_.device, num_seqs);
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
-    auto h = RmsNorm(x, l.input_norm, c.rms_norm_eps);
-    auto q = Linear(h, l.q, l.q_bias).view({total, heads, hd});
-    auto k = Linear(h, l.k, l.k_bias).view({total, kv_heads, hd});
-    auto v = Linear(h, l.v, l.v_bias).view({total, kv_heads, hd});
-    q = ApplyRope(q, cos.unsqueeze(1), sin.unsqueeze(1));
-    k = ApplyRope(k, cos.unsqueeze(1), sin.unsqueeze(1));
-    if (gran == Granularity::kHead) {
-      for (int64_t hh = 0; hh < kv_heads; ++hh) {
-        const torch::Tensor& index = write_index[KvGroupOf(gran, li, hh, kv_heads)];
-        kv.k(li).index_copy_(0, index, k.narrow(1, hh, 1).to(kvo.dtype));
-        kv.v(li).index_copy_(0, index, v.narrow(1, hh, 1).to(kvo.dtype));
-      }
-    } else {
-      const torch::Tensor& index = write_index[KvGroupOf(gran, li, 0, kv_heads)];
-      kv.k(li).index_copy_(0, index, k.to(kvo.dtype));
-      kv.v(li).index_copy_(0, index, v.to(kvo.dtype));
-    }
+    torch::Tensor q = LayerQueries(li, x, cos, sin, write_index, kv);
     torch::Tensor attn;
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
     if (cuda_attention) {
@@ -316,7 +370,7 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const torch::Tensor&
   }
   FlushSignals(signals, b.key_offsets.data(), b.attn_sum.data(), b.norm_sum.data());
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
-  if (cuda_attention) cuda_attention->FlushSignals(b.attn_sum.data(), b.norm_sum.data());
+  if (cuda_attention) b.device_sums = cuda_attention->device_sums();
 #endif
   return x;
 }
@@ -394,12 +448,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   const Granularity gran = kv.granularity();
   const bool slot_per_head = gran == Granularity::kHead;
   const int64_t groups = b.num_groups;
-  std::vector<int64_t> head_group(static_cast<size_t>(c.num_hidden_layers * kv_heads));
-  for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
-    for (int64_t hh = 0; hh < kv_heads; ++hh) {
-      head_group[li * kv_heads + hh] = KvGroupOf(gran, li, hh, kv_heads);
-    }
-  }
+  const std::vector<int64_t> head_group = HeadGroups(gran);
   const int64_t kv_row = kv_heads * hd, slot_row = slot_per_head ? hd : kv_row;
   CpuAttentionBatch attn_batch{
       .num_seqs = num_seqs,

@@ -103,9 +103,20 @@ StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::Create(LlamaModel model,
   if (options.num_slots < 1) {
     return InvalidArgumentError("num_slots must be >= 1, got " + std::to_string(options.num_slots));
   }
-  VTOKEN_ASSIGN_OR_RETURN(
-      KvTensors kv, KvTensors::Create(model.KvOptions(options.num_slots, options.granularity)));
-  std::unique_ptr<LlamaRunner> runner(new LlamaRunner(std::move(model), std::move(kv)));
+  const bool static_decode = options.decode != DecodeMode::kEager;
+  VTOKEN_ASSIGN_OR_RETURN(KvTensors kv,
+                          KvTensors::Create(model.KvOptions(
+                              options.num_slots + (static_decode ? 1 : 0), options.granularity)));
+  std::unique_ptr<LlamaRunner> runner(
+      new LlamaRunner(std::move(model), std::move(kv), options.num_slots));
+  if (static_decode) {
+    VTOKEN_ASSIGN_OR_RETURN(
+        runner->static_decode_,
+        internal::StaticDecode::Create(
+            runner->model_, runner->kv_,
+            {.capture = options.decode == DecodeMode::kCudaGraphs,
+             .scratch_slot = options.num_slots}));
+  }
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
   if (OnCurrentCudaDevice(runner->kv_)) {
     VTOKEN_ASSIGN_OR_RETURN(runner->copy_engine_, MakeCudaCopyEngine(runner->kv_));
@@ -120,6 +131,11 @@ StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::Create(LlamaModel model,
 #endif
   runner->copy_engine_ = std::make_unique<TorchCopyEngine>(runner->kv_, options.async_copies);
   return runner;
+}
+
+DecodeStats LlamaRunner::decode_stats() const {
+  if (static_decode_ == nullptr) return {};
+  return static_decode_->stats();
 }
 
 int64_t LlamaRunner::kv_bytes_per_token() const {
@@ -151,7 +167,22 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
                                   .context_offsets = in.context_offsets,
                                   .signals = in.signals});
   }
-  VTOKEN_ASSIGN_OR_RETURN(std::vector<PagedSeqOutput> outs, model_.ForwardPaged(paged, kv_));
+  // kv_ may hold a scratch slot past the pool's.
+  for (size_t i = 0; kv_.num_slots() > num_slots_ && i < paged.size(); ++i) {
+    const PagedSeqInput& in = paged[i];
+    for (const std::vector<int64_t>* slots : {&in.write_slots, &in.context_slots}) {
+      for (int64_t slot : *slots) {
+        if (slot >= num_slots_) {
+          return InvalidArgumentError("Forward: slot " + std::to_string(slot) + " outside the " +
+                                      std::to_string(num_slots_) + " KV slots");
+        }
+      }
+    }
+  }
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<PagedSeqOutput> outs,
+                          static_decode_ != nullptr && static_decode_->Eligible(paged)
+                              ? static_decode_->Step(paged)
+                              : model_.ForwardPaged(paged, kv_));
   std::vector<RunnerOutput> results(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     RunnerOutput& r = results[i];

@@ -19,6 +19,7 @@
 #include "lib/model/llama.h"
 #include "lib/model/runner.h"
 #include "lib/model/sampler.h"
+#include "lib/model/static_decode.h"
 #include "lib/model/torch_copy_engine.h"
 
 namespace vtoken::model {
@@ -34,6 +35,16 @@ StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
 // A dry run calls it instead of LoadModel.
 Status CheckModelLoads(const std::string& spec, const LlamaOptions& options = {});
 
+// How LlamaRunner runs a decode step (every sequence of the step has one new token, at most
+// internal::StaticDecode::kMaxBatch of them); other steps always run through ForwardPaged.
+enum class DecodeMode {
+  kEager,       // ForwardPaged.
+  kStatic,      // static_decode.h's padded step on static buffers, run eagerly: the body that
+                // kCudaGraphs captures; on the CPU (fp32), the path CI checks against kEager.
+  kCudaGraphs,  // That step captured as one CUDA graph per bucket and replayed (CUDA KV tensors
+                // and a libtorch built with CUDA; Create refuses it otherwise).
+};
+
 struct LlamaRunnerOptions {
   int64_t num_slots = 0;      // KV group slots (num_blocks * block_size). Must be >= 1.
   // TorchCopyEngine: relocation copies on a worker thread. (CudaCopyEngine's copies are always
@@ -41,7 +52,10 @@ struct LlamaRunnerOptions {
   bool async_copies = false;
   // What a slot holds (lib/core/types.h); Forward then takes per-group slot lists (runner.h).
   Granularity granularity = Granularity::kToken;
+  // kStatic / kCudaGraphs keep one KV slot past num_slots as the padding rows' scratch slot.
+  DecodeMode decode = DecodeMode::kEager;
 };
+
 
 class LlamaRunner final : public ModelRunner {
  public:
@@ -58,7 +72,7 @@ class LlamaRunner final : public ModelRunner {
     return model_.config().eos_token_ids;
   }
   int64_t kv_bytes_per_token() const override;
-  int64_t num_slots() const override { return kv_.num_slots(); }
+  int64_t num_slots() const override { return num_slots_; }
   int32_t num_kv_groups() const override { return kv_.num_kv_groups(); }
   Granularity granularity() const override { return kv_.granularity(); }
   StatusOr<std::vector<RunnerOutput>> Forward(const std::vector<RunnerInput>& inputs) override;
@@ -74,12 +88,17 @@ class LlamaRunner final : public ModelRunner {
   KvTensors& kv() { return kv_; }
   // "cuda" (CudaCopyEngine) or "torch" (TorchCopyEngine).
   const char* copy_engine_kind() const { return copy_engine_kind_; }
+  // What the static decode step did (all zero in kEager).
+  DecodeStats decode_stats() const;
 
  private:
-  LlamaRunner(LlamaModel model, KvTensors kv) : model_(std::move(model)), kv_(std::move(kv)) {}
+  LlamaRunner(LlamaModel model, KvTensors kv, int64_t num_slots)
+      : model_(std::move(model)), kv_(std::move(kv)), num_slots_(num_slots) {}
 
   LlamaModel model_;
   KvTensors kv_;
+  int64_t num_slots_;  // The pool's slots: kv_ may hold one more (the static step's scratch).
+  std::unique_ptr<internal::StaticDecode> static_decode_;  // kStatic / kCudaGraphs.
   std::unique_ptr<CopyEngine> copy_engine_;
   const char* copy_engine_kind_ = "torch";
   // Set with the CudaCopyEngine: hashes slots on the device.

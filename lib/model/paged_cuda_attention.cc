@@ -8,6 +8,10 @@
 
 #include "lib/cuda/paged_batch_attention.h"
 
+#ifdef VTOKEN_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace vtoken::model::internal {
 namespace {
 
@@ -27,7 +31,42 @@ bool KernelDtype(torch::Dtype dtype, cuda::AttnDtype* out) {
   }
 }
 
+cuda::Stream CurrentStream() {
+#ifdef VTOKEN_TORCH_CUDA
+  return c10::cuda::getCurrentCUDAStream().stream();
+#else
+  return nullptr;
+#endif
+}
+
 }  // namespace
+
+cuda::PagedBatchArgs CudaPagedAttention::BaseArgs(const KvTensors& kv, int64_t num_heads,
+                                                  int64_t groups_per_seq,
+                                                  int64_t sliding_window) {
+  const KvTensorsOptions& o = kv.options();
+  cuda::PagedBatchArgs a;
+  KernelDtype(o.dtype, &a.dtype);
+  a.num_heads = static_cast<int32_t>(num_heads);
+  a.num_kv_heads = static_cast<int32_t>(o.num_kv_heads);
+  a.head_dim = static_cast<int32_t>(o.head_dim);
+  a.num_slots = o.num_slots;
+  const bool slot_per_head = o.granularity == Granularity::kHead;
+  a.slot_stride = slot_per_head ? o.head_dim : o.num_kv_heads * o.head_dim;
+  a.kv_head_stride = slot_per_head ? 0 : o.head_dim;
+  a.groups_per_seq = groups_per_seq;
+  a.norm_heads = slot_per_head ? 1 : o.num_kv_heads;
+  a.sliding_window = sliding_window;
+  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(o.head_dim)));
+  return a;
+}
+
+CudaPagedAttention::CudaPagedAttention(const cuda::PagedBatchArgs& args,
+                                       const int64_t* head_group, torch::Tensor workspace)
+    : args_(args),
+      num_kv_heads_(args.num_kv_heads),
+      head_group_(head_group),
+      workspace_(std::move(workspace)) {}
 
 bool CudaPagedAttention::Usable(const KvTensors& kv, torch::Dtype compute_dtype,
                                 int64_t num_heads) {
@@ -76,8 +115,8 @@ CudaPagedAttention::CudaPagedAttention(const BatchView& b, int64_t num_seqs,
   const int64_t* dev = csr_.data_ptr<int64_t>();
   head_group_ = dev + group_at;
 
+  args_ = BaseArgs(kv, num_heads, b.num_groups, sliding_window);
   cuda::PagedBatchArgs& a = args_;
-  KernelDtype(o.dtype, &a.dtype);
   a.q_offsets = dev + q_at;
   a.key_offsets = dev + key_at;
   a.slots = dev + slot_at;
@@ -86,19 +125,8 @@ CudaPagedAttention::CudaPagedAttention(const BatchView& b, int64_t num_seqs,
   a.want_signals = reinterpret_cast<const uint8_t*>(dev + want_at);
   a.skip = reinterpret_cast<const uint8_t*>(dev + skip_at);
   a.num_seqs = static_cast<int32_t>(num_seqs);
-  a.num_heads = static_cast<int32_t>(num_heads);
-  a.num_kv_heads = static_cast<int32_t>(o.num_kv_heads);
-  a.head_dim = static_cast<int32_t>(o.head_dim);
   a.num_rows = b.q_offsets[num_seqs];
   a.num_keys = num_keys;
-  a.num_slots = o.num_slots;
-  const bool slot_per_head = o.granularity == Granularity::kHead;
-  a.slot_stride = slot_per_head ? o.head_dim : o.num_kv_heads * o.head_dim;
-  a.kv_head_stride = slot_per_head ? 0 : o.head_dim;
-  a.groups_per_seq = b.num_groups;
-  a.norm_heads = slot_per_head ? 1 : o.num_kv_heads;
-  a.sliding_window = sliding_window;
-  a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(o.head_dim)));
   bool any_signals = false;
   a.max_query_rows = 1;
   a.max_keys = 1;
@@ -116,10 +144,9 @@ CudaPagedAttention::CudaPagedAttention(const BatchView& b, int64_t num_seqs,
   }
   if (any_signals) {
     auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(o.device);
-    attn_sum_ = torch::zeros({num_keys}, f32);
-    norm_sum_ = torch::zeros({num_keys}, f32);
-    a.attn_sum = attn_sum_.data_ptr<float>();
-    a.norm_sum = norm_sum_.data_ptr<float>();
+    sums_ = torch::zeros({2, num_keys}, f32);
+    a.attn_sum = sums_.data_ptr<float>();
+    a.norm_sum = a.attn_sum + num_keys;
   } else {
     a.want_signals = nullptr;
   }
@@ -149,20 +176,8 @@ void CudaPagedAttention::Attend(const torch::Tensor& q, KvTensors& kv, int64_t l
   a.out = out.data_ptr();
   a.head_group = head_group_ + layer * num_kv_heads_;
   const Status status = cuda::PagedBatchAttention(
-      a, workspace_.data_ptr(), static_cast<size_t>(workspace_.numel()), /*stream=*/nullptr);
+      a, workspace_.data_ptr(), static_cast<size_t>(workspace_.numel()), CurrentStream());
   TORCH_CHECK(status.ok(), "CudaPagedAttention: ", status.ToString());
-}
-
-void CudaPagedAttention::FlushSignals(float* attn_sum, float* norm_sum) const {
-  if (!attn_sum_.defined()) return;
-  const auto attn = attn_sum_.cpu();
-  const auto norm = norm_sum_.cpu();
-  const float* a = attn.data_ptr<float>();
-  const float* n = norm.data_ptr<float>();
-  for (int64_t j = 0; j < args_.num_keys; ++j) {
-    attn_sum[j] += a[j];
-    norm_sum[j] += n[j];
-  }
 }
 
 }  // namespace vtoken::model::internal

@@ -1,12 +1,14 @@
 // CudaPagedAttention: a paged step's attention on CUDA KV tensors through lib/cuda's batched
 // kernel (paged_batch_attention.h), one call per layer over the whole batch. The batch's CSR
-// arrays go to the device once per step, as one int64 tensor; the signals accumulate in device
-// fp32 tensors over the layers and come back to the host once, in FlushSignals. Internal to
-// lib/model; exists only when lib/cuda is built (VTOKEN_MODEL_CUDA_KERNELS).
+// arrays go to the device once per step, as one int64 tensor; the signals accumulate in one
+// device fp32 tensor over the layers (device_sums), which ForwardPaged brings back together with
+// the logits in one copy. Internal to lib/model; exists only when lib/cuda is built
+// (VTOKEN_MODEL_CUDA_KERNELS).
 //
-// The kernel runs on the legacy default stream (nullptr), which is torch's current stream unless
-// the caller set another: at::cuda::getCurrentCUDAStream lives in libtorch_cuda, which Debian's
-// CPU-only libtorch 1.13 that this project builds against does not have.
+// The kernel runs on torch's current CUDA stream when libtorch has CUDA (VTOKEN_TORCH_CUDA: a CUDA
+// graph capture's stream, say); else on the legacy default stream (nullptr), torch's default:
+// at::cuda::getCurrentCUDAStream lives in libtorch_cuda, which Debian's CPU-only libtorch 1.13
+// that CI builds against does not have.
 #pragma once
 
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
@@ -36,20 +38,33 @@ class CudaPagedAttention {
                      const std::vector<int64_t>& head_group, int64_t num_heads,
                      int64_t sliding_window, const KvTensors& kv);
 
+  // The kernel arguments every batch over `kv` shares, whatever its CSR: dtype, heads, strides,
+  // groups, window, scale.
+  static cuda::PagedBatchArgs BaseArgs(const KvTensors& kv, int64_t num_heads,
+                                       int64_t groups_per_seq, int64_t sliding_window);
+
+  // A batch whose CSR arrays already lie in device memory that outlives this object
+  // (static_decode.h): `args` is BaseArgs with them and its host bounds; head_group is the device
+  // table [num_layers * num_kv_heads]; `workspace` holds PagedBatchWorkspaceBytes(args) bytes.
+  // No copy, no allocation: a CUDA graph can capture Attend.
+  CudaPagedAttention(const cuda::PagedBatchArgs& args, const int64_t* head_group,
+                     torch::Tensor workspace);
+
   // Writes the rows of the sequences not skipped of `out` [N, num_heads * head_dim] (contiguous,
   // q's dtype and device) with layer `layer`'s attention of q [N, num_heads, head_dim], adding
   // their signals to the device sums. Throws c10::Error if the kernel cannot run.
   void Attend(const torch::Tensor& q, KvTensors& kv, int64_t layer, torch::Tensor& out);
 
-  // Adds the signals summed over the Attend calls into the host sums [num_keys].
-  void FlushSignals(float* attn_sum, float* norm_sum) const;
+  // The signals summed over the Attend calls: [2, num_keys] fp32 on the device (attention mass,
+  // key norms), or undefined when no sequence wants signals.
+  const torch::Tensor& device_sums() const { return sums_; }
 
  private:
   cuda::PagedBatchArgs args_;  // Device pointers into csr_ and the signal tensors.
   int64_t num_kv_heads_ = 0;
   const int64_t* head_group_ = nullptr;  // Device [num_layers * num_kv_heads].
   torch::Tensor csr_;                    // All the int64 arrays, and the uint8 ones packed.
-  torch::Tensor attn_sum_, norm_sum_;    // Device fp32 [num_keys], or undefined.
+  torch::Tensor sums_;                   // Device fp32 [2, num_keys], or undefined.
   torch::Tensor workspace_;              // Device bytes, PagedBatchWorkspaceBytes(args_).
 };
 

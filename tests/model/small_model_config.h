@@ -1,7 +1,13 @@
 // The small Llama shape the runtime tests share: 2 layers, 4 query / 2 KV heads (GQA 2) of 12
-// dims, a 97-token vocabulary with BOS 1. Random weights of it build in milliseconds.
+// dims, a 97-token vocabulary with BOS 1. Random weights of it build in milliseconds. And
+// synthetic engine requests over that vocabulary.
 #pragma once
 
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "lib/engine/workload.h"
 #include "lib/model/io/hf_config.h"
 
 namespace vtoken::model::test_configs {
@@ -18,6 +24,25 @@ inline ModelConfig SmallConfig() {
   c.max_position_embeddings = 4096;
   c.bos_token_ids = {1};
   return c;
+}
+
+// `n` requests for SmallConfig's vocabulary: request i has prompt + growth * i tokens drawn from
+// [2, 97) by an LCG seeded with `seed`, and max_tokens outputs.
+inline std::vector<engine::Request> Requests(int n, int64_t prompt, int64_t growth,
+                                             int64_t max_tokens, uint64_t seed) {
+  std::vector<engine::Request> out;
+  uint64_t state = seed;
+  for (int i = 0; i < n; ++i) {
+    engine::Request r;
+    r.id = i;
+    for (int64_t t = 0; t < prompt + growth * i; ++t) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      r.prompt_tokens.push_back(static_cast<int32_t>(2 + (state >> 33) % 95));
+    }
+    r.max_tokens = max_tokens;
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 }  // namespace vtoken::model::test_configs

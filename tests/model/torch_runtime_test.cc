@@ -52,19 +52,7 @@ TEST(TorchCopyEngineTest, OutOfRangeSlotIsReportedNotCopied) {
 }
 
 std::vector<engine::Request> Requests(int n, int64_t prompt, int64_t max_tokens) {
-  std::vector<engine::Request> out;
-  uint64_t state = 99;
-  for (int i = 0; i < n; ++i) {
-    engine::Request r;
-    r.id = i;
-    for (int64_t t = 0; t < prompt + 13 * i; ++t) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      r.prompt_tokens.push_back(static_cast<int32_t>(2 + (state >> 33) % 95));
-    }
-    r.max_tokens = max_tokens;
-    out.push_back(std::move(r));
-  }
-  return out;
+  return test_configs::Requests(n, prompt, 13, max_tokens, 99);
 }
 
 StatusOr<engine::EngineResult> RunMode(Mode mode, bool async,
