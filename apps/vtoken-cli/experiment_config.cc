@@ -484,6 +484,10 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(eng.Int32("obs_window", e.obs_window));
   VTOKEN_RETURN_IF_ERROR(eng.Bool("verify", e.verify));
   VTOKEN_RETURN_IF_ERROR(eng.Bool("async_copies", c.async_copies));
+  VTOKEN_RETURN_IF_ERROR(eng.Bool("cuda_graphs", c.cuda_graphs));
+  if (c.cuda_graphs && (sim::IsSimSpec(c.model) || c.model_device.rfind("cuda", 0) != 0)) {
+    return eng.Error("cuda_graphs", "needs model.device = \"cuda\" (a real or synthetic model)");
+  }
   VTOKEN_RETURN_IF_ERROR(eng.Double("gpu_memory_utilization", c.gpu_memory_utilization));
   std::optional<int32_t> blocks_given;
   if (c.gpu_memory_utilization != 0) {
@@ -698,6 +702,7 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
   // Keys recorded only when they differ from the defaults, so that older runs' hashes stay.
   if (c.model_device != "cpu") resolved["model"].as_table()->insert("device", c.model_device);
   if (c.model_dtype != "float32") resolved["model"].as_table()->insert("dtype", c.model_dtype);
+  if (c.cuda_graphs) resolved["engine"].as_table()->insert("cuda_graphs", true);
   // Keys that only sim: models have, so the resolved configs (and hashes) of other runs stay.
   if (c.gpu_memory_utilization != 0) {
     resolved["engine"].as_table()->insert("gpu_memory_utilization", c.gpu_memory_utilization);

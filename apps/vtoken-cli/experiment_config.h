@@ -36,6 +36,9 @@ struct ExperimentConfig {
   double gpu_memory_utilization = 0;
   std::string pool_sizing;
   bool async_copies = true;            // Relocation copies on a worker thread.
+  // engine.cuda_graphs: decode steps replay one CUDA graph per batch bucket
+  // (model::DecodeMode::kCudaGraphs); needs model.device cuda.
+  bool cuda_graphs = false;
   // [cache] granularity: what one liveness bit covers. engine.num_blocks counts blocks of
   // block_size tokens in every layer and head at any granularity (the same KV bytes); a run
   // splits them into NumKvGroups blocks of one group each (ApplyKvGroups).

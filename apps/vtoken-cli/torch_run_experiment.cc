@@ -132,7 +132,10 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
       std::unique_ptr<model::LlamaRunner> r,
       model::LlamaRunner::Create(std::move(m), {.num_slots = slots,
                                                 .async_copies = c.async_copies,
-                                                .granularity = c.granularity}));
+                                                .granularity = c.granularity,
+                                                .decode = c.cuda_graphs
+                                                              ? model::DecodeMode::kCudaGraphs
+                                                              : model::DecodeMode::kEager}));
   return std::unique_ptr<model::ModelRunner>(std::move(r));
 }
 

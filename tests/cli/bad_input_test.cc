@@ -214,6 +214,7 @@ std::vector<Case> Cases() {
       {"SetWithoutEquals", Sim({"engine.num_blocks"}), "--set 'engine.num_blocks': expected key=value"},
       {"SetThroughAValue", Sim({"model.path.x=1"}), "--set model.path.x: 'path' in"},
       {"GpuUtilizationOnARealModel", Tiny({"engine.gpu_memory_utilization=0.9"}), "gpu_memory_utilization"},
+      {"CudaGraphsOnTheCpu", Tiny({"engine.cuda_graphs=true"}), "key 'engine.cuda_graphs' needs model.device = \"cuda\""},
       // Model directories.
       {"ModelMissing", Tiny({"model.path='{dir}/none'"}), "/none"},
       {"TruncatedWeights", Tiny({"model.path='{dir}/m'"}), "model.safetensors",
