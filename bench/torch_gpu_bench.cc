@@ -7,9 +7,13 @@
 // `context` earlier tokens) twice per iteration, in alternating order: with every context's slots
 // scattered over the store by one random permutation (what evictions and relocations leave), and
 // with contiguous slots (what a dense cache reads). ratio = scattered / contiguous is the
-// indirection overhead. `warmup` untimed steps of each come first, then `iterations` timed ones
-// (defaults 3 and 10). Times are wall time: ForwardPaged returns host outputs, so each step ends
-// with the device idle.
+// indirection overhead. A third step per iteration runs the scattered inputs through the static
+// decode step (lib/model/static_decode.h) as LlamaRunner's engine.cuda_graphs runs it: replaying
+// a CUDA graph when libtorch has CUDA and the device is CUDA (counter graphs = 1), else the same
+// body eagerly (graphs = 0: the padded static path, no capture). graph_speedup = scattered eager
+// time / static time (> 1: the graph is faster). `warmup` untimed steps of each come first (the
+// first static one also captures), then `iterations` timed ones (defaults 3 and 10). Times are
+// wall time: both paths return host outputs, so each step ends with the device idle.
 //
 // Flags (before Google Benchmark's own):
 //   --model=SPEC     a model directory or synthetic:NAME (default synthetic:llama-3.1-8b)
@@ -35,6 +39,7 @@
 #include "lib/model/kv_tensors.h"
 #include "lib/model/llama.h"
 #include "lib/model/llama_runner.h"
+#include "lib/model/static_decode.h"
 #include "lib/model/torch_device.h"
 
 namespace vtoken::model {
@@ -103,8 +108,18 @@ double Seconds() {
 
 void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch, int64_t context,
                 int64_t warmup) {
-  StatusOr<KvTensors> kv = KvTensors::Create(model.KvOptions(batch * (context + 1)));
+  // One slot past the inputs': the static step's scratch slot.
+  const int64_t slots = batch * (context + 1);
+  StatusOr<KvTensors> kv = KvTensors::Create(model.KvOptions(slots + 1));
   if (!kv.ok()) return state.SkipWithError(kv.status().ToString().c_str());
+#ifdef VTOKEN_TORCH_CUDA
+  const bool capture = model.options().device.is_cuda();
+#else
+  const bool capture = false;
+#endif
+  StatusOr<std::unique_ptr<internal::StaticDecode>> graphs =
+      internal::StaticDecode::Create(model, *kv, {.capture = capture, .scratch_slot = slots});
+  if (!graphs.ok()) return state.SkipWithError(graphs.status().ToString().c_str());
   {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < kv->k_tensors().size(); ++i) {
@@ -116,33 +131,42 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   const auto scattered = DecodeInputs(batch, context, vocab, /*scattered=*/true, 3);
   const auto contiguous = DecodeInputs(batch, context, vocab, /*scattered=*/false, 0);
   std::string error;
-  auto step = [&](const std::vector<PagedSeqInput>& inputs) {
+  const bool fits = (*graphs)->Eligible(scattered);
+  auto timed = [&](auto&& run) {
     const double begin = Seconds();
-    StatusOr<std::vector<PagedSeqOutput>> out = model.ForwardPaged(inputs, *kv);
+    StatusOr<std::vector<PagedSeqOutput>> out = run();
     const double took = Seconds() - begin;
     if (!out.ok() && error.empty()) error = out.status().ToString();
     benchmark::DoNotOptimize(out);
     return took;
   };
+  auto step = [&](const std::vector<PagedSeqInput>& inputs) {
+    return timed([&] { return model.ForwardPaged(inputs, *kv); });
+  };
+  auto static_step = [&] {
+    return fits ? timed([&] { return (*graphs)->Step(scattered); }) : 0.0;
+  };
   for (int64_t i = 0; i < warmup; ++i) {
     step(scattered);
     step(contiguous);
+    static_step();
   }
   if (!error.empty()) return state.SkipWithError(error.c_str());
-  double scattered_s = 0, contiguous_s = 0;
-  bool scattered_first = true;
+  double scattered_s = 0, contiguous_s = 0, static_s = 0;
+  int64_t turn = 0;
   for (auto _ : state) {
-    double s, c;
-    if (scattered_first) {
-      s = step(scattered);
-      c = step(contiguous);
-    } else {
-      c = step(contiguous);
-      s = step(scattered);
+    double s = 0, c = 0, g = 0;
+    for (int64_t k = 0; k < 3; ++k) {  // The three steps in rotating order.
+      switch ((turn + k) % 3) {
+        case 0: s = step(scattered); break;
+        case 1: c = step(contiguous); break;
+        default: g = static_step(); break;
+      }
     }
-    scattered_first = !scattered_first;
+    ++turn;
     scattered_s += s;
     contiguous_s += c;
+    static_s += g;
     state.SetIterationTime(s);
   }
   if (!error.empty()) return state.SkipWithError(error.c_str());
@@ -151,6 +175,11 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   state.counters["contiguous_ms"] = 1e3 * contiguous_s / n;
   state.counters["ratio"] = scattered_s / contiguous_s;
   state.counters["tok_per_s"] = static_cast<double>(batch) * n / scattered_s;
+  if (fits) {  // Batches over StaticDecode::kMaxBatch have no static step.
+    state.counters["graphs"] = capture ? 1 : 0;
+    state.counters["static_ms"] = 1e3 * static_s / n;
+    state.counters["graph_speedup"] = scattered_s / static_s;
+  }
 }
 
 }  // namespace

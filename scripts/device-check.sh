@@ -54,8 +54,8 @@ STAGES=(
   "test-cuda|40|quick full|ctest -L cuda (relocation, hash, paged attention vs CPU references); a skip fails"
   "bench-cuda|25|full|vtoken-cuda-bench: relocation vs cudaMemcpy, copy engine, hash, paged attention"
   "bench-cuda-quick|25|quick|vtoken-cuda-bench --quick: the same benchmarks on smaller shapes"
-  "build-eval|150|full|ninja: vtoken-cli, bench/torch_gpu_bench and the model's CUDA tests, with libtorch and lib/cuda"
-  "test-model-cuda|15|full|ctest CudaAttentionTest + TorchDeviceTest: ForwardPaged on CUDA vs the CPU reference, device and dtype handling; a skip fails"
+  "build-eval|145|full|ninja: vtoken-cli, bench/torch_gpu_bench and the model's CUDA tests, with libtorch and lib/cuda"
+  "test-model-cuda|20|full|ctest CudaAttentionTest + TorchDeviceTest + StaticDecodeCudaTest: ForwardPaged on CUDA vs the CPU reference, device and dtype handling, CUDA graph replay vs eager; a skip fails"
   "bench-model|40|full|torch_gpu_bench: synthetic 8B bf16 decode step, batch x context, scattered vs contiguous slots"
   "eval-quickstart|30|full|vtoken-cli run experiments/gpu/quickstart.toml (vt-tiny, 16 requests, 3 modes)"
   "eval-8b|40|full|vtoken-cli run experiments/gpu/synthetic_8b.toml (synthetic weights, 16 requests, 3 modes)"
@@ -248,7 +248,7 @@ if [[ "$MODE" == full ]]; then
   EVAL_BUILT=0
   if ((CONFIGURED == 1)); then
     stage build-eval cmake --build "$B" -j "$JOBS" --target vtoken-cli torch_gpu_bench \
-      llama_cuda_attention_test torch_device_test && EVAL_BUILT=1
+      llama_cuda_attention_test torch_device_test llama_static_decode_test && EVAL_BUILT=1
   else
     not_run build-eval "configure with libtorch failed"
   fi
@@ -258,14 +258,14 @@ if [[ "$MODE" == full ]]; then
     # handling); these tests skip without a GPU, and a skip fails here.
     model_cuda_tests() {
       local out rc
-      out="$(ctest --test-dir "$B" -R 'CudaAttentionTest|TorchDeviceTest' -j 4 \
+      out="$(ctest --test-dir "$B" -R 'CudaAttentionTest|TorchDeviceTest|StaticDecodeCudaTest' -j 4 \
                --output-on-failure --timeout 60 2>&1)"
       rc=$?
       echo "$out"
       ((rc == 0)) || return 1
       if grep -q 'Skipped' <<<"$out"; then echo "tests were SKIPPED (no usable GPU?)"; return 1; fi
     }
-    stage test-model-cuda --label "ctest -R 'CudaAttentionTest|TorchDeviceTest' (a skip fails)" \
+    stage test-model-cuda --label "ctest -R 'CudaAttentionTest|TorchDeviceTest|StaticDecodeCudaTest' (a skip fails)" \
       bash -c "$(declare -f model_cuda_tests); $(declare -p B); model_cuda_tests"
     stage bench-model --label "torch_gpu_bench > model-bench.json" \
       "$B/bench/torch_gpu_bench" --benchmark_format=json --benchmark_out="$OUT/model-bench.json"
@@ -360,13 +360,15 @@ if os.path.exists(model):
     p(f"### torch_gpu_bench: decode step, {ctx.get('model', '?')}, {ctx.get('dtype', '?')} on "
       f"{ctx.get('device', '?')} (wall ms per step; ratio = scattered / contiguous slots)")
     p()
-    p("| cell | scattered ms | contiguous ms | ratio | tokens/s | error |")
-    p("| --- | --- | --- | --- | --- | --- |")
+    p("| cell | scattered ms | contiguous ms | ratio | tokens/s | static ms | graphs | "
+      "graph speedup | error |")
+    p("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for b in doc.get("benchmarks", []):
         cell = "/".join(b.get("name", "?").split("/")[1:3])
         f = lambda k: f"{b[k]:.3f}" if k in b else ""
         p(f"| {cell} | {f('scattered_ms')} | {f('contiguous_ms')} | {f('ratio')} | "
-          f"{f('tok_per_s')} | {b.get('error_message', '')} |")
+          f"{f('tok_per_s')} | {f('static_ms')} | {b.get('graphs', '')} | "
+          f"{f('graph_speedup')} | {b.get('error_message', '')} |")
 # The GPU-runtime issue's targets, each as a ratio of two figures of this run.
 targets = []
 if os.path.exists(bench):
@@ -391,6 +393,11 @@ if os.path.exists(model):
         targets.append(("indirection overhead < 1% of the decode step",
                         f"{100 * (worst - 1):+.2f}% (worst cell, scattered vs contiguous)",
                         worst < 1.01))
+    batch1 = [b for b in cells if "/batch:1/" in b.get("name", "") and b.get("graphs") == 1]
+    if batch1:
+        slowest = min(b["graph_speedup"] for b in batch1)
+        targets.append(("CUDA graph replay faster than eager at batch 1",
+                        f"{slowest:.2f}x eager's speed (slowest batch-1 cell)", slowest > 1))
 if targets:
     p()
     p("## Targets (GPU-runtime issue), from this run")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # bench/torch_gpu_bench on the CPU: the device run's decode benchmark runs here too (on vt-tiny,
-# --quick, fewer iterations), reports every cell of its grid with the scattered / contiguous ratio,
+# --quick, fewer iterations), reports every cell of its grid with the scattered / contiguous ratio
+# and the static decode step's time (no graphs on the CPU),
 # and refuses a malformed flag with a one-line error.
 # Usage: gpu_bench_cpu_test.sh SOURCE_DIR BENCH_BINARY
 set -euo pipefail
@@ -21,9 +22,11 @@ assert set(cells) == want, sorted(cells)
 for name, b in cells.items():
     assert "error_message" not in b, (name, b.get("error_message"))
     assert b["iterations"] == 2, name
-    for key in ("scattered_ms", "contiguous_ms", "ratio", "tok_per_s"):
+    for key in ("scattered_ms", "contiguous_ms", "ratio", "tok_per_s", "static_ms",
+                "graph_speedup"):
         assert b[key] > 0, (name, key, b[key])
     assert abs(b["ratio"] - b["scattered_ms"] / b["contiguous_ms"]) < 1e-6 * b["ratio"], name
+    assert b["graphs"] == 0, (name, "no CUDA graphs on the CPU")
 ctx = doc["context"]
 assert ctx["device"] == "cpu" and ctx["dtype"] == "float32" and ctx["blas"], ctx
 print("torch_gpu_bench on the CPU:", ", ".join(
