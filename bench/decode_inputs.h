@@ -1,13 +1,18 @@
-// Decode-step inputs shared by the lib/model benchmarks (torch_model_bench on vt-tiny,
-// torch_gpu_bench on a model of any size and device).
+// Decode-step inputs and KV stores shared by the lib/model benchmarks (torch_model_bench on
+// vt-tiny, torch_gpu_bench on a model of any size and device).
 #pragma once
+
+#include <benchmark/benchmark.h>
+#include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <vector>
 
+#include "lib/model/kv_tensors.h"
 #include "lib/model/llama.h"
 
 namespace vtoken::model {
@@ -42,6 +47,24 @@ inline std::vector<PagedSeqInput> DecodeInputs(int64_t batch, int64_t context, i
     in.positions = {context};
   }
   return inputs;
+}
+
+// A KV store of `model`'s shape filled with normal noise, so softmax and norms see real values;
+// on an error, skips `state` with it and returns nullopt.
+inline std::optional<KvTensors> FilledKv(const LlamaModel& model, int64_t num_slots,
+                                         benchmark::State& state,
+                                         Granularity granularity = Granularity::kToken) {
+  StatusOr<KvTensors> kv = KvTensors::Create(model.KvOptions(num_slots, granularity));
+  if (!kv.ok()) {
+    state.SkipWithError(kv.status().ToString().c_str());
+    return std::nullopt;
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < kv->k_tensors().size(); ++i) {
+    kv->k_tensors()[i].normal_();
+    kv->v_tensors()[i].normal_();
+  }
+  return std::move(*kv);
 }
 
 }  // namespace vtoken::model

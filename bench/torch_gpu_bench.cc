@@ -110,8 +110,8 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
                 int64_t warmup) {
   // One slot past the inputs': the static step's scratch slot.
   const int64_t slots = batch * (context + 1);
-  StatusOr<KvTensors> kv = KvTensors::Create(model.KvOptions(slots + 1));
-  if (!kv.ok()) return state.SkipWithError(kv.status().ToString().c_str());
+  std::optional<KvTensors> kv = FilledKv(model, slots + 1, state);
+  if (!kv) return;
 #ifdef VTOKEN_TORCH_CUDA
   const bool capture = model.options().device.is_cuda();
 #else
@@ -120,13 +120,6 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   StatusOr<std::unique_ptr<internal::StaticDecode>> graphs =
       internal::StaticDecode::Create(model, *kv, {.capture = capture, .scratch_slot = slots});
   if (!graphs.ok()) return state.SkipWithError(graphs.status().ToString().c_str());
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < kv->k_tensors().size(); ++i) {
-      kv->k_tensors()[i].normal_();
-      kv->v_tensors()[i].normal_();
-    }
-  }
   const int64_t vocab = model.config().vocab_size;
   const auto scattered = DecodeInputs(batch, context, vocab, /*scattered=*/true, 3);
   const auto contiguous = DecodeInputs(batch, context, vocab, /*scattered=*/false, 0);
@@ -198,10 +191,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "torch_gpu_bench: error: %s\n", model.status().ToString().c_str());
     return 1;
   }
-  const KvTensorsOptions kv = model->KvOptions(1);
-  const double kv_bytes_per_token = 2.0 * static_cast<double>(kv.num_layers * kv.num_kv_heads *
-                                                              kv.head_dim) *
-                                    static_cast<double>(c10::elementSize(kv.dtype));
+  const double kv_bytes_per_token = static_cast<double>(KvBytesPerToken(model->KvOptions(1)));
   benchmark::AddCustomContext("model", flags.model + (flags.model.rfind("synthetic:", 0) == 0
                                                           ? " (synthetic weights)"
                                                           : ""));

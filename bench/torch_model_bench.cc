@@ -56,23 +56,6 @@ const StatusOr<LlamaModel>& VtTiny() {
   return model;
 }
 
-// A KV store of vt-tiny's shape filled with normal noise, so softmax and norms see real values.
-std::optional<KvTensors> FilledKv(const LlamaModel& model, int64_t num_slots,
-                                  benchmark::State& state,
-                                  Granularity granularity = Granularity::kToken) {
-  StatusOr<KvTensors> kv = KvTensors::Create(model.KvOptions(num_slots, granularity));
-  if (!kv.ok()) {
-    state.SkipWithError(kv.status().ToString().c_str());
-    return std::nullopt;
-  }
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < kv->k_tensors().size(); ++i) {
-    kv->k_tensors()[i].normal_();
-    kv->v_tensors()[i].normal_();
-  }
-  return std::move(*kv);
-}
-
 // Decode throughput: one ForwardPaged call per iteration with one new token for each of
 // range(0) sequences whose range(1) context slots are scattered. items/s is tokens per CPU second.
 void BM_DecodeStep(benchmark::State& state) {

@@ -70,11 +70,12 @@ class ShapeRunner final : public model::ModelRunner {
   }
   const std::vector<int64_t>& eos_token_ids() const override { return config_.eos_token_ids; }
   int64_t kv_bytes_per_token() const override {
-    const int64_t head_dim = config_.head_dim > 0
-                                 ? config_.head_dim
-                                 : config_.hidden_size / config_.num_attention_heads;
-    return 2 * config_.num_hidden_layers * config_.num_key_value_heads * head_dim *
-           static_cast<int64_t>(c10::elementSize(options_.compute_dtype));
+    return model::KvBytesPerToken(
+        {.num_layers = config_.num_hidden_layers,
+         .num_kv_heads = config_.num_key_value_heads,
+         .head_dim = config_.head_dim > 0 ? config_.head_dim
+                                          : config_.hidden_size / config_.num_attention_heads,
+         .dtype = options_.compute_dtype});
   }
   int64_t num_slots() const override { return num_slots_; }
   int32_t num_kv_groups() const override {

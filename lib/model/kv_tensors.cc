@@ -4,6 +4,11 @@
 
 namespace vtoken::model {
 
+int64_t KvBytesPerToken(const KvTensorsOptions& o) {
+  return 2 * o.num_layers * o.num_kv_heads * o.head_dim *
+         static_cast<int64_t>(c10::elementSize(o.dtype));
+}
+
 StatusOr<KvTensors> KvTensors::Create(const KvTensorsOptions& options) {
   if (options.num_layers <= 0 || options.num_slots <= 0 || options.num_kv_heads <= 0 ||
       options.head_dim <= 0) {

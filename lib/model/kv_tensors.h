@@ -33,6 +33,10 @@ struct KvTensorsOptions {
   Granularity granularity = Granularity::kToken;  // What a slot holds (see above).
 };
 
+// The bytes of one token's K and V over every layer and KV head (any granularity):
+// 2 * num_layers * num_kv_heads * head_dim * element size.
+int64_t KvBytesPerToken(const KvTensorsOptions& options);
+
 class KvTensors {
  public:
   // Allocates zero-filled tensors. Returns InvalidArgument when a size is not positive.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 #include <string_view>
 
 #include "lib/model/io/hf_config.h"
@@ -71,10 +72,14 @@ StatusOr<std::vector<uint64_t>> DeviceHashes(const cuda::KvLayersView& view,
 
 }  // namespace
 
-Status CheckModelLoads(const std::string& spec, const LlamaOptions& options) {
+namespace {
+
+// CheckModelLoads, returning the config of a "synthetic:NAME" spec (nullopt for a directory).
+StatusOr<std::optional<ModelConfig>> CheckSpec(const std::string& spec,
+                                               const LlamaOptions& options) {
   VTOKEN_RETURN_IF_ERROR(CheckDtypeRuns(options));
   if (std::string_view(spec).substr(0, kSyntheticPrefix.size()) != kSyntheticPrefix) {
-    return Status::Ok();
+    return std::optional<ModelConfig>();
   }
   VTOKEN_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(spec.substr(kSyntheticPrefix.size())));
   const int64_t bytes =
@@ -85,17 +90,20 @@ Status CheckModelLoads(const std::string& spec, const LlamaOptions& options) {
         std::string(c10::toString(options.compute_dtype)) + ", more than 3/4 of this machine's " +
         std::to_string(PhysicalMemoryBytes() / (1 << 20)) + " MiB");
   }
-  return Status::Ok();
+  return std::optional<ModelConfig>(std::move(config));
+}
+
+}  // namespace
+
+Status CheckModelLoads(const std::string& spec, const LlamaOptions& options) {
+  return CheckSpec(spec, options).status();
 }
 
 StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
                                const LlamaOptions& options) {
-  VTOKEN_RETURN_IF_ERROR(CheckModelLoads(spec, options));
-  if (std::string_view(spec).substr(0, kSyntheticPrefix.size()) != kSyntheticPrefix) {
-    return LlamaModel::FromDirectory(spec, options);
-  }
-  VTOKEN_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(spec.substr(kSyntheticPrefix.size())));
-  return LlamaModel::RandomInit(config, seed, options);
+  VTOKEN_ASSIGN_OR_RETURN(std::optional<ModelConfig> synthetic, CheckSpec(spec, options));
+  if (!synthetic) return LlamaModel::FromDirectory(spec, options);
+  return LlamaModel::RandomInit(*synthetic, seed, options);
 }
 
 StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::Create(LlamaModel model,
@@ -139,8 +147,7 @@ DecodeStats LlamaRunner::decode_stats() const {
 }
 
 int64_t LlamaRunner::kv_bytes_per_token() const {
-  const KvTensorsOptions& o = kv_.options();
-  return 2 * o.num_layers * o.num_kv_heads * o.head_dim * c10::elementSize(o.dtype);
+  return KvBytesPerToken(kv_.options());
 }
 
 std::vector<uint64_t> LlamaRunner::TokenKvHashes(std::span<const SlotIndex> slots) {
