@@ -15,6 +15,15 @@
 // first static one also captures), then `iterations` timed ones (defaults 3 and 10). Times are
 // wall time: both paths return host outputs, so each step ends with the device idle.
 //
+// BM_Attention cells time one layer's decode attention alone in the model's shape (heads, KV
+// heads, head_dim, dtype), batch x context keys per sequence on contiguous slots: the batched
+// paged kernel (lib/cuda's PagedBatchAttention on CUDA, CpuPagedAttention on the CPU in fp32)
+// against torch's scaled_dot_product_attention on dense [batch, kv_heads, context, head_dim] K/V
+// (GQA through enable_gqa, torch >= 2.5; an older libtorch, such as Debian's 1.13, has no public
+// SDPA: matmul / softmax / matmul over K/V expanded to every query head, context reference =
+// "math"). ratio = paged / reference time; kv_gb_per_s = the K/V bytes the paged kernel reads
+// per second. Each timed sample is 10 back-to-back calls between device synchronisations.
+//
 // Flags (before Google Benchmark's own):
 //   --model=SPEC     a model directory or synthetic:NAME (default synthetic:llama-3.1-8b)
 //   --device=NAME    cpu, cuda or cuda:N (default cuda)
@@ -29,6 +38,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,7 +50,17 @@
 #include "lib/model/kv_tensors.h"
 #include "lib/model/llama.h"
 #include "lib/model/llama_runner.h"
+#include "lib/model/cpu_paged_attention.h"
 #include "lib/model/static_decode.h"
+
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+#include "lib/cuda/paged_batch_attention.h"
+#endif
+#ifdef VTOKEN_TORCH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
+#include <torch/cuda.h>
+#include <torch/version.h>
 #include "lib/model/torch_device.h"
 
 namespace vtoken::model {
@@ -175,6 +196,160 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   }
 }
 
+// SDPA with GQA needs torch >= 2.5; older ones get the math reference.
+constexpr bool kTorchHasGqaSdpa =
+    TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5);
+
+void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
+                   int64_t context, int64_t warmup) {
+  const ModelConfig& c = model.config();
+  const LlamaOptions& o = model.options();
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  const int64_t dim = c.head_dim, keys = batch * context;
+  torch::NoGradGuard no_grad;
+  const auto like = torch::TensorOptions().dtype(o.compute_dtype).device(o.device);
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(o.device);
+  // Sequence s owns slots [s * context, (s + 1) * context): the dense layout, read by slot list.
+  const torch::Tensor q = torch::randn({batch, heads, dim}, like);
+  const torch::Tensor k_cache = torch::randn({keys, kv_heads, dim}, like);
+  const torch::Tensor v_cache = torch::randn({keys, kv_heads, dim}, like);
+  torch::Tensor out = torch::empty({batch, heads, dim}, like);
+  const torch::Tensor q_offsets = torch::arange(batch + 1, i64);
+  const torch::Tensor key_offsets = torch::arange(batch + 1, i64) * context;
+  const torch::Tensor slots = torch::arange(keys, i64);
+  const torch::Tensor positions = slots.remainder(context);
+  const torch::Tensor num_signal = torch::ones({batch}, i64);
+  const torch::Tensor k_dense = k_cache.view({batch, context, kv_heads, dim}).transpose(1, 2).contiguous();
+  const torch::Tensor v_dense = v_cache.view({batch, context, kv_heads, dim}).transpose(1, 2).contiguous();
+  const torch::Tensor q4 = q.view({batch, heads, 1, dim});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+  torch::Tensor k_wide, v_wide;  // The math reference's K/V, one copy per query head.
+  if (!kTorchHasGqaSdpa) {
+    k_wide = k_dense.repeat_interleave(heads / kv_heads, 1);
+    v_wide = v_dense.repeat_interleave(heads / kv_heads, 1);
+  }
+  auto reference = [&] {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+    return at::scaled_dot_product_attention(q4, k_dense, v_dense, {}, 0.0, false, scale,
+                                            /*enable_gqa=*/true);
+#else
+    return torch::matmul(torch::softmax(torch::matmul(q4, k_wide.transpose(2, 3)) * scale, -1),
+                         v_wide);
+#endif
+  };
+  std::function<void()> paged;
+  std::string error;
+  torch::Tensor workspace;
+  if (o.device.is_cpu()) {
+    if (o.compute_dtype != torch::kFloat32) {
+      return state.SkipWithError("CpuPagedAttention runs fp32 only");
+    }
+    const CpuAttentionBatch a{.num_seqs = batch,
+                              .num_heads = heads,
+                              .num_kv_heads = kv_heads,
+                              .head_dim = dim,
+                              .scale = static_cast<float>(scale),
+                              .q = q.data_ptr<float>(),
+                              .k_cache = k_cache.data_ptr<float>(),
+                              .v_cache = v_cache.data_ptr<float>(),
+                              .slot_stride = kv_heads * dim,
+                              .kv_head_stride = dim,
+                              .out = out.data_ptr<float>(),
+                              .q_offsets = q_offsets.data_ptr<int64_t>(),
+                              .key_offsets = key_offsets.data_ptr<int64_t>(),
+                              .slots = slots.data_ptr<int64_t>(),
+                              .key_positions = positions.data_ptr<int64_t>(),
+                              .num_signal = num_signal.data_ptr<int64_t>()};
+    paged = [a, batch] {
+      at::parallel_for(0, batch, 1, [&](int64_t b, int64_t e) { CpuPagedAttention(a, b, e); });
+    };
+  } else {
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+    cuda::PagedBatchArgs a;
+    a.dtype = o.compute_dtype == torch::kBFloat16 ? cuda::AttnDtype::kBFloat16
+              : o.compute_dtype == torch::kHalf   ? cuda::AttnDtype::kFloat16
+                                                  : cuda::AttnDtype::kFloat32;
+    a.q = q.data_ptr();
+    a.k_cache = k_cache.data_ptr();
+    a.v_cache = v_cache.data_ptr();
+    a.out = out.data_ptr();
+    a.q_offsets = q_offsets.data_ptr<int64_t>();
+    a.key_offsets = key_offsets.data_ptr<int64_t>();
+    a.slots = slots.data_ptr<int64_t>();
+    a.key_positions = positions.data_ptr<int64_t>();
+    a.num_seqs = static_cast<int32_t>(batch);
+    a.num_heads = static_cast<int32_t>(heads);
+    a.num_kv_heads = static_cast<int32_t>(kv_heads);
+    a.head_dim = static_cast<int32_t>(dim);
+    a.num_rows = batch;
+    a.num_keys = keys;
+    a.num_slots = keys;
+    a.slot_stride = kv_heads * dim;
+    a.kv_head_stride = dim;
+    a.norm_heads = kv_heads;
+    a.max_query_rows = 1;
+    a.max_keys = context;
+    a.scale = static_cast<float>(scale);
+    workspace = torch::empty(
+        {static_cast<int64_t>(std::max<size_t>(cuda::PagedBatchWorkspaceBytes(a), 1))},
+        torch::TensorOptions().dtype(torch::kUInt8).device(o.device));
+#ifdef VTOKEN_TORCH_CUDA
+    cuda::Stream stream = c10::cuda::getCurrentCUDAStream().stream();
+#else
+    cuda::Stream stream = nullptr;  // Torch's default stream.
+#endif
+    paged = [a, &workspace, &error, stream] {
+      const Status status = cuda::PagedBatchAttention(
+          a, workspace.data_ptr(), static_cast<size_t>(workspace.numel()), stream);
+      if (!status.ok() && error.empty()) error = status.ToString();
+    };
+#else
+    return state.SkipWithError("built without lib/cuda: no paged attention kernel on CUDA");
+#endif
+  }
+  constexpr int kCalls = 10;
+  auto sync = [&] {
+    if (o.device.is_cuda()) torch::cuda::synchronize();
+  };
+  auto timed = [&](auto&& call) {
+    sync();
+    const double begin = Seconds();
+    for (int i = 0; i < kCalls; ++i) call();
+    sync();
+    return (Seconds() - begin) / kCalls;
+  };
+  auto run_reference = [&] { benchmark::DoNotOptimize(reference()); };
+  for (int64_t i = 0; i < warmup; ++i) {
+    timed(paged);
+    timed(run_reference);
+  }
+  if (!error.empty()) return state.SkipWithError(error.c_str());
+  double paged_s = 0, reference_s = 0;
+  bool paged_first = true;
+  for (auto _ : state) {
+    double p, r;
+    if (paged_first) {
+      p = timed(paged);
+      r = timed(run_reference);
+    } else {
+      r = timed(run_reference);
+      p = timed(paged);
+    }
+    paged_first = !paged_first;
+    paged_s += p;
+    reference_s += r;
+    state.SetIterationTime(p);
+  }
+  if (!error.empty()) return state.SkipWithError(error.c_str());
+  const double n = static_cast<double>(state.iterations());
+  const double kv_bytes = 2.0 * static_cast<double>(keys * kv_heads * dim) *
+                          static_cast<double>(c10::elementSize(o.compute_dtype));
+  state.counters["paged_ms"] = 1e3 * paged_s / n;
+  state.counters["reference_ms"] = 1e3 * reference_s / n;
+  state.counters["ratio"] = paged_s / reference_s;
+  state.counters["kv_gb_per_s"] = kv_bytes * n / paged_s / 1e9;
+}
+
 }  // namespace
 }  // namespace vtoken::model
 
@@ -198,6 +373,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("device", flags.device);
   benchmark::AddCustomContext("dtype", flags.dtype);
   benchmark::AddCustomContext("blas", BlasDescription());
+  benchmark::AddCustomContext("attention_reference", kTorchHasGqaSdpa ? "sdpa" : "math");
   const std::vector<int64_t> batches =
       flags.quick ? std::vector<int64_t>{1, 32} : std::vector<int64_t>{1, 8, 32, 64};
   const std::vector<int64_t> contexts =
@@ -217,6 +393,16 @@ int main(int argc, char** argv) {
                                    [&model, batch, context, warmup = flags.warmup](
                                        benchmark::State& state) {
                                      DecodeCell(state, *model, batch, context, warmup);
+                                   })
+          ->Iterations(flags.iterations)
+          ->Unit(benchmark::kMillisecond)
+          ->UseManualTime();
+      const std::string attention = "BM_Attention/batch:" + std::to_string(batch) +
+                                    "/context:" + std::to_string(context);
+      benchmark::RegisterBenchmark(attention.c_str(),
+                                   [&model, batch, context, warmup = flags.warmup](
+                                       benchmark::State& state) {
+                                     AttentionCell(state, *model, batch, context, warmup);
                                    })
           ->Iterations(flags.iterations)
           ->Unit(benchmark::kMillisecond)
