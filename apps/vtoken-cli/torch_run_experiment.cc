@@ -381,6 +381,9 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     std::optional<sim::RecordingRunner> recorder;
     if (trace) recorder.emplace(*runner, *trace, label);
     model::ModelRunner& run_with = recorder ? static_cast<model::ModelRunner&>(*recorder) : *runner;
+    auto* llama_runner = dynamic_cast<model::LlamaRunner*>(runner.get());
+    const model::DecodeStats graphs_before =
+        llama_runner != nullptr ? llama_runner->decode_stats() : model::DecodeStats{};
     StatusOr<engine::EngineResult> result = engine::RunEngine(
         o, run_with, requests,
         [&](const engine::StepRecord& s, int64_t finished, int64_t total) {
@@ -388,6 +391,16 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
         },
         [] { return InterruptSignal() != 0; });
     progress.Finish();
+    if (c.cuda_graphs && llama_runner != nullptr) {  // What engine.cuda_graphs did in this run.
+      const model::DecodeStats g = llama_runner->decode_stats();
+      std::fprintf(stderr,
+                   "%s: CUDA graphs: %lld decode steps, %lld replayed, %lld buckets captured, "
+                   "%lld capture failures\n",
+                   label.c_str(), static_cast<long long>(g.static_steps - graphs_before.static_steps),
+                   static_cast<long long>(g.replays - graphs_before.replays),
+                   static_cast<long long>(g.bodies_built - graphs_before.bodies_built),
+                   static_cast<long long>(g.capture_failures - graphs_before.capture_failures));
+    }
     if (!result.ok() && InterruptSignal() != 0) {
       const std::string why = std::string("interrupted by ") + InterruptSignalName() + " (" +
                               result.status().message() + ")";

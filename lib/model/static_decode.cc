@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -321,18 +322,36 @@ void StaticDecode::Prepare(Body& body) {
   // Capture on a side stream (the current one may be the legacy default stream, which cannot be
   // captured), after the index upload and everything else queued so far; a first run of the body
   // there initialises what torch creates lazily (cuBLAS handles and workspaces).
+  // A capture that fails (torch or the driver refusing something in the body) leaves this runner
+  // decoding eagerly, said once on stderr and counted, rather than failing the run.
   c10::cuda::getCurrentCUDAStream().synchronize();
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  {
+  bool capturing = false;
+  try {
     c10::cuda::CUDAStreamGuard guard(side);
     RunBody(body);
     side.synchronize();
     body.graph = std::make_unique<at::cuda::CUDAGraph>();
     body.graph->capture_begin();
+    capturing = true;
     RunBody(body);
+    capturing = false;
     body.graph->capture_end();
+    side.synchronize();
+  } catch (const std::exception& e) {
+    if (capturing) {
+      try {
+        body.graph->capture_end();
+      } catch (const std::exception&) {  // The capture is void either way.
+      }
+    }
+    body.graph.reset();
+    options_.capture = false;
+    ++stats_.capture_failures;
+    const std::string what = e.what();
+    std::fprintf(stderr, "vtoken: CUDA graph capture failed (%s); decode steps run eagerly\n",
+                 what.substr(0, what.find('\n')).c_str());
   }
-  side.synchronize();
 #endif
 }
 

@@ -24,7 +24,8 @@
 // CUDA, VTOKEN_TORCH_CUDA) the first step of a bucket runs the body once on a side stream (lazy
 // initialisation), captures it with at::cuda::CUDAGraph, and every step replays the graph on the
 // current stream after uploading the index: no allocation and no host sync inside the step, one
-// host-to-device and one device-to-host copy around it. Sampling stays on the host.
+// host-to-device and one device-to-host copy around it. Sampling stays on the host. A capture
+// that throws turns capture off for good (one line on stderr, stats().capture_failures).
 //
 // Not thread-safe (one LlamaRunner, one thread).
 #pragma once
@@ -53,6 +54,7 @@ struct DecodeStats {
   int64_t bodies_built = 0;   // Buckets prepared (CUDA graphs captured, with capture).
   int64_t replays = 0;        // Steps that replayed a CUDA graph.
   int64_t reallocations = 0;  // Buffer growths; each drops the buckets prepared before it.
+  int64_t capture_failures = 0;  // Captures that failed (the runner then decodes eagerly).
 };
 
 namespace internal {

@@ -264,6 +264,7 @@ TEST_P(StaticDecodeCudaTest, GraphReplaysEqualTheEagerStaticStep) {
       first, [&](const auto& in) { return (*eager)->Step(in); },
       [&](const auto& in) { return (*graphs)->Step(in); }, 0.0f);
   std::printf("graph replay vs eager static step: largest logit difference %g\n", worst);
+  EXPECT_EQ((*graphs)->stats().capture_failures, 0);
   EXPECT_EQ((*graphs)->stats().replays, Scenario::kSteps);
   EXPECT_EQ((*graphs)->stats().bodies_built, (*eager)->stats().bodies_built);
   for (int64_t slot = 0; slot < num_slots; ++slot) {
@@ -344,6 +345,7 @@ TEST(StaticDecodeCudaTest, EngineWithCudaGraphsGivesTheEagerRunnersGreedyTokens)
     StatusOr<EngineRun> graphs = RunEngine(mode, DecodeMode::kCudaGraphs, requests, cuda);
     ASSERT_TRUE(eager.ok()) << eager.status().ToString();
     ASSERT_TRUE(graphs.ok()) << graphs.status().ToString();
+    EXPECT_EQ(graphs->stats.capture_failures, 0);
     EXPECT_GT(graphs->stats.replays, 10);
     EXPECT_EQ(graphs->result.violations, 0);
     for (size_t i = 0; i < requests.size(); ++i) {
