@@ -110,8 +110,12 @@ CudaPagedAttention::CudaPagedAttention(const BatchView& b, int64_t num_seqs,
   const int64_t group_at = append(head_group.data(), static_cast<int64_t>(head_group.size()));
   const int64_t want_at = append_bytes(want_signals);
   const int64_t skip_at = append_bytes(skip.data());
-  csr_ = torch::from_blob(host.data(), {static_cast<int64_t>(host.size())}, torch::kInt64)
-             .to(o.device);
+  // Up from pinned memory without blocking the host (a pageable copy would wait for the work
+  // queued before it); torch's caching host allocator keeps the block until the copy is done.
+  torch::Tensor pinned = torch::empty({static_cast<int64_t>(host.size())},
+                                      torch::TensorOptions().dtype(torch::kInt64).pinned_memory(true));
+  std::memcpy(pinned.data_ptr<int64_t>(), host.data(), host.size() * sizeof(int64_t));
+  csr_ = pinned.to(o.device, /*non_blocking=*/true);
   const int64_t* dev = csr_.data_ptr<int64_t>();
   head_group_ = dev + group_at;
 
