@@ -70,10 +70,6 @@ StatusOr<std::vector<uint64_t>> DeviceHashes(const cuda::KvLayersView& view,
 }
 #endif
 
-}  // namespace
-
-namespace {
-
 // CheckModelLoads, returning the config of a "synthetic:NAME" spec (nullopt for a directory).
 StatusOr<std::optional<ModelConfig>> CheckSpec(const std::string& spec,
                                                const LlamaOptions& options) {

@@ -298,14 +298,7 @@ struct EngineRun {
 StatusOr<EngineRun> RunEngine(Mode mode, DecodeMode decode,
                               const std::vector<engine::Request>& requests,
                               const LlamaOptions& options = {}) {
-  engine::EngineOptions o;
-  o.mode = mode;
-  o.pool = {.num_blocks = 96, .block_size = 16, .headroom_blocks = 8};
-  o.reclaim.trigger = ReclaimOptions::Trigger::kAlways;
-  o.policy = "h2o";
-  o.evictor = {.keep_ratio = 0.3, .num_sink = 2, .num_recent = 8};
-  o.max_prefill_chunk = 64;
-  o.verify = true;
+  const engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 96, 64);
   VTOKEN_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::RandomInit(SmallConfig(), 3, options));
   VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaRunner> runner,
                           LlamaRunner::Create(std::move(m), {.num_slots = 96 * 16,

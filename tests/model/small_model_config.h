@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "lib/engine/engine.h"
 #include "lib/engine/workload.h"
 #include "lib/model/io/hf_config.h"
 
@@ -43,6 +44,21 @@ inline std::vector<engine::Request> Requests(int n, int64_t prompt, int64_t grow
     out.push_back(std::move(r));
   }
   return out;
+}
+
+// The engine the runtime tests drive: H2O keeping 30% (2 sinks, 8 recent), the reclaimer on every
+// step, invariants and KV hashes verified, a pool of `num_blocks` blocks of 16.
+inline engine::EngineOptions H2oEngineOptions(Mode mode, int32_t num_blocks,
+                                              int64_t max_prefill_chunk) {
+  engine::EngineOptions o;
+  o.mode = mode;
+  o.pool = {.num_blocks = num_blocks, .block_size = 16, .headroom_blocks = 8};
+  o.reclaim.trigger = ReclaimOptions::Trigger::kAlways;
+  o.policy = "h2o";
+  o.evictor = {.keep_ratio = 0.3, .num_sink = 2, .num_recent = 8};
+  o.max_prefill_chunk = max_prefill_chunk;
+  o.verify = true;
+  return o;
 }
 
 }  // namespace vtoken::model::test_configs

@@ -57,14 +57,7 @@ std::vector<engine::Request> Requests(int n, int64_t prompt, int64_t max_tokens)
 
 StatusOr<engine::EngineResult> RunMode(Mode mode, bool async,
                                        const std::vector<engine::Request>& requests) {
-  engine::EngineOptions o;
-  o.mode = mode;
-  o.pool = {.num_blocks = 160, .block_size = 16, .headroom_blocks = 8};
-  o.reclaim.trigger = ReclaimOptions::Trigger::kAlways;
-  o.policy = "h2o";
-  o.evictor = {.keep_ratio = 0.3, .num_sink = 2, .num_recent = 8};
-  o.max_prefill_chunk = 96;
-  o.verify = true;
+  const engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, 96);
   VTOKEN_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::RandomInit(SmallConfig(), 3));
   VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaRunner> runner,
                           LlamaRunner::Create(std::move(m), {.num_slots = 160 * 16,
