@@ -387,26 +387,20 @@ int main(int argc, char** argv) {
                      static_cast<long long>(context), gib, flags.kv_gib);
         continue;
       }
-      const std::string name = "BM_DecodeStep/batch:" + std::to_string(batch) +
-                               "/context:" + std::to_string(context);
-      benchmark::RegisterBenchmark(name.c_str(),
-                                   [&model, batch, context, warmup = flags.warmup](
-                                       benchmark::State& state) {
-                                     DecodeCell(state, *model, batch, context, warmup);
-                                   })
-          ->Iterations(flags.iterations)
-          ->Unit(benchmark::kMillisecond)
-          ->UseManualTime();
-      const std::string attention = "BM_Attention/batch:" + std::to_string(batch) +
-                                    "/context:" + std::to_string(context);
-      benchmark::RegisterBenchmark(attention.c_str(),
-                                   [&model, batch, context, warmup = flags.warmup](
-                                       benchmark::State& state) {
-                                     AttentionCell(state, *model, batch, context, warmup);
-                                   })
-          ->Iterations(flags.iterations)
-          ->Unit(benchmark::kMillisecond)
-          ->UseManualTime();
+      using Cell = void (*)(benchmark::State&, const LlamaModel&, int64_t, int64_t, int64_t);
+      for (const auto& [kind, cell] : {std::pair<const char*, Cell>{"DecodeStep", DecodeCell},
+                                       std::pair<const char*, Cell>{"Attention", AttentionCell}}) {
+        const std::string name = std::string("BM_") + kind + "/batch:" + std::to_string(batch) +
+                                 "/context:" + std::to_string(context);
+        benchmark::RegisterBenchmark(name.c_str(),
+                                     [&model, cell, batch, context, warmup = flags.warmup](
+                                         benchmark::State& state) {
+                                       cell(state, *model, batch, context, warmup);
+                                     })
+            ->Iterations(flags.iterations)
+            ->Unit(benchmark::kMillisecond)
+            ->UseManualTime();
+      }
     }
   }
   benchmark::Initialize(&argc, argv);
