@@ -325,7 +325,7 @@ void StaticDecode::Prepare(Body& body) {
   // A capture that fails (torch or the driver refusing something in the body) leaves this runner
   // decoding eagerly, said once on stderr and counted, rather than failing the run.
   c10::cuda::getCurrentCUDAStream().synchronize();
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false);
   bool capturing = false;
   try {
     c10::cuda::CUDAStreamGuard guard(side);
