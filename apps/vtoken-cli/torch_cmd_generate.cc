@@ -47,6 +47,7 @@ struct GenerateArgs {
   std::string device = "cpu";
   std::string dtype = "float32";
   std::string granularity = "token";
+  bool cuda_graphs = false;
 };
 
 int Fail(const std::string& message) {
@@ -111,6 +112,9 @@ int RunGenerate(const GenerateArgs& a) {
   // Errors start with `device "..."` / `dtype "..."`: "--" makes them name the flag.
   StatusOr<model::LlamaOptions> options = model::LlamaOptionsFor(a.device, a.dtype);
   if (!options.ok()) return Fail("--" + options.status().message());
+  if (a.cuda_graphs && !options->device.is_cuda()) {
+    return Fail("--cuda-graphs needs --device cuda (got --device " + a.device + ")");
+  }
   StatusOr<Granularity> granularity = ParseGranularity(a.granularity);
   if (!granularity.ok()) return Fail("--granularity: " + granularity.status().message());
   StatusOr<model::ModelConfig> config = model::ParseConfigJson(a.model + "/config.json");
@@ -190,8 +194,10 @@ int RunGenerate(const GenerateArgs& a) {
   StatusOr<model::LlamaModel> loaded = model::LoadModel(a.model, a.seed, *options);
   if (!loaded.ok()) return Fail(loaded.status().message());
   StatusOr<std::unique_ptr<model::LlamaRunner>> runner = model::LlamaRunner::Create(
-      std::move(*loaded), {.num_slots = int64_t{o.pool.num_blocks} * o.pool.block_size,
-                           .granularity = *granularity});
+      std::move(*loaded),
+      {.num_slots = int64_t{o.pool.num_blocks} * o.pool.block_size,
+       .granularity = *granularity,
+       .decode = a.cuda_graphs ? model::DecodeMode::kCudaGraphs : model::DecodeMode::kEager});
   if (!runner.ok()) return Fail(runner.status().message());
   engine::Request request;
   request.id = 0;
@@ -218,6 +224,7 @@ int RunGenerate(const GenerateArgs& a) {
                         {"device", a.device},
                         {"dtype", a.dtype},
                         {"granularity", a.granularity},
+                        {"cuda_graphs", a.cuda_graphs},
                         {"kv_groups", result->kv_groups},
                         {"policy", evicting ? o.policy : ""},
                         {"prompt_ids", prompt},
@@ -296,6 +303,8 @@ CLI::App* SetupGenerate(CLI::App& app) {
                   "What one liveness bit covers: token (every layer and head), layer or head "
                   "(per-layer / per-head eviction and reclamation)")
       ->capture_default_str();
+  cmd->add_flag("--cuda-graphs", a->cuda_graphs,
+                "Decode steps replay CUDA graphs (engine.cuda_graphs; needs --device cuda)");
   cmd->callback([a] { SetExitCode(RunGenerate(*a)); });
   return cmd;
 }

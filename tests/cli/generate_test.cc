@@ -161,8 +161,16 @@ TEST_F(GenerateTest, CudaWithoutADeviceIsOneLineError) {
   }
 }
 
+TEST_F(GenerateTest, CudaGraphsOnTheCpuAreRefusedInOneLine) {
+  const CliResult r = Generate({"--cuda-graphs"});
+  EXPECT_EQ(r.exit_code, 1);
+  const std::vector<std::string> lines = Lines(r.err);
+  ASSERT_EQ(lines.size(), 1u) << r.err;
+  EXPECT_EQ(lines[0], "vtoken-cli: error: --cuda-graphs needs --device cuda (got --device cpu)");
+}
+
 // On a GPU (skipped without one): bf16 on CUDA, naive and vtoken give the same tokens, with the
-// relocations done by the CUDA copy engine when lib/cuda is built.
+// relocations done by the CUDA copy engine when lib/cuda is built; with --cuda-graphs too.
 TEST_F(GenerateTest, CudaBfloat16NaiveAndVtokenAgree) {
   if (!GpuPresent()) GTEST_SKIP() << "no GPU (nvidia-smi -L fails)";
   for (const char* granularity : {"token", "head"}) {
@@ -176,6 +184,11 @@ TEST_F(GenerateTest, CudaBfloat16NaiveAndVtokenAgree) {
     EXPECT_GT(vt["tokens_moved"].get<int64_t>(), 0);
     ASSERT_EQ(vt["output_ids"].size(), 12u);
     EXPECT_EQ(vt["output_ids"], Json(naive_args)["output_ids"]);
+    std::vector<std::string> graph_args = args;
+    graph_args.push_back("--cuda-graphs");
+    const nlohmann::json graphs = Json(graph_args);
+    EXPECT_EQ(graphs["cuda_graphs"], true);
+    EXPECT_EQ(graphs["output_ids"], vt["output_ids"]);
   }
 }
 
