@@ -247,8 +247,11 @@ CLI="$B/apps/vtoken-cli/vtoken-cli"
 if [[ "$MODE" == full ]]; then
   EVAL_BUILT=0
   if ((CONFIGURED == 1)); then
+    # -k 0: ninja goes on past a target that does not compile, so that it costs only the stages
+    # that use it: each stage below checks for its own binaries.
     stage build-eval cmake --build "$B" -j "$JOBS" --target vtoken-cli torch_gpu_bench \
-      llama_cuda_attention_test torch_device_test llama_static_decode_test && EVAL_BUILT=1
+      llama_cuda_attention_test torch_device_test llama_static_decode_test -- -k 0
+    EVAL_BUILT=1
   else
     not_run build-eval "configure with libtorch failed"
   fi
@@ -267,21 +270,30 @@ if [[ "$MODE" == full ]]; then
     }
     stage test-model-cuda --label "ctest -R 'CudaAttentionTest|TorchDeviceTest|StaticDecodeCudaTest' (a skip fails)" \
       bash -c "$(declare -f model_cuda_tests); $(declare -p B); model_cuda_tests"
-    stage bench-model --label "torch_gpu_bench > model-bench.json" \
-      "$B/bench/torch_gpu_bench" --benchmark_format=json --benchmark_out="$OUT/model-bench.json"
-    rm -f "$OUT/gpu.db"
-    if ! bash scripts/make-corpus.sh build/corpus >>"$LOG" 2>&1; then
-      log "scripts/make-corpus.sh failed: eval-quickstart has no corpus"
+    if [[ -x "$B/bench/torch_gpu_bench" ]]; then
+      stage bench-model --label "torch_gpu_bench > model-bench.json" \
+        "$B/bench/torch_gpu_bench" --benchmark_format=json --benchmark_out="$OUT/model-bench.json"
+    else
+      not_run bench-model "torch_gpu_bench did not build (see build-eval in the log)"
     fi
-    stage eval-quickstart "$CLI" run experiments/gpu/quickstart.toml --db "$OUT/gpu.db" &&
-      evaluated+=(quickstart)
-    stage eval-8b "$CLI" run experiments/gpu/synthetic_8b.toml --db "$OUT/gpu.db" &&
-      evaluated+=(synthetic_8b)
+    rm -f "$OUT/gpu.db"
+    if [[ -x "$CLI" ]]; then
+      if ! bash scripts/make-corpus.sh build/corpus >>"$LOG" 2>&1; then
+        log "scripts/make-corpus.sh failed: eval-quickstart has no corpus"
+      fi
+      stage eval-quickstart "$CLI" run experiments/gpu/quickstart.toml --db "$OUT/gpu.db" &&
+        evaluated+=(quickstart)
+      stage eval-8b "$CLI" run experiments/gpu/synthetic_8b.toml --db "$OUT/gpu.db" &&
+        evaluated+=(synthetic_8b)
+    else
+      not_run eval-quickstart "vtoken-cli did not build (see build-eval in the log)"
+      not_run eval-8b "vtoken-cli did not build (see build-eval in the log)"
+    fi
   else
-    not_run test-model-cuda "build-eval did not pass"
-    not_run bench-model "build-eval did not pass"
-    not_run eval-quickstart "build-eval did not pass"
-    not_run eval-8b "build-eval did not pass"
+    not_run test-model-cuda "configure with libtorch failed"
+    not_run bench-model "configure with libtorch failed"
+    not_run eval-quickstart "configure with libtorch failed"
+    not_run eval-8b "configure with libtorch failed"
   fi
   if ((${#evaluated[@]} > 0)); then
     compare_all() {
