@@ -55,6 +55,7 @@
 
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
 #include "lib/cuda/paged_batch_attention.h"
+#include "lib/model/paged_cuda_attention.h"
 #endif
 #ifdef VTOKEN_TORCH_CUDA
 #include <c10/cuda/CUDAStream.h>
@@ -197,8 +198,9 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
 }
 
 // SDPA with GQA needs torch >= 2.5; older ones get the math reference.
-constexpr bool kTorchHasGqaSdpa =
-    TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5);
+#define VTOKEN_TORCH_HAS_GQA_SDPA \
+  (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
+constexpr bool kTorchHasGqaSdpa = VTOKEN_TORCH_HAS_GQA_SDPA;
 
 void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
                    int64_t context, int64_t warmup) {
@@ -229,7 +231,7 @@ void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t bat
     v_wide = v_dense.repeat_interleave(heads / kv_heads, 1);
   }
   auto reference = [&] {
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+#if VTOKEN_TORCH_HAS_GQA_SDPA
     return at::scaled_dot_product_attention(q4, k_dense, v_dense, {}, 0.0, false, scale,
                                             /*enable_gqa=*/true);
 #else
@@ -265,10 +267,9 @@ void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t bat
     };
   } else {
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
-    cuda::PagedBatchArgs a;
-    a.dtype = o.compute_dtype == torch::kBFloat16 ? cuda::AttnDtype::kBFloat16
-              : o.compute_dtype == torch::kHalf   ? cuda::AttnDtype::kFloat16
-                                                  : cuda::AttnDtype::kFloat32;
+    // The model's own kernel arguments for a token-granularity store of `keys` slots.
+    cuda::PagedBatchArgs a = internal::CudaPagedAttention::BaseArgs(
+        model.KvOptions(keys), heads, /*groups_per_seq=*/1, /*sliding_window=*/0);
     a.q = q.data_ptr();
     a.k_cache = k_cache.data_ptr();
     a.v_cache = v_cache.data_ptr();
@@ -278,18 +279,10 @@ void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t bat
     a.slots = slots.data_ptr<int64_t>();
     a.key_positions = positions.data_ptr<int64_t>();
     a.num_seqs = static_cast<int32_t>(batch);
-    a.num_heads = static_cast<int32_t>(heads);
-    a.num_kv_heads = static_cast<int32_t>(kv_heads);
-    a.head_dim = static_cast<int32_t>(dim);
     a.num_rows = batch;
     a.num_keys = keys;
-    a.num_slots = keys;
-    a.slot_stride = kv_heads * dim;
-    a.kv_head_stride = dim;
-    a.norm_heads = kv_heads;
     a.max_query_rows = 1;
     a.max_keys = context;
-    a.scale = static_cast<float>(scale);
     workspace = torch::empty(
         {static_cast<int64_t>(std::max<size_t>(cuda::PagedBatchWorkspaceBytes(a), 1))},
         torch::TensorOptions().dtype(torch::kUInt8).device(o.device));

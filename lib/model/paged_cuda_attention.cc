@@ -41,10 +41,9 @@ cuda::Stream CurrentStream() {
 
 }  // namespace
 
-cuda::PagedBatchArgs CudaPagedAttention::BaseArgs(const KvTensors& kv, int64_t num_heads,
+cuda::PagedBatchArgs CudaPagedAttention::BaseArgs(const KvTensorsOptions& o, int64_t num_heads,
                                                   int64_t groups_per_seq,
                                                   int64_t sliding_window) {
-  const KvTensorsOptions& o = kv.options();
   cuda::PagedBatchArgs a;
   KernelDtype(o.dtype, &a.dtype);
   a.num_heads = static_cast<int32_t>(num_heads);
@@ -119,7 +118,7 @@ CudaPagedAttention::CudaPagedAttention(const BatchView& b, int64_t num_seqs,
   const int64_t* dev = csr_.data_ptr<int64_t>();
   head_group_ = dev + group_at;
 
-  args_ = BaseArgs(kv, num_heads, b.num_groups, sliding_window);
+  args_ = BaseArgs(o, num_heads, b.num_groups, sliding_window);
   cuda::PagedBatchArgs& a = args_;
   a.q_offsets = dev + q_at;
   a.key_offsets = dev + key_at;

@@ -38,9 +38,9 @@ class CudaPagedAttention {
                      const std::vector<int64_t>& head_group, int64_t num_heads,
                      int64_t sliding_window, const KvTensors& kv);
 
-  // The kernel arguments every batch over `kv` shares, whatever its CSR: dtype, heads, strides,
-  // groups, window, scale.
-  static cuda::PagedBatchArgs BaseArgs(const KvTensors& kv, int64_t num_heads,
+  // The kernel arguments every batch over a store of options `kv` shares, whatever its CSR:
+  // dtype, heads, strides, groups, window, scale.
+  static cuda::PagedBatchArgs BaseArgs(const KvTensorsOptions& kv, int64_t num_heads,
                                        int64_t groups_per_seq, int64_t sliding_window);
 
   // A batch whose CSR arrays already lie in device memory that outlives this object

@@ -160,7 +160,7 @@ cuda::PagedBatchArgs StaticDecode::KernelArgs(const Layout& t) const {
   const ModelConfig& c = model_.config();
   const int64_t* index = index_.data_ptr<int64_t>();
   float* out = out_.data_ptr<float>();
-  cuda::PagedBatchArgs a = CudaPagedAttention::BaseArgs(kv_, c.num_attention_heads,
+  cuda::PagedBatchArgs a = CudaPagedAttention::BaseArgs(kv_.options(), c.num_attention_heads,
                                                         kv_.num_kv_groups(), c.sliding_window);
   a.q_offsets = index + t.q_offsets;
   a.key_offsets = index + t.key_offsets;
