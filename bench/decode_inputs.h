@@ -49,12 +49,15 @@ inline std::vector<PagedSeqInput> DecodeInputs(int64_t batch, int64_t context, i
   return inputs;
 }
 
-// A KV store of `model`'s shape filled with normal noise, so softmax and norms see real values;
-// on an error, skips `state` with it and returns nullopt.
+// A KV store of `model`'s shape (with `scratch_slots` past num_slots) filled with normal noise,
+// so softmax and norms see real values; on an error, skips `state` with it and returns nullopt.
 inline std::optional<KvTensors> FilledKv(const LlamaModel& model, int64_t num_slots,
                                          benchmark::State& state,
-                                         Granularity granularity = Granularity::kToken) {
-  StatusOr<KvTensors> kv = KvTensors::Create(model.KvOptions(num_slots, granularity));
+                                         Granularity granularity = Granularity::kToken,
+                                         int64_t scratch_slots = 0) {
+  KvTensorsOptions options = model.KvOptions(num_slots, granularity);
+  options.scratch_slots = scratch_slots;
+  StatusOr<KvTensors> kv = KvTensors::Create(options);
   if (!kv.ok()) {
     state.SkipWithError(kv.status().ToString().c_str());
     return std::nullopt;

@@ -130,9 +130,9 @@ double Seconds() {
 
 void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch, int64_t context,
                 int64_t warmup) {
-  // One slot past the inputs': the static step's scratch slot.
   const int64_t slots = batch * (context + 1);
-  std::optional<KvTensors> kv = FilledKv(model, slots + 1, state);
+  std::optional<KvTensors> kv =
+      FilledKv(model, slots, state, Granularity::kToken, /*scratch_slots=*/1);  // Static step's.
   if (!kv) return;
 #ifdef VTOKEN_TORCH_CUDA
   const bool capture = model.options().device.is_cuda();
@@ -140,7 +140,7 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   const bool capture = false;
 #endif
   StatusOr<std::unique_ptr<internal::StaticDecode>> graphs =
-      internal::StaticDecode::Create(model, *kv, {.capture = capture, .scratch_slot = slots});
+      internal::StaticDecode::Create(model, *kv, {.capture = capture});
   if (!graphs.ok()) return state.SkipWithError(graphs.status().ToString().c_str());
   const int64_t vocab = model.config().vocab_size;
   const auto scattered = DecodeInputs(batch, context, vocab, /*scattered=*/true, 3);

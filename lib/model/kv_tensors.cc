@@ -16,14 +16,19 @@ StatusOr<KvTensors> KvTensors::Create(const KvTensorsOptions& options) {
         "KvTensors: num_layers, num_slots, num_kv_heads and head_dim "
         "must be positive");
   }
+  if (options.scratch_slots < 0) {
+    return InvalidArgumentError("KvTensors: scratch_slots must be >= 0, got " +
+                                std::to_string(options.scratch_slots));
+  }
   KvTensors kv;
   kv.options_ = options;
   auto tensor_options = torch::TensorOptions().dtype(options.dtype).device(options.device);
   const bool per_layer = options.granularity == Granularity::kToken;
   const int64_t heads = options.granularity == Granularity::kHead ? 1 : options.num_kv_heads;
+  const int64_t slots = kv.allocated_slots();
   for (int64_t i = 0; i < (per_layer ? options.num_layers : 1); ++i) {
-    kv.k_.push_back(torch::zeros({options.num_slots, heads, options.head_dim}, tensor_options));
-    kv.v_.push_back(torch::zeros({options.num_slots, heads, options.head_dim}, tensor_options));
+    kv.k_.push_back(torch::zeros({slots, heads, options.head_dim}, tensor_options));
+    kv.v_.push_back(torch::zeros({slots, heads, options.head_dim}, tensor_options));
   }
   return kv;
 }

@@ -31,6 +31,10 @@ struct KvTensorsOptions {
   torch::Dtype dtype = torch::kFloat32;  // Storage dtype; the forward pass casts into it.
   torch::Device device = torch::kCPU;
   Granularity granularity = Granularity::kToken;  // What a slot holds (see above).
+  // Slots allocated past num_slots that no slot list of the caller may name: the static decode
+  // step's padding rows write and read them (static_decode.h). num_slots(), CheckSlots and
+  // CopySlots cover only [0, num_slots).
+  int64_t scratch_slots = 0;
 };
 
 // The bytes of one token's K and V over every layer and KV head (any granularity):
@@ -39,11 +43,15 @@ int64_t KvBytesPerToken(const KvTensorsOptions& options);
 
 class KvTensors {
  public:
-  // Allocates zero-filled tensors. Returns InvalidArgument when a size is not positive.
+  // Allocates zero-filled tensors of num_slots + scratch_slots slots. Returns InvalidArgument
+  // when a size is not positive or scratch_slots is negative.
   static StatusOr<KvTensors> Create(const KvTensorsOptions& options);
 
   const KvTensorsOptions& options() const { return options_; }
+  // The caller's slots; the scratch slots follow them.
   int64_t num_slots() const { return options_.num_slots; }
+  // Slots the tensors hold: num_slots() + scratch_slots.
+  int64_t allocated_slots() const { return options_.num_slots + options_.scratch_slots; }
   Granularity granularity() const { return options_.granularity; }
   // KV groups of a token: 1, num_layers or num_layers * num_kv_heads.
   int32_t num_kv_groups() const;
@@ -53,8 +61,8 @@ class KvTensors {
   // 2 * rows_per_slot() * head_dim * element size: the bytes one slot copy moves.
   int64_t bytes_per_slot() const;
 
-  // The tensor layer `layer` reads and writes: [num_slots, num_kv_heads, head_dim], or
-  // [num_slots, 1, head_dim] at head granularity. REQUIRES: 0 <= layer < num_layers.
+  // The tensor layer `layer` reads and writes: [allocated_slots, num_kv_heads, head_dim], or
+  // [allocated_slots, 1, head_dim] at head granularity. REQUIRES: 0 <= layer < num_layers.
   torch::Tensor& k(int64_t layer) { return k_[k_.size() == 1 ? 0 : layer]; }
   torch::Tensor& v(int64_t layer) { return v_[v_.size() == 1 ? 0 : layer]; }
   // The distinct tensors (num_layers at token granularity, else 1), in layer order.

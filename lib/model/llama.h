@@ -158,9 +158,14 @@ class LlamaModel {
     int64_t num_groups = 1;
     std::vector<int64_t> q_offsets, key_offsets, key_slots, key_positions, num_signal;
     std::vector<uint8_t> want_signals;  // Per sequence: the signal bits to compute (0: none).
-    std::vector<float> attn_sum, norm_sum;
-    // With the CUDA kernel and signals: its sums [2, num keys] (attn, norm) fp32 on the device,
-    // which ForwardPaged brings back with the logits in one copy and adds to attn_sum / norm_sum.
+    // The signals summed over the layers, fp32 [2, num keys] indexed like key_slots: attention
+    // mass, then key norms.
+    std::vector<float> sums;
+    float* attn_sum() { return sums.data(); }
+    float* norm_sum() { return sums.data() + key_slots.size(); }
+    // The torch path off the CPU: the sums on the device ([2, num keys] fp32; undefined when no
+    // sequence wants signals), which ForwardPaged brings back into `sums` with the logits in one
+    // copy.
     torch::Tensor device_sums;
     // Per batch row (new token): token id and position; writes [G * N]: group g's write slot of
     // row t at g * N + t.
@@ -171,9 +176,14 @@ class LlamaModel {
   // (G + 1 of them, filled in for a plain list at G == 1).
   StatusOr<std::vector<int64_t>> CheckPagedInput(const PagedSeqInput& in, size_t s,
                                                  const KvTensors& kv) const;
-  // The checked CSR of a step's inputs, signal sums zeroed.
+  // The checked CSR of a step's inputs, signal sums zeroed; without `with_keys`, key_slots,
+  // key_positions and sums stay empty (the caller writes the keys with WritePagedKeys).
   StatusOr<PagedBatch> BuildPagedBatch(const std::vector<PagedSeqInput>& inputs,
-                                       const KvTensors& kv) const;
+                                       const KvTensors& kv, bool with_keys = true) const;
+  // The keys of `inputs`, laid out by b.key_offsets, into slots / positions [num keys]
+  // (BuildPagedBatch's key_slots / key_positions). REQUIRES: b = BuildPagedBatch(inputs, ...).
+  void WritePagedKeys(const std::vector<PagedSeqInput>& inputs, const PagedBatch& b,
+                      int64_t* slots, int64_t* positions) const;
   // Sequence s's output signals from the sums over the layers (indexed like b.key_slots).
   void SeqSignals(const PagedBatch& b, int64_t s, const float* attn_sum, const float* norm_sum,
                   PagedSeqOutput& out) const;
@@ -187,15 +197,16 @@ class LlamaModel {
                              const std::vector<torch::Tensor>& write_index, KvTensors& kv) const;
 
   LlamaModel() = default;
-  // The layers of a paged step: the fused CPU fp32 path and the torch reference path. `writes`
-  // [G * N]: group g's write slot of batch row t at g * N + t.
+  // The layers of a paged step on the fused CPU fp32 path. `writes` [G * N]: group g's write
+  // slot of batch row t at g * N + t.
   torch::Tensor PagedLayersCpu(torch::Tensor x, const std::vector<int64_t>& positions,
                                const std::vector<int64_t>& writes, PagedBatch& batch,
                                KvTensors& kv) const;
-  // positions [N] and writes [G * N] are int64 tensors on the model's device.
-  torch::Tensor PagedLayersTorch(torch::Tensor x, const torch::Tensor& positions,
-                                 const torch::Tensor& writes, PagedBatch& batch,
-                                 KvTensors& kv) const;
+  // A paged step on the torch reference path (any device and dtype), its index arrays sent to the
+  // device in one copy (step_upload.h); returns the hidden states of the batch rows `last_rows`
+  // (one per sequence) [num_seqs, hidden].
+  torch::Tensor PagedStepTorch(PagedBatch& batch, const std::vector<int64_t>& last_rows,
+                               KvTensors& kv) const;
   // Fills inv_freq_ and checks shapes; shared by the factories.
   Status Finish();
   torch::Tensor Embed(const torch::Tensor& tokens) const;

@@ -2,6 +2,7 @@
 // the fused CPU path (fp32 on the CPU) or the torch reference path (any device and dtype).
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <optional>
 
 #include "lib/model/cpu_ops.h"
@@ -10,17 +11,18 @@
 #include "lib/model/llama_ops.h"
 #include "lib/model/paged_cuda_attention.h"
 #include "lib/model/paged_torch_attention.h"
+#include "lib/model/step_upload.h"
 
 namespace vtoken::model {
 
 using internal::ApplyRope;
 using internal::AttendSeqLayer;
 using internal::BatchView;
-using internal::FlushSignals;
 using internal::GatherAndMask;
 using internal::GatherMask;
 using internal::Linear;
 using internal::SignalAccumulators;
+using internal::StepUpload;
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
 using internal::CudaPagedAttention;
 #endif
@@ -32,35 +34,8 @@ namespace {
 // (BM_PrefillFusedVsReference in bench/torch_model_bench.cc).
 constexpr int64_t kBlasAttentionMinQueries = 16;
 
-// The torch path's per-step index inputs, in one int64 array on the model's device:
-// [tokens (N) | last row of each sequence (S) | positions (N) | write slots (G * N)]. On CUDA it
-// goes up as one non-blocking copy from pinned memory (torch's caching host allocator keeps the
-// pinned block until the copy is done); on the CPU it is used in place.
-struct StepIndexes {
-  torch::Tensor tokens, last_rows, positions, writes;
-};
-
-StepIndexes UploadStepIndexes(const std::vector<int64_t>& tokens,
-                              const std::vector<int64_t>& last_rows,
-                              const std::vector<int64_t>& positions,
-                              const std::vector<int64_t>& writes, const torch::Device& device) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t s = static_cast<int64_t>(last_rows.size());
-  const int64_t total = 2 * n + s + static_cast<int64_t>(writes.size());
-  auto host_options = torch::TensorOptions().dtype(torch::kInt64);
-  if (device.is_cuda()) host_options = host_options.pinned_memory(true);
-  torch::Tensor host = torch::empty({total}, host_options);
-  int64_t* p = host.data_ptr<int64_t>();
-  p = std::copy(tokens.begin(), tokens.end(), p);
-  p = std::copy(last_rows.begin(), last_rows.end(), p);
-  p = std::copy(positions.begin(), positions.end(), p);
-  std::copy(writes.begin(), writes.end(), p);
-  const torch::Tensor all = device.is_cpu() ? host : host.to(device, /*non_blocking=*/true);
-  return {all.narrow(0, 0, n), all.narrow(0, n, s), all.narrow(0, n + s, n),
-          all.narrow(0, 2 * n + s, total - 2 * n - s)};
-}
-
 }  // namespace
+
 StatusOr<std::vector<int64_t>> LlamaModel::CheckPagedInput(const PagedSeqInput& in, size_t s,
                                                            const KvTensors& kv) const {
   const auto& c = config_;
@@ -102,7 +77,7 @@ StatusOr<std::vector<int64_t>> LlamaModel::CheckPagedInput(const PagedSeqInput& 
 }
 
 StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(
-    const std::vector<PagedSeqInput>& inputs, const KvTensors& kv) const {
+    const std::vector<PagedSeqInput>& inputs, const KvTensors& kv, bool with_keys) const {
   const auto& c = config_;
   const KvTensorsOptions& kvo = kv.options();
   if (kvo.num_layers != c.num_hidden_layers || kvo.num_kv_heads != c.num_key_value_heads ||
@@ -121,23 +96,10 @@ StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(
     const PagedSeqInput& in = inputs[s];
     VTOKEN_ASSIGN_OR_RETURN(const std::vector<int64_t> offsets, CheckPagedInput(in, s, kv));
     const int64_t n = static_cast<int64_t>(in.tokens.size());
-    const bool has_positions = in.context_positions.size() == in.context_slots.size();
     b.tokens.insert(b.tokens.end(), in.tokens.begin(), in.tokens.end());
     b.positions.insert(b.positions.end(), in.positions.begin(), in.positions.end());
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t c0 = offsets[g], c1 = offsets[g + 1];
-      b.key_slots.insert(b.key_slots.end(), in.context_slots.begin() + c0,
-                         in.context_slots.begin() + c1);
-      b.key_slots.insert(b.key_slots.end(), in.write_slots.begin() + g * n,
-                         in.write_slots.begin() + (g + 1) * n);
-      if (has_positions) {
-        b.key_positions.insert(b.key_positions.end(), in.context_positions.begin() + c0,
-                               in.context_positions.begin() + c1);
-      } else {  // No window: positions only order the keys.
-        for (int64_t i = 0; i < c1 - c0; ++i) b.key_positions.push_back(i);
-      }
-      b.key_positions.insert(b.key_positions.end(), in.positions.begin(), in.positions.end());
-      b.key_offsets.push_back(static_cast<int64_t>(b.key_slots.size()));
+      b.key_offsets.push_back(b.key_offsets.back() + offsets[g + 1] - offsets[g] + n);
     }
     b.q_offsets.push_back(static_cast<int64_t>(b.tokens.size()));
     b.num_signal.push_back(std::clamp<int64_t>(in.obs_window, 1, n));
@@ -153,9 +115,38 @@ StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(
                 b.writes.begin() + g * total_rows + q0);
     }
   }
-  b.attn_sum.assign(b.key_slots.size(), 0.0f);
-  b.norm_sum.assign(b.key_slots.size(), 0.0f);
+  if (with_keys) {
+    const auto num_keys = static_cast<size_t>(b.key_offsets.back());
+    b.key_slots.resize(num_keys);
+    b.key_positions.resize(num_keys);
+    WritePagedKeys(inputs, b, b.key_slots.data(), b.key_positions.data());
+    b.sums.assign(2 * num_keys, 0.0f);
+  }
   return b;
+}
+
+void LlamaModel::WritePagedKeys(const std::vector<PagedSeqInput>& inputs, const PagedBatch& b,
+                                int64_t* slots, int64_t* positions) const {
+  const int64_t groups = b.num_groups;
+  for (size_t s = 0; s < inputs.size(); ++s) {
+    const PagedSeqInput& in = inputs[s];
+    const int64_t n = static_cast<int64_t>(in.tokens.size());
+    const bool has_positions = in.context_positions.size() == in.context_slots.size();
+    const int64_t seq_keys = b.key_offsets[s * groups];
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t u = static_cast<int64_t>(s) * groups + g;
+      const int64_t k0 = b.key_offsets[u], ctx = b.key_offsets[u + 1] - k0 - n;
+      const int64_t c0 = k0 - seq_keys - g * n;  // Where the group's context starts in the input.
+      std::copy_n(in.context_slots.begin() + c0, ctx, slots + k0);
+      std::copy_n(in.write_slots.begin() + g * n, n, slots + k0 + ctx);
+      if (has_positions) {
+        std::copy_n(in.context_positions.begin() + c0, ctx, positions + k0);
+      } else {  // No window: positions only order the keys.
+        std::iota(positions + k0, positions + k0 + ctx, int64_t{0});
+      }
+      std::copy_n(in.positions.begin(), n, positions + k0 + ctx);
+    }
+  }
 }
 
 void LlamaModel::SeqSignals(const PagedBatch& b, int64_t s, const float* attn_sum,
@@ -203,11 +194,7 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
     x = PagedLayersCpu(x, batch.positions, batch.writes, batch, kv);
     last = x.index_select(0, torch::tensor(last_rows, idx));
   } else {
-    const StepIndexes step = UploadStepIndexes(batch.tokens, last_rows, batch.positions,
-                                               batch.writes, options_.device);
-    auto x = Embed(step.tokens);  // [N, hidden]
-    x = PagedLayersTorch(x, step.positions, step.writes, batch, kv);
-    last = x.index_select(0, step.last_rows);
+    last = PagedStepTorch(batch, last_rows, kv);
   }
   torch::Tensor logits;
   if (fused && static_cast<int64_t>(last_rows.size()) <= kCpuLinearMaxRows) {
@@ -222,17 +209,13 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
     at::parallel_for(0, c.vocab_size, 64,
                      [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); });
   } else {
-    // One copy back: the logits and, with the CUDA kernel's signals, its sums.
+    // One copy back: the logits and the device's signal sums.
     logits = LmHead(last).to(torch::kFloat32);
     const int64_t logit_count = logits.numel();
     if (batch.device_sums.defined()) {
       logits = torch::cat({logits.flatten(), batch.device_sums.flatten()}).cpu();
       const float* sums = logits.data_ptr<float>() + logit_count;
-      const size_t keys = batch.attn_sum.size();
-      for (size_t j = 0; j < keys; ++j) {
-        batch.attn_sum[j] += sums[j];
-        batch.norm_sum[j] += sums[keys + j];
-      }
+      std::copy(sums, sums + batch.sums.size(), batch.sums.begin());
       logits = logits.narrow(0, 0, logit_count).view({last.size(0), c.vocab_size});
     } else {
       logits = logits.cpu();
@@ -241,8 +224,7 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
   for (size_t s = 0; s < inputs.size(); ++s) {
     outputs[s].last_logits = logits[s];
     if (inputs[s].want_signals) {
-      SeqSignals(batch, static_cast<int64_t>(s), batch.attn_sum.data(), batch.norm_sum.data(),
-                 outputs[s]);
+      SeqSignals(batch, static_cast<int64_t>(s), batch.attn_sum(), batch.norm_sum(), outputs[s]);
     }
   }
   return outputs;
@@ -293,21 +275,32 @@ torch::Tensor LlamaModel::LayerQueries(int64_t li, const torch::Tensor& x,
 // attention as bmm / softmax / bmm, with the causal and sliding-window mask. On CUDA KV tensors
 // (when lib/cuda is built) the attention of the sequences with fewer than
 // kBlasAttentionMinQueries new tokens is instead one CudaPagedAttention call per layer; longer
-// prefill chunks stay on the torch ops (batched GEMMs).
-torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const torch::Tensor& positions,
-                                           const torch::Tensor& writes, PagedBatch& b,
-                                           KvTensors& kv) const {
+// prefill chunks stay on the torch ops (batched GEMMs). Every index array the step needs goes to
+// the device in one upload, and every signal accumulates in one sums tensor there.
+torch::Tensor LlamaModel::PagedStepTorch(PagedBatch& b, const std::vector<int64_t>& last_rows,
+                                         KvTensors& kv) const {
   const auto& c = config_;
-  const KvTensorsOptions& kvo = kv.options();
   const int64_t heads = c.num_attention_heads;
   const int64_t hd = c.head_dim;
-  const int64_t total = x.size(0);
+  const int64_t total = static_cast<int64_t>(b.tokens.size());
   const int64_t num_seqs = static_cast<int64_t>(b.q_offsets.size()) - 1;
+  const int64_t num_keys = static_cast<int64_t>(b.key_slots.size());
   const int64_t groups = b.num_groups;
-  const Granularity gran = kvo.granularity;
-  std::vector<torch::Tensor> write_index;  // Per group: [N] slots of the batch rows.
-  for (int64_t g = 0; g < groups; ++g) write_index.push_back(writes.narrow(0, g * total, total));
-  auto [cos, sin] = RopeCosSin(positions);
+  const torch::Device device = options_.device;
+  StepUpload upload;
+  const int64_t tokens_at = upload.Add(b.tokens);
+  const int64_t last_at = upload.Add(last_rows);
+  const int64_t positions_at = upload.Add(b.positions);
+  const int64_t writes_at = upload.Add(b.writes);
+  const int64_t slots_at = upload.Add(b.key_slots);
+  const int64_t key_positions_at = upload.Add(b.key_positions);
+  // The signal sums: b.sums itself on the CPU, one zeroed tensor on another device.
+  torch::Tensor sums;
+  if (std::any_of(b.want_signals.begin(), b.want_signals.end(), [](uint8_t w) { return w != 0; })) {
+    auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+    sums = device.is_cpu() ? torch::from_blob(b.sums.data(), {2, num_keys}, f32)
+                           : torch::zeros({2, num_keys}, f32.device(device));
+  }
   const BatchView view{groups, b.q_offsets.data(), b.key_offsets.data(), b.key_slots.data(),
                        b.key_positions.data()};
   // on_kernel[s]: sequence s is attended by the CUDA kernel, not by the torch ops.
@@ -318,25 +311,37 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const torch::Tensor&
   for (int64_t s = 0; s < num_seqs; ++s) {
     kernel_skip[s] = b.q_offsets[s + 1] - b.q_offsets[s] >= kBlasAttentionMinQueries;
   }
+  const std::vector<int64_t> head_group = HeadGroups(kv.granularity());  // Read by Send.
   if (CudaPagedAttention::Usable(kv, options_.compute_dtype, heads) &&
       std::count(kernel_skip.begin(), kernel_skip.end(), 0) > 0) {
-    const std::vector<int64_t> head_group = HeadGroups(gran);
     for (int64_t s = 0; s < num_seqs; ++s) on_kernel[s] = kernel_skip[s] == 0;
     cuda_attention.emplace(view, num_seqs, b.num_signal.data(), b.want_signals.data(), kernel_skip,
-                           head_group, heads, c.sliding_window, kv);
+                           head_group, heads, c.sliding_window, kv, slots_at, key_positions_at,
+                           sums, upload);
   }
 #endif
+  const torch::Tensor uploaded = upload.Send(device);
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+  if (cuda_attention) cuda_attention->Bind(uploaded);
+#endif
+  const torch::Tensor key_slots = uploaded.narrow(0, slots_at, num_keys);
+  const torch::Tensor key_positions = uploaded.narrow(0, key_positions_at, num_keys);
+  std::vector<torch::Tensor> write_index;  // Per group: [N] slots of the batch rows.
+  for (int64_t g = 0; g < groups; ++g) {
+    write_index.push_back(uploaded.narrow(0, writes_at + g * total, total));
+  }
   std::vector<GatherMask> gather_mask(static_cast<size_t>(num_seqs * groups));
   std::vector<int64_t> torch_seqs;
   for (int64_t s = 0; s < num_seqs; ++s) {
     if (on_kernel[s] != 0) continue;
     for (int64_t u = s * groups; u < (s + 1) * groups; ++u) {
-      gather_mask[u] = GatherAndMask(view, u, c.sliding_window, options_.device);
+      gather_mask[u] = GatherAndMask(view, u, c.sliding_window, key_slots, key_positions);
     }
     torch_seqs.push_back(s);
   }
-  auto signals =
-      SignalAccumulators(torch_seqs, view, b.want_signals.data(), options_.device, num_seqs);
+  auto signals = SignalAccumulators(torch_seqs, view, b.want_signals.data(), sums, num_seqs);
+  auto x = Embed(uploaded.narrow(0, tokens_at, total));  // [N, hidden]
+  auto [cos, sin] = RopeCosSin(uploaded.narrow(0, positions_at, total));
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
     torch::Tensor q = LayerQueries(li, x, cos, sin, write_index, kv);
@@ -368,11 +373,8 @@ torch::Tensor LlamaModel::PagedLayersTorch(torch::Tensor x, const torch::Tensor&
     x = x + Linear(attn, l.o, l.o_bias);
     x = x + Mlp(l, x);
   }
-  FlushSignals(signals, b.key_offsets.data(), b.attn_sum.data(), b.norm_sum.data());
-#ifdef VTOKEN_MODEL_CUDA_KERNELS
-  if (cuda_attention) b.device_sums = cuda_attention->device_sums();
-#endif
-  return x;
+  if (!device.is_cpu()) b.device_sums = sums;
+  return x.index_select(0, uploaded.narrow(0, last_at, num_seqs));
 }
 
 // The fused CPU fp32 path: RMSNorm, RoPE, the K/V writes and SwiGLU as loops on raw memory, the
@@ -466,8 +468,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
       .key_positions = b.key_positions.data(),
       .num_signal = b.num_signal.data(),
       .want_signals = b.want_signals.data(),
-      .attn_sum = b.attn_sum.data(),
-      .norm_sum = b.norm_sum.data(),
+      .attn_sum = b.attn_sum(),
+      .norm_sum = b.norm_sum(),
       .norm_heads = slot_per_head ? 1 : kv_heads};
   // Long prefill chunks go to BLAS (AttendTorch); the kernel skips them.
   std::vector<uint8_t> skip(static_cast<size_t>(num_seqs), 0);
@@ -475,17 +477,22 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   std::vector<GatherMask> blas_gather_mask(static_cast<size_t>(num_seqs * groups));
   const BatchView view{groups, b.q_offsets.data(), b.key_offsets.data(), b.key_slots.data(),
                        b.key_positions.data()};
+  // The batch's arrays as tensors in place: the BLAS path reads and sums into them.
+  const int64_t num_keys = static_cast<int64_t>(b.key_slots.size());
+  const torch::Tensor key_slots = torch::from_blob(b.key_slots.data(), {num_keys}, torch::kInt64);
+  const torch::Tensor key_positions =
+      torch::from_blob(b.key_positions.data(), {num_keys}, torch::kInt64);
+  const torch::Tensor sums = torch::from_blob(b.sums.data(), {2, num_keys}, torch::kFloat32);
   for (int64_t s = 0; s < num_seqs; ++s) {
     if (b.q_offsets[s + 1] - b.q_offsets[s] < kBlasAttentionMinQueries) continue;
     skip[s] = 1;
     blas_seqs.push_back(s);
     for (int64_t u = s * groups; u < (s + 1) * groups; ++u) {
-      blas_gather_mask[u] = GatherAndMask(view, u, c.sliding_window, options_.device);
+      blas_gather_mask[u] = GatherAndMask(view, u, c.sliding_window, key_slots, key_positions);
     }
   }
   attn_batch.skip = skip.data();
-  auto blas_signals =
-      SignalAccumulators(blas_seqs, view, b.want_signals.data(), options_.device, num_seqs);
+  auto blas_signals = SignalAccumulators(blas_seqs, view, b.want_signals.data(), sums, num_seqs);
   auto attn = torch::empty({total, heads * hd}, torch::kFloat32);
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
@@ -537,7 +544,6 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     CpuSiluMul(gate.data_ptr<float>(), up.data_ptr<float>(), total * inter);
     linear(gate, l.down, torch::Tensor(), x, /*accumulate=*/true);
   }
-  FlushSignals(blas_signals, b.key_offsets.data(), b.attn_sum.data(), b.norm_sum.data());
   return x;
 }
 

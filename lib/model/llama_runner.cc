@@ -108,18 +108,15 @@ StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::Create(LlamaModel model,
     return InvalidArgumentError("num_slots must be >= 1, got " + std::to_string(options.num_slots));
   }
   const bool static_decode = options.decode != DecodeMode::kEager;
-  VTOKEN_ASSIGN_OR_RETURN(KvTensors kv,
-                          KvTensors::Create(model.KvOptions(
-                              options.num_slots + (static_decode ? 1 : 0), options.granularity)));
-  std::unique_ptr<LlamaRunner> runner(
-      new LlamaRunner(std::move(model), std::move(kv), options.num_slots));
+  KvTensorsOptions kv_options = model.KvOptions(options.num_slots, options.granularity);
+  kv_options.scratch_slots = static_decode ? 1 : 0;  // The static step's padding rows.
+  VTOKEN_ASSIGN_OR_RETURN(KvTensors kv, KvTensors::Create(kv_options));
+  std::unique_ptr<LlamaRunner> runner(new LlamaRunner(std::move(model), std::move(kv)));
   if (static_decode) {
     VTOKEN_ASSIGN_OR_RETURN(
         runner->static_decode_,
-        internal::StaticDecode::Create(
-            runner->model_, runner->kv_,
-            {.capture = options.decode == DecodeMode::kCudaGraphs,
-             .scratch_slot = options.num_slots}));
+        internal::StaticDecode::Create(runner->model_, runner->kv_,
+                                       {.capture = options.decode == DecodeMode::kCudaGraphs}));
   }
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
   if (OnCurrentCudaDevice(runner->kv_)) {
@@ -169,18 +166,6 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
                                   .want_signals = in.want_signals,
                                   .context_offsets = in.context_offsets,
                                   .signals = in.signals});
-  }
-  // kv_ may hold a scratch slot past the pool's.
-  for (size_t i = 0; kv_.num_slots() > num_slots_ && i < paged.size(); ++i) {
-    const PagedSeqInput& in = paged[i];
-    for (const std::vector<int64_t>* slots : {&in.write_slots, &in.context_slots}) {
-      for (int64_t slot : *slots) {
-        if (slot >= num_slots_) {
-          return InvalidArgumentError("Forward: slot " + std::to_string(slot) + " outside the " +
-                                      std::to_string(num_slots_) + " KV slots");
-        }
-      }
-    }
   }
   VTOKEN_ASSIGN_OR_RETURN(std::vector<PagedSeqOutput> outs,
                           static_decode_ != nullptr && static_decode_->Eligible(paged)

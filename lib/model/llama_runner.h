@@ -52,7 +52,8 @@ struct LlamaRunnerOptions {
   bool async_copies = false;
   // What a slot holds (lib/core/types.h); Forward then takes per-group slot lists (runner.h).
   Granularity granularity = Granularity::kToken;
-  // kStatic / kCudaGraphs keep one KV slot past num_slots as the padding rows' scratch slot.
+  // kStatic / kCudaGraphs allocate one KV slot past num_slots (KvTensorsOptions::scratch_slots)
+  // for the padding rows; num_slots() and Forward's slot checks stay the pool's.
   DecodeMode decode = DecodeMode::kEager;
 };
 
@@ -72,7 +73,7 @@ class LlamaRunner final : public ModelRunner {
     return model_.config().eos_token_ids;
   }
   int64_t kv_bytes_per_token() const override;
-  int64_t num_slots() const override { return num_slots_; }
+  int64_t num_slots() const override { return kv_.num_slots(); }
   int32_t num_kv_groups() const override { return kv_.num_kv_groups(); }
   Granularity granularity() const override { return kv_.granularity(); }
   StatusOr<std::vector<RunnerOutput>> Forward(const std::vector<RunnerInput>& inputs) override;
@@ -92,12 +93,10 @@ class LlamaRunner final : public ModelRunner {
   DecodeStats decode_stats() const;
 
  private:
-  LlamaRunner(LlamaModel model, KvTensors kv, int64_t num_slots)
-      : model_(std::move(model)), kv_(std::move(kv)), num_slots_(num_slots) {}
+  LlamaRunner(LlamaModel model, KvTensors kv) : model_(std::move(model)), kv_(std::move(kv)) {}
 
   LlamaModel model_;
   KvTensors kv_;
-  int64_t num_slots_;  // The pool's slots: kv_ may hold one more (the static step's scratch).
   std::unique_ptr<internal::StaticDecode> static_decode_;  // kStatic / kCudaGraphs.
   std::unique_ptr<CopyEngine> copy_engine_;
   const char* copy_engine_kind_ = "torch";

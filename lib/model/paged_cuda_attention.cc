@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "lib/cuda/paged_batch_attention.h"
 
@@ -49,7 +48,7 @@ cuda::PagedBatchArgs CudaPagedAttention::BaseArgs(const KvTensorsOptions& o, int
   a.num_heads = static_cast<int32_t>(num_heads);
   a.num_kv_heads = static_cast<int32_t>(o.num_kv_heads);
   a.head_dim = static_cast<int32_t>(o.head_dim);
-  a.num_slots = o.num_slots;
+  a.num_slots = o.num_slots + o.scratch_slots;  // The tensors' extent: padding rows read scratch.
   const bool slot_per_head = o.granularity == Granularity::kHead;
   a.slot_stride = slot_per_head ? o.head_dim : o.num_kv_heads * o.head_dim;
   a.kv_head_stride = slot_per_head ? 0 : o.head_dim;
@@ -79,54 +78,25 @@ CudaPagedAttention::CudaPagedAttention(const BatchView& b, int64_t num_seqs,
                                        const int64_t* num_signal, const uint8_t* want_signals,
                                        const std::vector<uint8_t>& skip,
                                        const std::vector<int64_t>& head_group, int64_t num_heads,
-                                       int64_t sliding_window, const KvTensors& kv) {
+                                       int64_t sliding_window, const KvTensors& kv,
+                                       int64_t slots_at, int64_t positions_at, torch::Tensor sums,
+                                       StepUpload& upload)
+    : sums_(std::move(sums)) {
   const KvTensorsOptions& o = kv.options();
   const int64_t units = num_seqs * b.num_groups;
   const int64_t num_keys = b.key_offsets[units];
   num_kv_heads_ = o.num_kv_heads;
-  // One int64 array: q_offsets, key_offsets, slots, positions, num_signal, head_group, then
-  // want_signals and skip as bytes.
-  const int64_t flag_words = (num_seqs + 7) / 8;
-  std::vector<int64_t> host;
-  host.reserve(static_cast<size_t>(num_seqs * 2 + units + 2 + 2 * num_keys) + head_group.size() +
-               static_cast<size_t>(2 * flag_words));
-  auto append = [&](const int64_t* data, int64_t count) {
-    const int64_t at = static_cast<int64_t>(host.size());
-    host.insert(host.end(), data, data + count);
-    return at;
-  };
-  auto append_bytes = [&](const uint8_t* data) {
-    const int64_t at = static_cast<int64_t>(host.size());
-    host.resize(host.size() + static_cast<size_t>(flag_words), 0);
-    std::memcpy(host.data() + at, data, static_cast<size_t>(num_seqs));
-    return at;
-  };
-  const int64_t q_at = append(b.q_offsets, num_seqs + 1);
-  const int64_t key_at = append(b.key_offsets, units + 1);
-  const int64_t slot_at = append(b.key_slots, num_keys);
-  const int64_t pos_at = append(b.key_positions, num_keys);
-  const int64_t signal_at = append(num_signal, num_seqs);
-  const int64_t group_at = append(head_group.data(), static_cast<int64_t>(head_group.size()));
-  const int64_t want_at = append_bytes(want_signals);
-  const int64_t skip_at = append_bytes(skip.data());
-  // Up from pinned memory without blocking the host (a pageable copy would wait for the work
-  // queued before it); torch's caching host allocator keeps the block until the copy is done.
-  torch::Tensor pinned = torch::empty({static_cast<int64_t>(host.size())},
-                                      torch::TensorOptions().dtype(torch::kInt64).pinned_memory(true));
-  std::memcpy(pinned.data_ptr<int64_t>(), host.data(), host.size() * sizeof(int64_t));
-  csr_ = pinned.to(o.device, /*non_blocking=*/true);
-  const int64_t* dev = csr_.data_ptr<int64_t>();
-  head_group_ = dev + group_at;
+  at_.q = upload.Add(b.q_offsets, num_seqs + 1);
+  at_.keys = upload.Add(b.key_offsets, units + 1);
+  at_.slots = slots_at;
+  at_.positions = positions_at;
+  at_.num_signal = upload.Add(num_signal, num_seqs);
+  at_.head_group = upload.Add(head_group);
+  at_.want = upload.AddBytes(want_signals, num_seqs);
+  at_.skip = upload.AddBytes(skip.data(), num_seqs);
 
   args_ = BaseArgs(o, num_heads, b.num_groups, sliding_window);
   cuda::PagedBatchArgs& a = args_;
-  a.q_offsets = dev + q_at;
-  a.key_offsets = dev + key_at;
-  a.slots = dev + slot_at;
-  a.key_positions = dev + pos_at;
-  a.num_signal = dev + signal_at;
-  a.want_signals = reinterpret_cast<const uint8_t*>(dev + want_at);
-  a.skip = reinterpret_cast<const uint8_t*>(dev + skip_at);
   a.num_seqs = static_cast<int32_t>(num_seqs);
   a.num_rows = b.q_offsets[num_seqs];
   a.num_keys = num_keys;
@@ -146,16 +116,34 @@ CudaPagedAttention::CudaPagedAttention(const BatchView& b, int64_t num_seqs,
     }
   }
   if (any_signals) {
-    auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(o.device);
-    sums_ = torch::zeros({2, num_keys}, f32);
+    TORCH_CHECK(sums_.defined() && sums_.is_contiguous() && sums_.numel() == 2 * num_keys &&
+                    sums_.scalar_type() == torch::kFloat32 && sums_.device() == o.device,
+                "CudaPagedAttention: the signal sums must be fp32 [2, ", num_keys, "] on ",
+                o.device);
     a.attn_sum = sums_.data_ptr<float>();
     a.norm_sum = a.attn_sum + num_keys;
-  } else {
-    a.want_signals = nullptr;
   }
   const size_t bytes = cuda::PagedBatchWorkspaceBytes(a);
   workspace_ = torch::empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))},
                             torch::TensorOptions().dtype(torch::kUInt8).device(o.device));
+}
+
+void CudaPagedAttention::Bind(const torch::Tensor& uploaded) {
+  TORCH_CHECK(uploaded.scalar_type() == torch::kInt64 && uploaded.is_contiguous(),
+              "CudaPagedAttention: the step's upload must be a contiguous int64 tensor");
+  csr_ = uploaded;
+  const int64_t* dev = csr_.data_ptr<int64_t>();
+  cuda::PagedBatchArgs& a = args_;
+  a.q_offsets = dev + at_.q;
+  a.key_offsets = dev + at_.keys;
+  a.slots = dev + at_.slots;
+  a.key_positions = dev + at_.positions;
+  a.num_signal = dev + at_.num_signal;
+  // No signals asked of the kernel's sequences: it reads no flags and writes no sums.
+  a.want_signals = a.attn_sum != nullptr ? reinterpret_cast<const uint8_t*>(dev + at_.want)
+                                         : nullptr;
+  a.skip = reinterpret_cast<const uint8_t*>(dev + at_.skip);
+  head_group_ = dev + at_.head_group;
 }
 
 void CudaPagedAttention::Attend(const torch::Tensor& q, KvTensors& kv, int64_t layer,

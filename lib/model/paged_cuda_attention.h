@@ -1,8 +1,8 @@
 // CudaPagedAttention: a paged step's attention on CUDA KV tensors through lib/cuda's batched
 // kernel (paged_batch_attention.h), one call per layer over the whole batch. The batch's CSR
-// arrays go to the device once per step, as one int64 tensor; the signals accumulate in one
-// device fp32 tensor over the layers (device_sums), which ForwardPaged brings back together with
-// the logits in one copy. Internal to lib/model; exists only when lib/cuda is built
+// arrays go to the device in the step's one upload (step_upload.h); the signals accumulate over
+// the layers in the step's device fp32 sums [2, num keys], which ForwardPaged brings back
+// together with the logits in one copy. Internal to lib/model; exists only when lib/cuda is built
 // (VTOKEN_MODEL_CUDA_KERNELS).
 //
 // The kernel runs on torch's current CUDA stream when libtorch has CUDA (VTOKEN_TORCH_CUDA: a CUDA
@@ -21,6 +21,7 @@
 #include "lib/cuda/views.h"
 #include "lib/model/kv_tensors.h"
 #include "lib/model/paged_torch_attention.h"
+#include "lib/model/step_upload.h"
 
 namespace vtoken::model::internal {
 
@@ -32,11 +33,19 @@ class CudaPagedAttention {
 
   // The step's batch: `b` (num_seqs sequences), num_signal / want_signals [num_seqs], skip
   // [num_seqs] (sequences another path attends), head_group [num_layers * num_kv_heads] (the key
-  // range KV head h of layer l reads at l * num_kv_heads + h). Uploads the arrays to kv's device.
+  // range KV head h of layer l reads at l * num_kv_heads + h). Adds the kernel's arrays to
+  // `upload`, where the caller has put b.key_slots at slots_at and b.key_positions at
+  // positions_at; `sums` is the step's device fp32 [2, num keys] (attention mass, key norms),
+  // undefined when no sequence wants signals. REQUIRES: the arrays outlive upload.Send; Bind to
+  // its tensor before Attend.
   CudaPagedAttention(const BatchView& b, int64_t num_seqs, const int64_t* num_signal,
                      const uint8_t* want_signals, const std::vector<uint8_t>& skip,
                      const std::vector<int64_t>& head_group, int64_t num_heads,
-                     int64_t sliding_window, const KvTensors& kv);
+                     int64_t sliding_window, const KvTensors& kv, int64_t slots_at,
+                     int64_t positions_at, torch::Tensor sums, StepUpload& upload);
+
+  // Points the kernel's arguments into `uploaded`, the device tensor upload.Send returned.
+  void Bind(const torch::Tensor& uploaded);
 
   // The kernel arguments every batch over a store of options `kv` shares, whatever its CSR:
   // dtype, heads, strides, groups, window, scale.
@@ -55,17 +64,20 @@ class CudaPagedAttention {
   // their signals to the device sums. Throws c10::Error if the kernel cannot run.
   void Attend(const torch::Tensor& q, KvTensors& kv, int64_t layer, torch::Tensor& out);
 
-  // The signals summed over the Attend calls: [2, num_keys] fp32 on the device (attention mass,
-  // key norms), or undefined when no sequence wants signals.
-  const torch::Tensor& device_sums() const { return sums_; }
-
  private:
-  cuda::PagedBatchArgs args_;  // Device pointers into csr_ and the signal tensors.
+  // Where the batch's arrays lie in the step's upload (int64 words).
+  struct UploadOffsets {
+    int64_t q = 0, keys = 0, slots = 0, positions = 0, num_signal = 0, head_group = 0;
+    int64_t want = 0, skip = 0;
+  };
+
+  cuda::PagedBatchArgs args_;  // Device pointers into csr_ and sums_.
   int64_t num_kv_heads_ = 0;
   const int64_t* head_group_ = nullptr;  // Device [num_layers * num_kv_heads].
-  torch::Tensor csr_;                    // All the int64 arrays, and the uint8 ones packed.
-  torch::Tensor sums_;                   // Device fp32 [2, num_keys], or undefined.
-  torch::Tensor workspace_;              // Device bytes, PagedBatchWorkspaceBytes(args_).
+  UploadOffsets at_;
+  torch::Tensor csr_;        // The step's upload: every int64 array, the uint8 ones packed.
+  torch::Tensor sums_;       // Device fp32 [2, num_keys], or undefined.
+  torch::Tensor workspace_;  // Device bytes, PagedBatchWorkspaceBytes(args_).
 };
 
 }  // namespace vtoken::model::internal

@@ -6,20 +6,18 @@
 namespace vtoken::model::internal {
 
 GatherMask GatherAndMask(const BatchView& b, int64_t u, int64_t sliding_window,
-                         const torch::Device& device) {
-  auto idx = torch::TensorOptions().dtype(torch::kInt64).device(device);
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+                         const torch::Tensor& key_slots, const torch::Tensor& key_positions) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(key_slots.device());
   const int64_t s = u / b.num_groups;
   const int64_t k0 = b.key_offsets[u], keys = b.key_offsets[u + 1] - k0;
   const int64_t n = b.q_offsets[s + 1] - b.q_offsets[s], ctx = keys - n;
-  auto gather = torch::tensor(std::vector<int64_t>(b.key_slots + k0, b.key_slots + k0 + keys), idx);
+  torch::Tensor gather = key_slots.narrow(0, k0, keys);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   torch::Tensor mask;
   if (n > 1) mask = torch::full({n, keys}, neg_inf, f32).triu(ctx + 1);
   if (sliding_window > 0) {
     if (!mask.defined()) mask = torch::zeros({n, keys}, f32);
-    auto kp =
-        torch::tensor(std::vector<int64_t>(b.key_positions + k0, b.key_positions + k0 + keys), idx);
+    auto kp = key_positions.narrow(0, k0, keys);
     auto qp = kp.narrow(0, ctx, n).unsqueeze(1);
     mask = mask.masked_fill((qp - kp.unsqueeze(0)) >= sliding_window, neg_inf);
   }
@@ -54,16 +52,17 @@ torch::Tensor AttendTorch(const torch::Tensor& q, const torch::Tensor& k_layer,
 std::vector<std::unique_ptr<SignalTensors>> SignalAccumulators(const std::vector<int64_t>& seqs,
                                                                const BatchView& b,
                                                                const uint8_t* want,
-                                                               const torch::Device& device,
+                                                               const torch::Tensor& sums,
                                                                int64_t num_seqs) {
   std::vector<std::unique_ptr<SignalTensors>> acc(static_cast<size_t>(num_seqs * b.num_groups));
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  if (!sums.defined()) return acc;
+  const torch::Tensor attn = sums.select(0, 0), norm = sums.select(0, 1);
   for (int64_t s : seqs) {
     if (want[s] == 0) continue;
     for (int64_t u = s * b.num_groups; u < (s + 1) * b.num_groups; ++u) {
-      const int64_t keys = b.key_offsets[u + 1] - b.key_offsets[u];
+      const int64_t k0 = b.key_offsets[u], keys = b.key_offsets[u + 1] - k0;
       acc[u] = std::make_unique<SignalTensors>(
-          SignalTensors{torch::zeros({keys}, f32), torch::zeros({keys}, f32)});
+          SignalTensors{attn.narrow(0, k0, keys), norm.narrow(0, k0, keys)});
     }
   }
   return acc;
@@ -90,20 +89,6 @@ torch::Tensor AttendSeqLayer(const torch::Tensor& q, KvTensors& kv, int64_t laye
                                 signals[u].get()));
   }
   return torch::cat(parts, 1);
-}
-
-void FlushSignals(const std::vector<std::unique_ptr<SignalTensors>>& acc,
-                  const int64_t* key_offsets, float* attn_sum, float* norm_sum) {
-  for (size_t s = 0; s < acc.size(); ++s) {
-    if (acc[s] == nullptr) continue;
-    auto a = acc[s]->attn.cpu().contiguous();
-    auto n = acc[s]->norm.cpu().contiguous();
-    const int64_t k0 = key_offsets[s];
-    for (int64_t j = 0; j < a.numel(); ++j) {
-      attn_sum[k0 + j] += a.data_ptr<float>()[j];
-      norm_sum[k0 + j] += n.data_ptr<float>()[j];
-    }
-  }
 }
 
 }  // namespace vtoken::model::internal

@@ -26,13 +26,15 @@ struct BatchView {
 };
 
 // The gather index and the additive mask (causal among the new tokens, sliding window) of unit
-// u; the mask is undefined when nothing is masked.
+// u; the mask is undefined when nothing is masked. key_slots / key_positions are b's arrays as
+// int64 tensors [num keys] on the model's device (the step's upload): the index is a view of
+// key_slots and the mask is built there, so nothing is copied from the host.
 using GatherMask = std::pair<torch::Tensor, torch::Tensor>;
 GatherMask GatherAndMask(const BatchView& b, int64_t u, int64_t sliding_window,
-                         const torch::Device& device);
+                         const torch::Tensor& key_slots, const torch::Tensor& key_positions);
 
-// A unit's signal accumulators: two fp32 tensors [keys] on the model's device, summed over
-// layers.
+// A unit's signal accumulators: views [keys] of the step's fp32 sums, summed over layers in
+// place.
 struct SignalTensors {
   torch::Tensor attn, norm;
 };
@@ -45,12 +47,13 @@ torch::Tensor AttendTorch(const torch::Tensor& q, const torch::Tensor& k_layer,
                           const torch::Tensor& mask, int64_t kv_heads, torch::Dtype dtype,
                           int64_t num_signal, SignalTensors* signals);
 
-// Zeroed signal accumulators for every unit of the sequences `seqs` that want signals (null
-// entries otherwise), indexed by unit.
+// Signal accumulators for every unit of the sequences `seqs` that want signals (null entries
+// otherwise, and all null when `sums` is undefined), indexed by unit: views of sums
+// [2, num keys] fp32 (attention mass, key norms, indexed like b.key_slots).
 std::vector<std::unique_ptr<SignalTensors>> SignalAccumulators(const std::vector<int64_t>& seqs,
                                                                const BatchView& b,
                                                                const uint8_t* want,
-                                                               const torch::Device& device,
+                                                               const torch::Tensor& sums,
                                                                int64_t num_seqs);
 
 // Sequence s's attention in layer `layer`: q [n, H, hd] over the K/V of the groups its KV heads
@@ -61,9 +64,5 @@ torch::Tensor AttendSeqLayer(const torch::Tensor& q, KvTensors& kv, int64_t laye
                              int64_t num_groups, const std::vector<GatherMask>& gather_mask,
                              const std::vector<std::unique_ptr<SignalTensors>>& signals,
                              torch::Dtype dtype, int64_t num_signal);
-
-// Adds the accumulated signal tensors (indexed by unit) into the batch's host sums.
-void FlushSignals(const std::vector<std::unique_ptr<SignalTensors>>& acc,
-                  const int64_t* key_offsets, float* attn_sum, float* norm_sum);
 
 }  // namespace vtoken::model::internal

@@ -79,10 +79,10 @@ StaticDecode::Layout StaticDecode::MakeLayout(int64_t rows, int64_t key_bucket, 
 StatusOr<std::unique_ptr<StaticDecode>> StaticDecode::Create(const LlamaModel& model,
                                                              KvTensors& kv,
                                                              const StaticDecodeOptions& options) {
-  if (options.scratch_slot < 0 || options.scratch_slot >= kv.num_slots()) {
-    return InvalidArgumentError("static decode: scratch slot " +
-                                std::to_string(options.scratch_slot) + " outside the " +
-                                std::to_string(kv.num_slots()) + " KV slots");
+  if (kv.options().scratch_slots < 1) {
+    return InvalidArgumentError(
+        "static decode: the KV store has no scratch slot for the padding rows "
+        "(KvTensorsOptions::scratch_slots)");
   }
   if (options.capture) {
 #ifdef VTOKEN_TORCH_CUDA
@@ -183,12 +183,14 @@ cuda::PagedBatchArgs StaticDecode::KernelArgs(const Layout& t) const {
 #endif
 
 StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(const std::vector<PagedSeqInput>& inputs) {
-  VTOKEN_ASSIGN_OR_RETURN(LlamaModel::PagedBatch batch, model_.BuildPagedBatch(inputs, kv_));
+  // The keys go straight into the pinned index below, not through the batch's vectors.
+  VTOKEN_ASSIGN_OR_RETURN(LlamaModel::PagedBatch batch,
+                          model_.BuildPagedBatch(inputs, kv_, /*with_keys=*/false));
   const ModelConfig& c = model_.config();
   const int64_t b = static_cast<int64_t>(inputs.size());
   const int64_t rows = BatchBucket(b);
   const int64_t groups = batch.num_groups;
-  const int64_t keys = static_cast<int64_t>(batch.key_slots.size());
+  const int64_t keys = batch.key_offsets.back();
   const int64_t padded_keys = keys + (rows - b) * groups;  // A padding unit has its own token.
   int64_t max_keys = 1;
   for (int64_t u = 0; u < b * groups; ++u) {
@@ -212,7 +214,7 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(const std::vector<Paged
   // The index, padded: padding rows decode token 0 at position 0 into the scratch slot and
   // attend to it alone.
   int64_t* p = index_host_.data_ptr<int64_t>();
-  const int64_t scratch = options_.scratch_slot;
+  const int64_t scratch = kv_.num_slots();  // The first scratch slot.
   auto fill = [&](int64_t at, const std::vector<int64_t>& real, int64_t count, int64_t pad) {
     std::copy(real.begin(), real.begin() + count, p + at);
     std::fill(p + at + count, p + at + rows, pad);
@@ -234,9 +236,8 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(const std::vector<Paged
   auto* want = reinterpret_cast<uint8_t*>(p + t.want);
   std::fill(want, want + (rows + 7) / 8 * 8, uint8_t{0});
   std::copy(batch.want_signals.begin(), batch.want_signals.end(), want);
-  std::copy(batch.key_slots.begin(), batch.key_slots.end(), p + t.slots);
+  model_.WritePagedKeys(inputs, batch, p + t.slots, p + t.key_positions);
   std::fill(p + t.slots + keys, p + t.slots + padded_keys, scratch);
-  std::copy(batch.key_positions.begin(), batch.key_positions.end(), p + t.key_positions);
   std::fill(p + t.key_positions + keys, p + t.key_positions + padded_keys, 0);
   if (index_.is_cuda()) {
     // Everything up to the last slot in one copy; the key positions only where a sliding window

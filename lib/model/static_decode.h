@@ -3,8 +3,8 @@
 // later step of that bucket. Internal to lib/model.
 //
 // A step of B sequences runs padded to a batch bucket Bp (1, 2, 4, then multiples of 8 up to
-// kMaxBatch): the padding rows decode token 0 at position 0 and write and read one scratch slot
-// that no sequence uses (LlamaRunner keeps one past the pool's slots). Every tensor the step
+// kMaxBatch): the padding rows decode token 0 at position 0 and write and read the KV store's
+// first scratch slot (KvTensorsOptions::scratch_slots), which no sequence can name. Every tensor the step
 // reads or writes lives in three buffers that outlive it:
 //   index  int64 [tokens Bp | positions Bp | writes G x Bp | q_offsets Bp + 1 |
 //          key_offsets Bp x G + 1 | num_signal Bp | head_group L x KVH | want_signals (bytes) |
@@ -60,8 +60,7 @@ struct DecodeStats {
 namespace internal {
 
 struct StaticDecodeOptions {
-  bool capture = false;      // CUDA graphs (Create refuses them without VTOKEN_TORCH_CUDA).
-  int64_t scratch_slot = 0;  // A slot of `kv` that no sequence reads or writes.
+  bool capture = false;  // CUDA graphs (Create refuses them without VTOKEN_TORCH_CUDA).
 };
 
 class StaticDecode {
@@ -69,7 +68,7 @@ class StaticDecode {
   static constexpr int64_t kMaxBatch = 256;
 
   // Returns FailedPrecondition when capture is asked for and this build cannot capture (libtorch
-  // without CUDA) or kv is not on a CUDA device, InvalidArgument for a scratch slot outside kv.
+  // without CUDA) or kv is not on a CUDA device, InvalidArgument when kv has no scratch slot.
   // `model` and `kv` must outlive the StaticDecode.
   static StatusOr<std::unique_ptr<StaticDecode>> Create(const LlamaModel& model, KvTensors& kv,
                                                         const StaticDecodeOptions& options);

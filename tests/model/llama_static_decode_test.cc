@@ -53,6 +53,13 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << GranularityName(c.granularity) << (c.signals ? " with signals" : " without signals");
 }
 
+// A store of num_slots slots and the static step's scratch slot past them.
+KvTensorsOptions WithScratch(const LlamaModel& model, int64_t num_slots, const Case& c) {
+  KvTensorsOptions o = model.KvOptions(num_slots, c.granularity);
+  o.scratch_slots = 1;
+  return o;
+}
+
 // Sequences with contexts of `lengths` tokens, every KV group holding the same live set in its
 // own scattered slots, decoded for kSteps steps: three sequences (bucket 4, the longest crossing
 // the 256-key bucket after a few steps), then five (bucket 8), then one alone (bucket 1).
@@ -176,11 +183,9 @@ TEST_P(StaticDecodeTest, MatchesForwardPagedStepByStep) {
   Scenario scenario(config, param, seed);
   const int64_t num_slots = scenario.num_slots();
   StatusOr<KvTensors> eager_kv = KvTensors::Create(model->KvOptions(num_slots, param.granularity));
-  StatusOr<KvTensors> static_kv =
-      KvTensors::Create(model->KvOptions(num_slots + 1, param.granularity));
+  StatusOr<KvTensors> static_kv = KvTensors::Create(WithScratch(*model, num_slots, param));
   ASSERT_TRUE(eager_kv.ok() && static_kv.ok());
-  StatusOr<std::unique_ptr<StaticDecode>> step =
-      StaticDecode::Create(*model, *static_kv, {.scratch_slot = num_slots});
+  StatusOr<std::unique_ptr<StaticDecode>> step = StaticDecode::Create(*model, *static_kv, {});
   ASSERT_TRUE(step.ok()) << step.status().ToString();
   // The prefill is no decode step: ForwardPaged on both stores.
   const std::vector<PagedSeqInput> prefill = scenario.Prefill();
@@ -244,17 +249,14 @@ TEST_P(StaticDecodeCudaTest, GraphReplaysEqualTheEagerStaticStep) {
   const int64_t num_slots = first.num_slots();
   std::vector<KvTensors> kv;
   for (int i = 0; i < 4; ++i) {
-    StatusOr<KvTensors> store =
-        KvTensors::Create(model->KvOptions(num_slots + 1, param.granularity));
+    StatusOr<KvTensors> store = KvTensors::Create(WithScratch(*model, num_slots, param));
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     kv.push_back(std::move(*store));
   }
-  StatusOr<std::unique_ptr<StaticDecode>> eager =
-      StaticDecode::Create(*model, kv[0], {.scratch_slot = num_slots});
+  StatusOr<std::unique_ptr<StaticDecode>> eager = StaticDecode::Create(*model, kv[0], {});
   StatusOr<std::unique_ptr<StaticDecode>> graphs =
-      StaticDecode::Create(*model, kv[1], {.capture = true, .scratch_slot = num_slots});
-  StatusOr<std::unique_ptr<StaticDecode>> eager2 =
-      StaticDecode::Create(*model, kv[2], {.scratch_slot = num_slots});
+      StaticDecode::Create(*model, kv[1], {.capture = true});
+  StatusOr<std::unique_ptr<StaticDecode>> eager2 = StaticDecode::Create(*model, kv[2], {});
   ASSERT_TRUE(eager.ok() && graphs.ok() && eager2.ok()) << graphs.status().ToString();
   const std::vector<PagedSeqInput> prefill = first.Prefill();
   ASSERT_EQ(second.Prefill().size(), prefill.size());  // Same seed: the same inputs.
@@ -376,6 +378,18 @@ TEST(StaticDecodeEngineTest, TheScratchSlotIsNotTheCallers) {
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(out.status().message().find("slot 64"), std::string::npos) << out.status().message();
+}
+
+TEST(StaticDecodeEngineTest, AStoreWithoutAScratchSlotIsRefused) {
+  StatusOr<LlamaModel> m = LlamaModel::RandomInit(SmallConfig(), 3);
+  ASSERT_TRUE(m.ok());
+  StatusOr<KvTensors> kv = KvTensors::Create(m->KvOptions(64));
+  ASSERT_TRUE(kv.ok());
+  StatusOr<std::unique_ptr<StaticDecode>> step = StaticDecode::Create(*m, *kv, {});
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(step.status().message().find("scratch_slots"), std::string::npos)
+      << step.status().message();
 }
 
 }  // namespace

@@ -51,6 +51,28 @@ TEST(TorchCopyEngineTest, OutOfRangeSlotIsReportedNotCopied) {
   EXPECT_EQ(engine.status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(KvTensorsTest, ScratchSlotsAreAllocatedButNotTheCallers) {
+  StatusOr<KvTensors> kv = KvTensors::Create(
+      {.num_layers = 2, .num_slots = 8, .num_kv_heads = 1, .head_dim = 4, .scratch_slots = 2});
+  ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+  EXPECT_EQ(kv->num_slots(), 8);
+  EXPECT_EQ(kv->allocated_slots(), 10);
+  for (const torch::Tensor& t : kv->k_tensors()) EXPECT_EQ(t.size(0), 10);
+  for (const torch::Tensor& t : kv->v_tensors()) EXPECT_EQ(t.size(0), 10);
+  EXPECT_TRUE(kv->CheckSlots({0, 7}).ok());
+  const Status scratch = kv->CheckSlots({8});
+  EXPECT_EQ(scratch.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(scratch.message().find("slot 8 out of range [0, 8)"), std::string::npos)
+      << scratch.message();
+  EXPECT_EQ(kv->CopySlots({9}, {0}).code(), StatusCode::kInvalidArgument);
+
+  StatusOr<KvTensors> negative = KvTensors::Create(
+      {.num_layers = 1, .num_slots = 8, .num_kv_heads = 1, .head_dim = 4, .scratch_slots = -1});
+  ASSERT_FALSE(negative.ok());
+  EXPECT_NE(negative.status().message().find("scratch_slots"), std::string::npos)
+      << negative.status().message();
+}
+
 std::vector<engine::Request> Requests(int n, int64_t prompt, int64_t max_tokens) {
   return test_configs::Requests(n, prompt, 13, max_tokens, 99);
 }
