@@ -146,7 +146,8 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   const auto scattered = DecodeInputs(batch, context, vocab, /*scattered=*/true, 3);
   const auto contiguous = DecodeInputs(batch, context, vocab, /*scattered=*/false, 0);
   std::string error;
-  const bool fits = (*graphs)->Eligible(scattered);
+  const std::vector<PagedSeqView> scattered_views = ViewsOf(scattered);
+  const bool fits = (*graphs)->Eligible(scattered_views);
   auto timed = [&](auto&& run) {
     const double begin = Seconds();
     StatusOr<std::vector<PagedSeqOutput>> out = run();
@@ -159,7 +160,7 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
     return timed([&] { return model.ForwardPaged(inputs, *kv); });
   };
   auto static_step = [&] {
-    return fits ? timed([&] { return (*graphs)->Step(scattered); }) : 0.0;
+    return fits ? timed([&] { return (*graphs)->Step(scattered_views); }) : 0.0;
   };
   for (int64_t i = 0; i < warmup; ++i) {
     step(scattered);

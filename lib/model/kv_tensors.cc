@@ -46,7 +46,7 @@ int64_t KvTensors::bytes_per_slot() const {
          static_cast<int64_t>(c10::elementSize(options_.dtype));
 }
 
-Status KvTensors::CheckSlots(const std::vector<int64_t>& slots) const {
+Status KvTensors::CheckSlots(std::span<const int64_t> slots) const {
   for (int64_t slot : slots) {
     if (slot < 0 || slot >= options_.num_slots) {
       return InvalidArgumentError("KvTensors: slot " + std::to_string(slot) + " out of range [0, " +

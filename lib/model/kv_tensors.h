@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "lib/core/status.h"
@@ -76,7 +77,7 @@ class KvTensors {
   Status CopySlots(const std::vector<int64_t>& src_slots, const std::vector<int64_t>& dst_slots);
 
   // Returns InvalidArgument unless every slot lies in [0, num_slots).
-  Status CheckSlots(const std::vector<int64_t>& slots) const;
+  Status CheckSlots(std::span<const int64_t> slots) const;
 
  private:
   KvTensorsOptions options_;

@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +63,35 @@ struct PagedSeqInput {
   // zero (both vectors keep their full length).
   uint8_t signals = kAttnSignal | kKeyNormSignal;
 };
+
+// PagedSeqInput's contents as views into storage the caller keeps alive for the call: how
+// LlamaRunner hands the engine's slot lists to the model without copying them.
+struct PagedSeqView {
+  std::span<const int32_t> tokens;
+  std::span<const int64_t> positions, write_slots, context_slots, context_positions;
+  int obs_window = 32;
+  bool want_signals = true;
+  std::span<const int64_t> context_offsets;
+  uint8_t signals = kAttnSignal | kKeyNormSignal;
+};
+
+// A view of `in`, any struct with PagedSeqInput's fields (PagedSeqInput, runner.h's
+// RunnerInput), valid while it is.
+template <class Input>
+PagedSeqView ViewOf(const Input& in) {
+  return {.tokens = in.tokens,
+          .positions = in.positions,
+          .write_slots = in.write_slots,
+          .context_slots = in.context_slots,
+          .context_positions = in.context_positions,
+          .obs_window = in.obs_window,
+          .want_signals = in.want_signals,
+          .context_offsets = in.context_offsets,
+          .signals = in.signals};
+}
+
+// Views of `inputs`, valid while they are.
+std::vector<PagedSeqView> ViewsOf(const std::vector<PagedSeqInput>& inputs);
 
 struct PagedSeqOutput {
   torch::Tensor last_logits;  // [vocab] fp32 logits of the last new token.
@@ -125,6 +155,9 @@ class LlamaModel {
   // has a sliding window.
   StatusOr<std::vector<PagedSeqOutput>> ForwardPaged(const std::vector<PagedSeqInput>& inputs,
                                                      KvTensors& kv) const;
+  // The same step over views of the inputs (no copy of their slot lists).
+  StatusOr<std::vector<PagedSeqOutput>> ForwardPaged(std::span<const PagedSeqView> inputs,
+                                                     KvTensors& kv) const;
 
   // Options for a KvTensors store of `num_slots` group slots that fits this model.
   KvTensorsOptions KvOptions(int64_t num_slots,
@@ -174,15 +207,15 @@ class LlamaModel {
 
   // ForwardPaged's checks of input `s` against the model and `kv`; returns its context_offsets
   // (G + 1 of them, filled in for a plain list at G == 1).
-  StatusOr<std::vector<int64_t>> CheckPagedInput(const PagedSeqInput& in, size_t s,
+  StatusOr<std::vector<int64_t>> CheckPagedInput(const PagedSeqView& in, size_t s,
                                                  const KvTensors& kv) const;
   // The checked CSR of a step's inputs, signal sums zeroed; without `with_keys`, key_slots,
   // key_positions and sums stay empty (the caller writes the keys with WritePagedKeys).
-  StatusOr<PagedBatch> BuildPagedBatch(const std::vector<PagedSeqInput>& inputs,
+  StatusOr<PagedBatch> BuildPagedBatch(std::span<const PagedSeqView> inputs,
                                        const KvTensors& kv, bool with_keys = true) const;
   // The keys of `inputs`, laid out by b.key_offsets, into slots / positions [num keys]
   // (BuildPagedBatch's key_slots / key_positions). REQUIRES: b = BuildPagedBatch(inputs, ...).
-  void WritePagedKeys(const std::vector<PagedSeqInput>& inputs, const PagedBatch& b,
+  void WritePagedKeys(std::span<const PagedSeqView> inputs, const PagedBatch& b,
                       int64_t* slots, int64_t* positions) const;
   // Sequence s's output signals from the sums over the layers (indexed like b.key_slots).
   void SeqSignals(const PagedBatch& b, int64_t s, const float* attn_sum, const float* norm_sum,

@@ -36,7 +36,14 @@ constexpr int64_t kBlasAttentionMinQueries = 16;
 
 }  // namespace
 
-StatusOr<std::vector<int64_t>> LlamaModel::CheckPagedInput(const PagedSeqInput& in, size_t s,
+std::vector<PagedSeqView> ViewsOf(const std::vector<PagedSeqInput>& inputs) {
+  std::vector<PagedSeqView> views;
+  views.reserve(inputs.size());
+  for (const PagedSeqInput& in : inputs) views.push_back(ViewOf(in));
+  return views;
+}
+
+StatusOr<std::vector<int64_t>> LlamaModel::CheckPagedInput(const PagedSeqView& in, size_t s,
                                                            const KvTensors& kv) const {
   const auto& c = config_;
   const int64_t groups = kv.num_kv_groups();
@@ -52,7 +59,7 @@ StatusOr<std::vector<int64_t>> LlamaModel::CheckPagedInput(const PagedSeqInput& 
         where + "write_slots has " + std::to_string(in.write_slots.size()) + " slots, expected " +
         std::to_string(groups) + " groups x " + std::to_string(n) + " tokens");
   }
-  std::vector<int64_t> offsets = in.context_offsets;
+  std::vector<int64_t> offsets(in.context_offsets.begin(), in.context_offsets.end());
   if (offsets.empty() && groups == 1) offsets = {0, ctx};
   if (static_cast<int64_t>(offsets.size()) != groups + 1 || offsets.front() != 0 ||
       offsets.back() != ctx || !std::is_sorted(offsets.begin(), offsets.end())) {
@@ -77,7 +84,7 @@ StatusOr<std::vector<int64_t>> LlamaModel::CheckPagedInput(const PagedSeqInput& 
 }
 
 StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(
-    const std::vector<PagedSeqInput>& inputs, const KvTensors& kv, bool with_keys) const {
+    std::span<const PagedSeqView> inputs, const KvTensors& kv, bool with_keys) const {
   const auto& c = config_;
   const KvTensorsOptions& kvo = kv.options();
   if (kvo.num_layers != c.num_hidden_layers || kvo.num_kv_heads != c.num_key_value_heads ||
@@ -93,7 +100,7 @@ StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(
   b.q_offsets = {0};
   b.key_offsets = {0};
   for (size_t s = 0; s < inputs.size(); ++s) {
-    const PagedSeqInput& in = inputs[s];
+    const PagedSeqView& in = inputs[s];
     VTOKEN_ASSIGN_OR_RETURN(const std::vector<int64_t> offsets, CheckPagedInput(in, s, kv));
     const int64_t n = static_cast<int64_t>(in.tokens.size());
     b.tokens.insert(b.tokens.end(), in.tokens.begin(), in.tokens.end());
@@ -125,11 +132,11 @@ StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(
   return b;
 }
 
-void LlamaModel::WritePagedKeys(const std::vector<PagedSeqInput>& inputs, const PagedBatch& b,
+void LlamaModel::WritePagedKeys(std::span<const PagedSeqView> inputs, const PagedBatch& b,
                                 int64_t* slots, int64_t* positions) const {
   const int64_t groups = b.num_groups;
   for (size_t s = 0; s < inputs.size(); ++s) {
-    const PagedSeqInput& in = inputs[s];
+    const PagedSeqView& in = inputs[s];
     const int64_t n = static_cast<int64_t>(in.tokens.size());
     const bool has_positions = in.context_positions.size() == in.context_slots.size();
     const int64_t seq_keys = b.key_offsets[s * groups];
@@ -176,6 +183,12 @@ void LlamaModel::SeqSignals(const PagedBatch& b, int64_t s, const float* attn_su
 
 StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
     const std::vector<PagedSeqInput>& inputs, KvTensors& kv) const {
+  const std::vector<PagedSeqView> views = ViewsOf(inputs);
+  return ForwardPaged(std::span<const PagedSeqView>(views), kv);
+}
+
+StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
+    std::span<const PagedSeqView> inputs, KvTensors& kv) const {
   const auto& c = config_;
   const KvTensorsOptions& kvo = kv.options();
   VTOKEN_ASSIGN_OR_RETURN(PagedBatch batch, BuildPagedBatch(inputs, kv));

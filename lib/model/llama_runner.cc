@@ -154,23 +154,14 @@ std::vector<uint64_t> LlamaRunner::TokenKvHashes(std::span<const SlotIndex> slot
 }
 
 StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<RunnerInput>& inputs) {
-  std::vector<PagedSeqInput> paged;
+  // Views of the caller's vectors: the slot lists are not copied.
+  std::vector<PagedSeqView> paged;
   paged.reserve(inputs.size());
-  for (const RunnerInput& in : inputs) {
-    paged.push_back(PagedSeqInput{.tokens = in.tokens,
-                                  .positions = in.positions,
-                                  .write_slots = in.write_slots,
-                                  .context_slots = in.context_slots,
-                                  .context_positions = in.context_positions,
-                                  .obs_window = in.obs_window,
-                                  .want_signals = in.want_signals,
-                                  .context_offsets = in.context_offsets,
-                                  .signals = in.signals});
-  }
+  for (const RunnerInput& in : inputs) paged.push_back(ViewOf(in));
   VTOKEN_ASSIGN_OR_RETURN(std::vector<PagedSeqOutput> outs,
                           static_decode_ != nullptr && static_decode_->Eligible(paged)
                               ? static_decode_->Step(paged)
-                              : model_.ForwardPaged(paged, kv_));
+                              : model_.ForwardPaged(std::span<const PagedSeqView>(paged), kv_));
   std::vector<RunnerOutput> results(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     RunnerOutput& r = results[i];

@@ -116,9 +116,9 @@ int64_t StaticDecode::KeyBucket(int64_t max_keys) {
                                     static_cast<uint64_t>(std::max<int64_t>(max_keys, 1)))));
 }
 
-bool StaticDecode::Eligible(const std::vector<PagedSeqInput>& inputs) const {
+bool StaticDecode::Eligible(std::span<const PagedSeqView> inputs) const {
   if (BatchBucket(static_cast<int64_t>(inputs.size())) == 0) return false;
-  for (const PagedSeqInput& in : inputs) {
+  for (const PagedSeqView& in : inputs) {
     if (in.tokens.size() != 1) return false;
   }
   const KvTensorsOptions& o = kv_.options();
@@ -182,7 +182,7 @@ cuda::PagedBatchArgs StaticDecode::KernelArgs(const Layout& t) const {
 }
 #endif
 
-StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(const std::vector<PagedSeqInput>& inputs) {
+StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSeqView> inputs) {
   // The keys go straight into the pinned index below, not through the batch's vectors.
   VTOKEN_ASSIGN_OR_RETURN(LlamaModel::PagedBatch batch,
                           model_.BuildPagedBatch(inputs, kv_, /*with_keys=*/false));

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <tuple>
 #include <vector>
 
@@ -83,9 +84,9 @@ class StaticDecode {
 
   // Whether Step runs `inputs`: 1 to kMaxBatch sequences, one new token each, and the attention
   // can run here (fp32 on the CPU; on CUDA the kernel's dtypes and shapes).
-  bool Eligible(const std::vector<PagedSeqInput>& inputs) const;
+  bool Eligible(std::span<const PagedSeqView> inputs) const;
   // ForwardPaged's contract and errors for an eligible step. REQUIRES: Eligible(inputs).
-  StatusOr<std::vector<PagedSeqOutput>> Step(const std::vector<PagedSeqInput>& inputs);
+  StatusOr<std::vector<PagedSeqOutput>> Step(std::span<const PagedSeqView> inputs);
 
   const DecodeStats& stats() const { return stats_; }
 

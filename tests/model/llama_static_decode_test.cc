@@ -189,15 +189,15 @@ TEST_P(StaticDecodeTest, MatchesForwardPagedStepByStep) {
   ASSERT_TRUE(step.ok()) << step.status().ToString();
   // The prefill is no decode step: ForwardPaged on both stores.
   const std::vector<PagedSeqInput> prefill = scenario.Prefill();
-  ASSERT_FALSE((*step)->Eligible(prefill));
+  ASSERT_FALSE((*step)->Eligible(ViewsOf(prefill)));
   ASSERT_TRUE(model->ForwardPaged(prefill, *eager_kv).ok());
   ASSERT_TRUE(model->ForwardPaged(prefill, *static_kv).ok());
 
   CompareDecodeSteps(
       scenario, [&](const auto& in) { return model->ForwardPaged(in, *eager_kv); },
       [&](const auto& in) {
-        EXPECT_TRUE((*step)->Eligible(in));
-        return (*step)->Step(in);
+        EXPECT_TRUE((*step)->Eligible(ViewsOf(in)));
+        return (*step)->Step(ViewsOf(in));
       },
       1e-4);
   // The same K/V in every slot the sequences own (the scratch slot aside), up to the rounding
@@ -263,8 +263,8 @@ TEST_P(StaticDecodeCudaTest, GraphReplaysEqualTheEagerStaticStep) {
   for (KvTensors& store : kv) ASSERT_TRUE(model->ForwardPaged(prefill, store).ok());
 
   const float worst = CompareDecodeSteps(
-      first, [&](const auto& in) { return (*eager)->Step(in); },
-      [&](const auto& in) { return (*graphs)->Step(in); }, 0.0f);
+      first, [&](const auto& in) { return (*eager)->Step(ViewsOf(in)); },
+      [&](const auto& in) { return (*graphs)->Step(ViewsOf(in)); }, 0.0f);
   std::printf("graph replay vs eager static step: largest logit difference %g\n", worst);
   EXPECT_EQ((*graphs)->stats().capture_failures, 0);
   EXPECT_EQ((*graphs)->stats().replays, Scenario::kSteps);
@@ -275,7 +275,7 @@ TEST_P(StaticDecodeCudaTest, GraphReplaysEqualTheEagerStaticStep) {
   if (dtype == torch::kFloat32) {
     const float vs_forward = CompareDecodeSteps(
         second, [&](const auto& in) { return model->ForwardPaged(in, kv[3]); },
-        [&](const auto& in) { return (*eager2)->Step(in); }, 1e-3f);
+        [&](const auto& in) { return (*eager2)->Step(ViewsOf(in)); }, 1e-3f);
     std::printf("eager static step vs ForwardPaged: largest logit difference %g\n", vs_forward);
   }
 #endif

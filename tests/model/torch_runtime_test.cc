@@ -59,8 +59,8 @@ TEST(KvTensorsTest, ScratchSlotsAreAllocatedButNotTheCallers) {
   EXPECT_EQ(kv->allocated_slots(), 10);
   for (const torch::Tensor& t : kv->k_tensors()) EXPECT_EQ(t.size(0), 10);
   for (const torch::Tensor& t : kv->v_tensors()) EXPECT_EQ(t.size(0), 10);
-  EXPECT_TRUE(kv->CheckSlots({0, 7}).ok());
-  const Status scratch = kv->CheckSlots({8});
+  EXPECT_TRUE(kv->CheckSlots(std::vector<int64_t>{0, 7}).ok());
+  const Status scratch = kv->CheckSlots(std::vector<int64_t>{8});
   EXPECT_EQ(scratch.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(scratch.message().find("slot 8 out of range [0, 8)"), std::string::npos)
       << scratch.message();
