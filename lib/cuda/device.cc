@@ -8,14 +8,6 @@
 
 namespace vtoken::cuda {
 
-Status CudaStatus(cudaError_t error, const char* what) {
-  if (error == cudaSuccess) return Status::Ok();
-  std::string message =
-      std::string(what) + ": " + cudaGetErrorName(error) + ": " + cudaGetErrorString(error);
-  if (error == cudaErrorMemoryAllocation) return ResourceExhaustedError(std::move(message));
-  return InternalError(std::move(message));
-}
-
 Status CudaDeviceStatus() {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);

@@ -1,51 +1,28 @@
 // Per-token KV hash: the CPU reference against libxxhash and the core's TokenKvHash, the device
 // algorithm compiled for the host against the reference (always), and the kernel against the
-// reference (GPU only).
+// reference (GPU only) on tests/cuda/kv_layers_test_util.h's cases, which the CPU emulation
+// (tests/cuda_emu) runs too.
 #include "lib/cuda/kv_hash.h"
 
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
 #include <cstring>
-#include <random>
+#include <string>
 #include <vector>
 
 #include "lib/core/host_kv_store.h"
 #include "lib/cuda/device.h"
+#include "tests/cuda/kv_layers_test_util.h"
 
 namespace vtoken::cuda {
 namespace {
 
-// Host K/V layers [num_layers][num_slots * bytes_per_row] with random bytes, placed `misalign`
-// bytes into their allocations so unaligned rows are exercised too.
-struct HostKv {
-  HostKv(int32_t num_layers, int64_t num_slots, int64_t bytes_per_row, int misalign, uint64_t seed)
-      : storage(2 * num_layers, std::vector<uint8_t>(num_slots * bytes_per_row + 16)) {
-    std::mt19937_64 rng(seed);
-    for (std::vector<uint8_t>& layer : storage) {
-      for (uint8_t& byte : layer) byte = static_cast<uint8_t>(rng());
-    }
-    for (int32_t l = 0; l < num_layers; ++l) {
-      k.push_back(storage[2 * l].data() + misalign);
-      v.push_back(storage[2 * l + 1].data() + misalign);
-    }
-    view.k_layers = k.data();
-    view.v_layers = v.data();
-    view.num_layers = num_layers;
-    view.num_slots = num_slots;
-    view.bytes_per_row = bytes_per_row;
-  }
-  const uint8_t* Row(bool is_v, int32_t layer, int64_t slot) const {
-    return static_cast<const uint8_t*>((is_v ? v : k)[layer]) + slot * view.bytes_per_row;
-  }
-
-  std::vector<std::vector<uint8_t>> storage;
-  std::vector<void*> k, v;
-  KvLayersView view;
-};
+using testing::HostKv;
+using testing::KvHashCase;
 
 TEST(KvHashReferenceTest, EqualsOneShotXxh64OfTheConcatenatedRows) {
-  HostKv kv(3, 5, 7, 0, 1);
+  HostKv kv(3, 5, 7, 1);
   for (int64_t slot = 0; slot < 5; ++slot) {
     std::vector<uint8_t> bytes;
     for (int32_t l = 0; l < 3; ++l) {
@@ -71,7 +48,7 @@ TEST(KvHashReferenceTest, EqualsCoreTokenKvHashWhenTokenBytesAreKThenV) {
   const int32_t layers = 4;
   const int64_t slots = 17;
   const int64_t row = 24;
-  HostKv kv(layers, slots, row, 0, 2);
+  HostKv kv(layers, slots, row, 2);
   HostKvStore store(layers, slots, 2 * row);
   for (int32_t l = 0; l < layers; ++l) {
     for (int64_t s = 0; s < slots; ++s) {
@@ -91,8 +68,8 @@ TEST(KvHashPortableTest, MatchesReferenceOverOddSizesAndAlignments) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   for (int32_t layers : {1, 2, 5}) {
     for (int64_t row : {1, 3, 4, 7, 8, 17, 24, 32, 36, 64, 100, 2048}) {
-      for (int misalign : {0, 1, 8}) {
-        HostKv kv(layers, 7, row, misalign, seed + layers * 1000 + row);
+      for (size_t misalign : {0, 1, 8}) {
+        HostKv kv(layers, 7, row, seed + layers * 1000 + row, misalign);
         for (int64_t slot = 0; slot < 7; ++slot) {
           ASSERT_EQ(HashTokenRowsPortable(kv.view, slot), HashTokenRowsReference(kv.view, slot))
               << "layers " << layers << " row " << row << " misalign " << misalign << " slot "
@@ -104,7 +81,7 @@ TEST(KvHashPortableTest, MatchesReferenceOverOddSizesAndAlignments) {
 }
 
 TEST(KvHashPortableTest, DependsOnEveryLayerAndOnKAndV) {
-  HostKv kv(3, 2, 32, 0, 3);
+  HostKv kv(3, 2, 32, 3);
   const uint64_t before = HashTokenRowsPortable(kv.view, 1);
   static_cast<uint8_t*>(kv.v[2])[32 + 31] ^= 1;  // Last byte of layer 2's V row of slot 1.
   EXPECT_NE(HashTokenRowsPortable(kv.view, 1), before);
@@ -118,7 +95,7 @@ TEST(KvHashTest, RejectsMalformedViewsAndCounts) {
   Status status = HashTokenRows(empty, nullptr, 1, nullptr, nullptr);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("num_layers (0)"), std::string::npos) << status.message();
-  HostKv kv(1, 1, 8, 0, 4);
+  HostKv kv(1, 1, 8, 4);
   status = HashTokenRows(kv.view, nullptr, -1, nullptr, nullptr);
   EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(status.message().find("num_tokens -1 is negative"), std::string::npos);
@@ -155,27 +132,23 @@ struct DeviceKv {
 
 TEST(KvHashDeviceTest, KernelMatchesReference) {
   if (Status s = CudaDeviceStatus(); !s.ok()) GTEST_SKIP() << s.message();
-  for (int32_t layers : {1, 3}) {
-    for (int64_t row : {1, 7, 17, 30, 32, 256, 2048}) {
-      const int64_t slots = 300;  // More than one thread block of tokens.
-      HostKv host(layers, slots, row, 0, 5 + row);
-      StatusOr<DeviceKv> device = DeviceKv::Upload(host);
-      ASSERT_TRUE(device.ok()) << device.status().ToString();
-      std::vector<int64_t> slot_list(slots);
-      for (int64_t i = 0; i < slots; ++i) slot_list[i] = (i * 7) % slots;
-      StatusOr<DeviceBuffer> slots_d = DeviceBuffer::Allocate(slots * sizeof(int64_t));
-      StatusOr<DeviceBuffer> hashes_d = DeviceBuffer::Allocate(slots * sizeof(uint64_t));
-      ASSERT_TRUE(slots_d.ok() && hashes_d.ok());
-      ASSERT_TRUE(slots_d->CopyFromHost(slot_list.data(), slots * sizeof(int64_t)).ok());
-      ASSERT_TRUE(HashTokenRows(device->view, slots_d->as<int64_t>(), slots,
-                                hashes_d->as<uint64_t>(), nullptr)
-                      .ok());
-      std::vector<uint64_t> hashes(slots);
-      ASSERT_TRUE(hashes_d->CopyToHost(hashes.data(), slots * sizeof(uint64_t)).ok());
-      for (int64_t i = 0; i < slots; ++i) {
-        ASSERT_EQ(hashes[i], HashTokenRowsReference(host.view, slot_list[i]))
-            << "layers " << layers << " row " << row << " token " << i;
-      }
+  for (const KvHashCase& c : testing::KvHashKernelCases()) {
+    SCOPED_TRACE(c.label);
+    HostKv host(c.num_layers, c.num_slots, c.bytes_per_row, c.seed);
+    StatusOr<DeviceKv> device = DeviceKv::Upload(host);
+    ASSERT_TRUE(device.ok()) << device.status().ToString();
+    const int64_t tokens = static_cast<int64_t>(c.slots.size());
+    StatusOr<DeviceBuffer> slots_d = DeviceBuffer::Allocate(tokens * sizeof(int64_t));
+    StatusOr<DeviceBuffer> hashes_d = DeviceBuffer::Allocate(tokens * sizeof(uint64_t));
+    ASSERT_TRUE(slots_d.ok() && hashes_d.ok());
+    ASSERT_TRUE(slots_d->CopyFromHost(c.slots.data(), tokens * sizeof(int64_t)).ok());
+    ASSERT_TRUE(HashTokenRows(device->view, slots_d->as<int64_t>(), tokens,
+                              hashes_d->as<uint64_t>(), nullptr)
+                    .ok());
+    std::vector<uint64_t> hashes(tokens);
+    ASSERT_TRUE(hashes_d->CopyToHost(hashes.data(), tokens * sizeof(uint64_t)).ok());
+    for (int64_t i = 0; i < tokens; ++i) {
+      ASSERT_EQ(hashes[i], HashTokenRowsReference(host.view, c.slots[i])) << "token " << i;
     }
   }
 }

@@ -1,8 +1,9 @@
 // Batched paged attention: properties of the CPU reference, validation and the split-K policy
 // (always), and the kernel against the reference (GPU only) over fp32 / bf16 / fp16, block sizes
 // 1/3/7/17, GQA ratios 1/4/8/16/32, head dims 64/128/256 and odd ones, empty and 5000-key
-// contexts, prefill chunks, sliding windows, per-head slots with several key ranges, signals and
-// skip.
+// contexts, prefill chunks, sliding windows, per-head slots with several key ranges, signals,
+// more signal rows than one signal-kernel batch, and skip. The kernel cases and tolerances are
+// tests/cuda/paged_batch_test_util.h's, which the CPU emulation (tests/cuda_emu) runs too.
 #include "lib/cuda/paged_batch_attention.h"
 
 #include <gtest/gtest.h>
@@ -18,22 +19,11 @@
 namespace vtoken::cuda {
 namespace {
 
+using testing::BatchCase;
 using testing::BatchProblem;
 using testing::BatchShape;
-using testing::HostArray;
+using testing::MixedSeqs;
 using testing::SeqSpec;
-
-std::vector<SeqSpec> MixedSeqs(int64_t groups) {
-  auto ctx = [&](int64_t c) {
-    std::vector<int64_t> per_group;
-    for (int64_t g = 0; g < groups; ++g) per_group.push_back(c + 3 * g);
-    return per_group;
-  };
-  return {{.rows = 1, .context = ctx(0)},  // Empty context.
-          {.rows = 1, .context = ctx(37), .want_signals = false},
-          {.rows = 5, .context = ctx(20), .num_signal = 3},     // A prefill chunk.
-          {.rows = 19, .context = ctx(50), .num_signal = 40}};  // Several row tiles.
-}
 
 TEST(PagedBatchReferenceTest, SingleKeyReturnsItsValueRowWithFullMass) {
   BatchProblem p({.num_heads = 4, .num_kv_heads = 2, .head_dim = 5}, {{.rows = 1, .context = {0}}},
@@ -194,21 +184,6 @@ TEST(PagedBatchAttentionTest, HalfConversionsRoundToNearestEven) {
   EXPECT_EQ(HalfBitsToFloat(0x0001, AttnDtype::kFloat16), std::ldexp(1.0f, -24));
 }
 
-// Output tolerance per dtype, relative to 1 + |reference|: the kernel and the reference round
-// the same inputs; fp32 differs by accumulation order only, bf16 / fp16 outputs by up to about
-// one unit in the last place of the stored result (2^-8 / 2^-11 relative) plus that.
-float OutTolerance(AttnDtype t) {
-  switch (t) {
-    case AttnDtype::kBFloat16:
-      return 1e-2f;
-    case AttnDtype::kFloat16:
-      return 2e-3f;
-    case AttnDtype::kFloat32:
-      break;
-  }
-  return 2e-5f;
-}
-
 DeviceBuffer Upload(const void* host, size_t bytes) {
   StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(bytes);
   EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
@@ -254,121 +229,57 @@ void ExpectKernelMatchesReference(BatchProblem& p, const std::string& label, flo
   const Status status = PagedBatchAttention(d, workspace->data(), bytes, nullptr);
   ASSERT_TRUE(status.ok()) << status.ToString();
   ASSERT_TRUE(PagedBatchAttentionReference(p.args).ok());
-  HostArray got(p.out.dtype, p.out.size());
-  std::vector<float> got_attn(p.attn_sum.size()), got_norm(p.norm_sum.size());
-  ASSERT_TRUE(out.CopyToHost(got.bytes.data(), got.bytes.size()).ok());
-  ASSERT_TRUE(attn.CopyToHost(got_attn.data(), got_attn.size() * 4).ok());
-  ASSERT_TRUE(norm.CopyToHost(got_norm.data(), got_norm.size() * 4).ok());
-  const float tol = OutTolerance(p.args.dtype) * scale;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const float want_out = p.out.Get(i);
-    ASSERT_NEAR(got.Get(i), want_out, tol * (1.0f + std::abs(want_out))) << "out " << i;
-  }
-  for (size_t j = 0; j < got_attn.size(); ++j) {
-    ASSERT_NEAR(got_attn[j], p.attn_sum[j], 1e-4f * scale * (1.0f + p.attn_sum[j])) << "attn " << j;
-    ASSERT_NEAR(got_norm[j], p.norm_sum[j], 1e-5f * (1.0f + p.norm_sum[j])) << "norm " << j;
-  }
+  testing::BatchOutputs got{testing::HostArray(p.out.dtype, p.out.size()),
+                            std::vector<float>(p.attn_sum.size()),
+                            std::vector<float>(p.norm_sum.size())};
+  ASSERT_TRUE(out.CopyToHost(got.out.bytes.data(), got.out.bytes.size()).ok());
+  ASSERT_TRUE(attn.CopyToHost(got.attn_sum.data(), got.attn_sum.size() * 4).ok());
+  ASSERT_TRUE(norm.CopyToHost(got.norm_sum.data(), got.norm_sum.size() * 4).ok());
+  testing::ExpectNoMismatches(testing::Mismatches(p, got, scale));
 }
 
-std::string DtypeName(AttnDtype t) {
-  return t == AttnDtype::kFloat32 ? "fp32" : t == AttnDtype::kBFloat16 ? "bf16" : "fp16";
+void ExpectKernelMatchesReference(const BatchCase& c) {
+  SCOPED_TRACE("seed " + std::to_string(c.seed));
+  BatchProblem p(c);
+  ExpectKernelMatchesReference(p, c.label, c.scale);
 }
 
 TEST(PagedBatchAttentionDeviceTest, MatchesReferenceOverDtypesShapesAndBlocks) {
   if (Status s = CudaDeviceStatus(); !s.ok()) GTEST_SKIP() << s.message();
-  const uint64_t seed = 101;
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  struct Heads {
-    int32_t heads, kv_heads;
-  };
   for (AttnDtype t : {AttnDtype::kFloat32, AttnDtype::kBFloat16, AttnDtype::kFloat16}) {
-    for (int32_t head_dim : {64, 128, 33, 256}) {
-      for (Heads h : {Heads{4, 4}, Heads{8, 2}, Heads{16, 2}}) {
-        for (int64_t block_size : {1, 3, 7, 17}) {
-          BatchProblem p({.dtype = t,
-                          .num_heads = h.heads,
-                          .num_kv_heads = h.kv_heads,
-                          .head_dim = head_dim,
-                          .block_size = block_size},
-                         MixedSeqs(1), seed + head_dim + block_size);
-          ExpectKernelMatchesReference(p, DtypeName(t) + " head_dim " + std::to_string(head_dim) +
-                                              " heads " + std::to_string(h.heads) + "/" +
-                                              std::to_string(h.kv_heads) + " block " +
-                                              std::to_string(block_size));
-        }
-      }
-    }
+    for (const BatchCase& c : testing::ShapeAndBlockCases(t)) ExpectKernelMatchesReference(c);
   }
 }
 
 TEST(PagedBatchAttentionDeviceTest, LongContextsSplitKeysAcrossPartitions) {
   if (Status s = CudaDeviceStatus(); !s.ok()) GTEST_SKIP() << s.message();
   for (AttnDtype t : {AttnDtype::kFloat32, AttnDtype::kBFloat16}) {
-    BatchProblem p(
-        {.dtype = t, .num_heads = 8, .num_kv_heads = 2, .head_dim = 128, .block_size = 16},
-        {{.rows = 1, .context = {4999}},
-         {.rows = 1, .context = {2}},
-         {.rows = 4, .context = {3000}, .num_signal = 2}},
-        11);
+    const BatchCase c = testing::LongContextCase(t);
+    BatchProblem p(c);
     ASSERT_GT(PagedBatchPartitions(p.args), 1);
-    ExpectKernelMatchesReference(p, DtypeName(t) + " long context");
+    ExpectKernelMatchesReference(p, c.label);
   }
-  BatchProblem large(
-      {.num_heads = 4, .num_kv_heads = 4, .head_dim = 32, .block_size = 7, .magnitude = 3.0f},
-      {{.rows = 1, .context = {2000}}, {.rows = 3, .context = {64}}}, 12);
-  ExpectKernelMatchesReference(large, "large scores", /*scale=*/50.0f);
+  ExpectKernelMatchesReference(testing::LargeScoresCase());
 }
 
 // More query heads per KV head than a CTA holds (16, or 8 past head_dim 128): head tiles.
 TEST(PagedBatchAttentionDeviceTest, LargeGqaGroupsSplitHeadsAcrossCtas) {
   if (Status s = CudaDeviceStatus(); !s.ok()) GTEST_SKIP() << s.message();
-  BatchProblem wide({.num_heads = 32, .num_kv_heads = 1, .head_dim = 64, .block_size = 7},
-                    MixedSeqs(1), 16);
-  ExpectKernelMatchesReference(wide, "32 query heads per KV head");
-  BatchProblem deep({.dtype = AttnDtype::kBFloat16,
-                     .num_heads = 32,
-                     .num_kv_heads = 2,
-                     .head_dim = 256,
-                     .block_size = 17},
-                    MixedSeqs(1), 17);
-  ExpectKernelMatchesReference(deep, "16 query heads per KV head at head_dim 256");
+  for (const BatchCase& c : testing::LargeGqaCases()) ExpectKernelMatchesReference(c);
 }
 
 TEST(PagedBatchAttentionDeviceTest, SlidingWindowHeadSlotsAndSignalsOnOrOff) {
   if (Status s = CudaDeviceStatus(); !s.ok()) GTEST_SKIP() << s.message();
   for (AttnDtype t : {AttnDtype::kFloat32, AttnDtype::kFloat16}) {
-    for (int64_t window : {0, 5, 300}) {
-      for (bool per_head : {false, true}) {
-        const int64_t groups = per_head ? 3 : 1;  // With 2 KV heads: one range nobody reads.
-        std::vector<SeqSpec> seqs = MixedSeqs(groups);
-        seqs.push_back({.rows = 2, .context = std::vector<int64_t>(groups, 1500)});
-        seqs.push_back({.rows = 7, .context = std::vector<int64_t>(groups, 9), .skip = true});
-        BatchProblem p({.dtype = t,
-                        .num_heads = 8,
-                        .num_kv_heads = 2,
-                        .head_dim = 100,
-                        .block_size = 3,
-                        .groups_per_seq = groups,
-                        .per_head_slots = per_head,
-                        .sliding_window = window},
-                       seqs, 13 + window);
-        ExpectKernelMatchesReference(p, DtypeName(t) + " window " + std::to_string(window) +
-                                            (per_head ? " per-head slots" : ""));
-      }
-    }
+    for (const BatchCase& c : testing::SlidingWindowCases(t)) ExpectKernelMatchesReference(c);
   }
-  for (bool attn : {false, true}) {
-    BatchProblem p({.num_heads = 6,
-                    .num_kv_heads = 3,
-                    .head_dim = 17,
-                    .attn_signals = attn,
-                    .norm_signals = !attn},
-                   MixedSeqs(1), 14);
-    ExpectKernelMatchesReference(p, attn ? "attention signals only" : "norm signals only");
-  }
-  BatchProblem none({.num_heads = 4, .num_kv_heads = 1, .head_dim = 64}, MixedSeqs(1), 15);
-  none.args.want_signals = nullptr;
-  ExpectKernelMatchesReference(none, "no signals");
+  for (const BatchCase& c : testing::SignalCases()) ExpectKernelMatchesReference(c);
+}
+
+// More signal rows than the signal kernel's batch of 64: several row batches.
+TEST(PagedBatchAttentionDeviceTest, LongPrefillSignalsTakeSeveralRowBatches) {
+  if (Status s = CudaDeviceStatus(); !s.ok()) GTEST_SKIP() << s.message();
+  for (const BatchCase& c : testing::LongPrefillSignalCases()) ExpectKernelMatchesReference(c);
 }
 
 }  // namespace

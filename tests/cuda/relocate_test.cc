@@ -1,50 +1,27 @@
 // Relocation: the CPU reference on host buffers (always), the kernel against the reference and
 // the CudaCopyEngine's staging protocol (GPU only). Slots are laid out in blocks of block_size
 // (1, 3, 7, 17) and copies follow the planner's shape: live tokens of sparse blocks move, in
-// order, into fresh blocks.
+// order, into fresh blocks. The kernel cases are tests/cuda/kv_layers_test_util.h's, which the CPU
+// emulation (tests/cuda_emu) runs too.
 #include "lib/cuda/relocate.h"
 
 #include <gtest/gtest.h>
 
-#include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "lib/cuda/cuda_copy_engine.h"
 #include "lib/cuda/device.h"
 #include "lib/cuda/kv_hash.h"
+#include "tests/cuda/kv_layers_test_util.h"
 
 namespace vtoken::cuda {
 namespace {
 
-struct HostKv {
-  HostKv(int32_t num_layers, int64_t num_slots, int64_t bytes_per_row, uint64_t seed)
-      : storage(2 * num_layers, std::vector<uint8_t>(num_slots * bytes_per_row)) {
-    std::mt19937_64 rng(seed);
-    for (std::vector<uint8_t>& layer : storage) {
-      for (uint8_t& byte : layer) byte = static_cast<uint8_t>(rng());
-    }
-    for (int32_t l = 0; l < num_layers; ++l) {
-      k.push_back(storage[2 * l].data());
-      v.push_back(storage[2 * l + 1].data());
-    }
-    view = {k.data(), v.data(), num_layers, num_slots, bytes_per_row};
-  }
-  std::vector<std::vector<uint8_t>> storage;
-  std::vector<void*> k, v;
-  KvLayersView view;
-};
-
-// Relocates every second slot of the first half of the blocks into the first fresh blocks of the
-// second half, as a reclamation of half-live blocks would.
-std::vector<SlotPair> PlannerShapedCopies(int64_t num_blocks, int64_t block_size) {
-  std::vector<SlotPair> copies;
-  int64_t dst = (num_blocks / 2) * block_size;
-  for (int64_t slot = 0; slot < (num_blocks / 2) * block_size; slot += 2) {
-    copies.push_back({slot, dst++});
-  }
-  return copies;
-}
+using testing::HostKv;
+using testing::PlannerShapedCopies;
+using testing::RelocateCase;
 
 std::vector<uint64_t> AllHashes(const KvLayersView& view) {
   std::vector<uint64_t> hashes(view.num_slots);
@@ -95,7 +72,8 @@ TEST(RelocateTest, RejectsMalformedArgumentsBeforeLaunching) {
     if (Status s = CudaDeviceStatus(); !s.ok()) GTEST_SKIP() << s.message(); \
   } while (0)
 
-// Device copy of a HostKv, with its own pointer arrays.
+// Device copy of a HostKv's rows (layer pointer i, K of layer l is 2l and V 2l + 1, in its own
+// buffer), with its own pointer arrays.
 struct DeviceKv {
   explicit DeviceKv(const HostKv& host) : view(host.view) {
     const int32_t layers = host.view.num_layers;
@@ -103,7 +81,7 @@ struct DeviceKv {
     for (int32_t i = 0; i < 2 * layers; ++i) {
       StatusOr<DeviceBuffer> buffer = DeviceBuffer::Allocate(bytes);
       EXPECT_TRUE(buffer.ok()) << buffer.status().ToString();
-      EXPECT_TRUE(buffer->CopyFromHost(host.storage[i].data(), bytes).ok());
+      EXPECT_TRUE(buffer->CopyFromHost(host.Row(i % 2 == 1, i / 2, 0), bytes).ok());
       (i % 2 == 0 ? k : v).push_back(buffer->data());
       layers_.push_back(std::move(*buffer));
     }
@@ -116,10 +94,12 @@ struct DeviceKv {
     view.k_layers = pointers_.as<void*>();
     view.v_layers = pointers_.as<void*>() + layers;
   }
-  // Copies the device layers back into `host`.
+  // Copies the device layers' rows back into `host`'s.
   void Download(HostKv& host) const {
+    const size_t bytes = host.view.num_slots * host.view.bytes_per_row;
     for (size_t i = 0; i < layers_.size(); ++i) {
-      EXPECT_TRUE(layers_[i].CopyToHost(host.storage[i].data(), host.storage[i].size()).ok());
+      void* rows = (i % 2 == 0 ? host.k : host.v)[i / 2];
+      EXPECT_TRUE(layers_[i].CopyToHost(rows, bytes).ok());
     }
   }
   std::vector<void*> k, v;  // Device layer pointers, host arrays.
@@ -130,23 +110,22 @@ struct DeviceKv {
   DeviceBuffer pointers_;
 };
 
+// Each check compares every byte of every buffer (rows and slack), so a stray write shows: the
+// result is downloaded into a HostKv built like the expected one.
 TEST(RelocateDeviceTest, KernelMatchesReferenceOverBlockSizesAndRowWidths) {
   SKIP_WITHOUT_GPU();
-  // 30-byte rows take the byte path, 20 the 4-byte path, 48 and 2048 the 16-byte path.
-  for (int64_t row : {30, 20, 48, 2048}) {
-    for (int64_t block_size : {1, 3, 7, 17}) {
-      HostKv expected(3, 10 * block_size, row, row * 100 + block_size);
-      DeviceKv device(expected);
-      const std::vector<SlotPair> copies = PlannerShapedCopies(10, block_size);
-      StatusOr<DeviceBuffer> list = DeviceBuffer::Allocate(copies.size() * sizeof(SlotPair));
-      ASSERT_TRUE(list.ok());
-      ASSERT_TRUE(list->CopyFromHost(copies.data(), copies.size() * sizeof(SlotPair)).ok());
-      ASSERT_TRUE(RelocateRows(device.view, list->as<SlotPair>(), copies.size(), nullptr).ok());
-      ASSERT_TRUE(RelocateRowsReference(expected.view, copies).ok());
-      HostKv actual(3, 10 * block_size, row, 0);
-      device.Download(actual);
-      EXPECT_EQ(actual.storage, expected.storage) << "row " << row << " block " << block_size;
-    }
+  for (const RelocateCase& c : testing::RowWidthAndBlockSizeCases()) {
+    SCOPED_TRACE(c.label);
+    HostKv expected(c.num_layers, c.num_slots, c.bytes_per_row, c.seed());
+    DeviceKv device(expected);
+    StatusOr<DeviceBuffer> list = DeviceBuffer::Allocate(c.copies.size() * sizeof(SlotPair));
+    ASSERT_TRUE(list.ok());
+    ASSERT_TRUE(list->CopyFromHost(c.copies.data(), c.copies.size() * sizeof(SlotPair)).ok());
+    ASSERT_TRUE(RelocateRows(device.view, list->as<SlotPair>(), c.copies.size(), nullptr).ok());
+    ASSERT_TRUE(RelocateRowsReference(expected.view, c.copies).ok());
+    HostKv actual(c.num_layers, c.num_slots, c.bytes_per_row, c.seed());
+    device.Download(actual);
+    EXPECT_EQ(actual.storage, expected.storage);
   }
 }
 
@@ -193,7 +172,7 @@ TEST(CudaCopyEngineTest, SubmitWaitPollAndFenceMoveTheRightRows) {
 
   ASSERT_TRUE(RelocateRowsReference(expected.view, first).ok());
   ASSERT_TRUE(RelocateRowsReference(expected.view, std::vector<SlotPair>{{3, 2}}).ok());
-  HostKv actual(4, 12 * block_size, 40, 0);
+  HostKv actual(4, 12 * block_size, 40, 11);
   device.Download(actual);
   EXPECT_EQ(actual.storage, expected.storage);
 }
@@ -295,7 +274,7 @@ TEST(CudaCopyEngineTest, ManyInFlightTicketsCompleteInOrder) {
   }
   (*engine)->Wait(tickets.back());
   for (CopyTicket t : tickets) EXPECT_TRUE((*engine)->Poll(t));
-  HostKv actual(2, 512, 64, 0);
+  HostKv actual(2, 512, 64, seed);
   device.Download(actual);
   EXPECT_EQ(actual.storage, expected.storage);
 }
