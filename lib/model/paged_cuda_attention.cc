@@ -66,11 +66,24 @@ CudaPagedAttention::CudaPagedAttention(const cuda::PagedBatchArgs& args,
       head_group_(head_group),
       workspace_(std::move(workspace)) {}
 
+#ifdef VTOKEN_CUDA_EMULATION
+namespace {
+int on_host_scopes = 0;  // Live OnHost objects (one thread: the tests).
+}  // namespace
+CudaPagedAttention::OnHost::OnHost() { ++on_host_scopes; }
+CudaPagedAttention::OnHost::~OnHost() { --on_host_scopes; }
+#endif
+
 bool CudaPagedAttention::Usable(const KvTensors& kv, torch::Dtype compute_dtype,
                                 int64_t num_heads) {
   const KvTensorsOptions& o = kv.options();
   cuda::AttnDtype dtype;
-  return o.device.is_cuda() && o.dtype == compute_dtype && KernelDtype(o.dtype, &dtype) &&
+#ifdef VTOKEN_CUDA_EMULATION
+  const bool on_device = on_host_scopes > 0 ? o.device.is_cpu() : o.device.is_cuda();
+#else
+  const bool on_device = o.device.is_cuda();
+#endif
+  return on_device && o.dtype == compute_dtype && KernelDtype(o.dtype, &dtype) &&
          o.head_dim <= 256 && num_heads <= 256;
 }
 
@@ -123,9 +136,6 @@ CudaPagedAttention::CudaPagedAttention(const BatchView& b, int64_t num_seqs,
     a.attn_sum = sums_.data_ptr<float>();
     a.norm_sum = a.attn_sum + num_keys;
   }
-  const size_t bytes = cuda::PagedBatchWorkspaceBytes(a);
-  workspace_ = torch::empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))},
-                            torch::TensorOptions().dtype(torch::kUInt8).device(o.device));
 }
 
 void CudaPagedAttention::Bind(const torch::Tensor& uploaded) {
@@ -144,6 +154,10 @@ void CudaPagedAttention::Bind(const torch::Tensor& uploaded) {
                                          : nullptr;
   a.skip = reinterpret_cast<const uint8_t*>(dev + at_.skip);
   head_group_ = dev + at_.head_group;
+  // Sized once the arguments are complete: the signal scratch counts only with want_signals.
+  const size_t bytes = cuda::PagedBatchWorkspaceBytes(a);
+  workspace_ = torch::empty({static_cast<int64_t>(std::max<size_t>(bytes, 1))},
+                            torch::TensorOptions().dtype(torch::kUInt8).device(uploaded.device()));
 }
 
 void CudaPagedAttention::Attend(const torch::Tensor& q, KvTensors& kv, int64_t layer,

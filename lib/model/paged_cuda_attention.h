@@ -31,6 +31,19 @@ class CudaPagedAttention {
   // device, one dtype for both, fp32 / bf16 / fp16, head_dim and num_heads <= 256.
   static bool Usable(const KvTensors& kv, torch::Dtype compute_dtype, int64_t num_heads);
 
+#ifdef VTOKEN_CUDA_EMULATION
+  // Only in the build against the CPU emulation of lib/cuda (tests/cuda_emu, docs/CUDA.md): while
+  // an OnHost object lives, Usable accepts KV tensors on the CPU instead, and the emulated kernel
+  // runs on host memory, so the model's kernel path runs on the CPU in CI.
+  class OnHost {
+   public:
+    OnHost();
+    ~OnHost();
+    OnHost(const OnHost&) = delete;
+    OnHost& operator=(const OnHost&) = delete;
+  };
+#endif
+
   // The step's batch: `b` (num_seqs sequences), num_signal / want_signals [num_seqs], skip
   // [num_seqs] (sequences another path attends), head_group [num_layers * num_kv_heads] (the key
   // range KV head h of layer l reads at l * num_kv_heads + h). Adds the kernel's arrays to

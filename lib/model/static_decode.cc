@@ -100,7 +100,12 @@ StatusOr<std::unique_ptr<StaticDecode>> StaticDecode::Create(const LlamaModel& m
 
 StaticDecode::StaticDecode(const LlamaModel& model, KvTensors& kv,
                            const StaticDecodeOptions& options)
-    : model_(model), kv_(kv), options_(options), head_group_(model.HeadGroups(kv.granularity())) {}
+    : model_(model), kv_(kv), options_(options), head_group_(model.HeadGroups(kv.granularity())) {
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+  kernel_ = CudaPagedAttention::Usable(kv, model.options().compute_dtype,
+                                       model.config().num_attention_heads);
+#endif
+}
 
 // Graphs first: they hold the buffers' addresses.
 StaticDecode::~StaticDecode() { bodies_.clear(); }
@@ -123,12 +128,8 @@ bool StaticDecode::Eligible(std::span<const PagedSeqView> inputs) const {
   }
   const KvTensorsOptions& o = kv_.options();
   const torch::Dtype dtype = model_.options().compute_dtype;
-  if (o.device.is_cpu()) return dtype == torch::kFloat32 && o.dtype == torch::kFloat32;
-#ifdef VTOKEN_MODEL_CUDA_KERNELS
-  return CudaPagedAttention::Usable(kv_, dtype, model_.config().num_attention_heads);
-#else
-  return false;
-#endif
+  if (kernel_) return true;
+  return o.device.is_cpu() && dtype == torch::kFloat32 && o.dtype == torch::kFloat32;
 }
 
 void StaticDecode::Reserve(int64_t batch_bucket, int64_t keys) {
@@ -208,7 +209,7 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
                               static_cast<int64_t>(head_group_.size()), key_capacity_,
                               c.vocab_size);
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
-  if (index_.is_cuda()) ReserveWorkspace(cuda::PagedBatchWorkspaceBytes(KernelArgs(t)));
+  if (kernel_) ReserveWorkspace(cuda::PagedBatchWorkspaceBytes(KernelArgs(t)));
 #endif
 
   // The index, padded: padding rows decode token 0 at position 0 into the scratch slot and
@@ -293,7 +294,7 @@ void StaticDecode::Prepare(Body& body) {
   int64_t* index = index_.data_ptr<int64_t>();
   float* out = out_.data_ptr<float>();
   ++stats_.bodies_built;
-  if (o.device.is_cpu()) {
+  if (!kernel_) {
     body.cpu = CpuAttentionBatch{
         .num_seqs = t.rows,
         .num_heads = c.num_attention_heads,
@@ -374,7 +375,7 @@ void StaticDecode::RunBody(Body& body) {
     const LlamaModel::Layer& l = m.layers_[li];
     const torch::Tensor q = m.LayerQueries(li, x, cos, sin, write_index, kv_).contiguous();
     torch::Tensor attn = torch::empty({rows, heads * c.head_dim}, q.options());
-    if (index_.is_cpu()) {
+    if (!kernel_) {
       CpuAttentionBatch a = body.cpu;
       a.q = q.data_ptr<float>();
       a.k_cache = kv_.k(li).data_ptr<float>();

@@ -116,6 +116,9 @@ class StaticDecode {
   KvTensors& kv_;
   StaticDecodeOptions options_;
   std::vector<int64_t> head_group_;  // HeadGroups(kv granularity).
+  // lib/cuda's kernel attends (CudaPagedAttention::Usable when constructed); else, on the CPU in
+  // fp32, CpuPagedAttention.
+  bool kernel_ = false;
   int64_t batch_capacity_ = 0, key_capacity_ = 0;
   torch::Tensor index_, index_host_;  // index_host_ is index_ itself on the CPU.
   torch::Tensor out_, workspace_;

@@ -1,6 +1,7 @@
 // The emulator's scheduler (cuda_emu.h): blocks one after another, a block's threads as fibers
 // on the calling OS thread, switched only at synchronization points.
 #include "tests/cuda_emu/cuda_emu.h"
+#include "tests/cuda_emu/emu_launches.h"
 
 #include <sys/mman.h>
 
@@ -365,6 +366,8 @@ class Emulator {
 void SetSchedule(Schedule schedule, uint64_t seed) { Emulator::Get().SetSchedule(schedule, seed); }
 std::string TakeLastFailure() { return Emulator::Get().TakeFailure(); }
 std::vector<LaunchRecord> TakeLaunchLog() { return Emulator::Get().TakeLog(); }
+
+size_t TakeLaunchCount() { return TakeLaunchLog().size(); }
 
 namespace internal {
 void RunGrid(const LaunchConfig& config, void (*body)(void*), void* context) {

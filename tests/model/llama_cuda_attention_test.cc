@@ -2,15 +2,27 @@
 // under 16 tokens, torch ops for longer chunks, in one batch) against the CPU torch reference:
 // logits, signals and the K/V rows written, at token and head granularity, with and without a
 // sliding window, fp32 and bf16. Skips without a CUDA device or without lib/cuda.
+//
+// Built a second time as llama_cuda_attention_emu_test (VTOKEN_CUDA_EMULATION, tests/
+// CMakeLists.txt): lib/model's sources on the CPU emulation of lib/cuda's kernels, where the
+// "GPU" model is a CPU model whose KV tensors the emulated kernel attends over
+// (CudaPagedAttention::OnHost), so this path (the step's one upload, the kernel's CSR binding,
+// the shared signal sums, the torch-path chunk beside the kernel rows) runs in every ctest.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <ostream>
 #include <random>
 
 #include "lib/model/llama.h"
+
+#ifdef VTOKEN_CUDA_EMULATION
+#include "lib/model/paged_cuda_attention.h"
+#include "tests/cuda_emu/emu_launches.h"
+#endif
 
 namespace vtoken::model {
 namespace {
@@ -26,6 +38,7 @@ ModelConfig Config(int64_t sliding_window) {
   c.head_dim = 8;
   c.max_position_embeddings = 2048;
   c.sliding_window = sliding_window;
+  if (sliding_window > 0) c.model_type = "mistral";  // The only model type with a window.
   return c;
 }
 
@@ -85,7 +98,12 @@ TEST_P(CudaAttentionTest, MatchesTheCpuTorchReference) {
 #ifndef VTOKEN_MODEL_CUDA_KERNELS
   GTEST_SKIP() << "built without lib/cuda (VTOKEN_MODEL_CUDA_KERNELS)";
 #endif
+#ifdef VTOKEN_CUDA_EMULATION
+  const torch::Device kernel_device = torch::kCPU;  // The emulated kernel reads host memory.
+#else
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Device kernel_device = torch::kCUDA;
+#endif
   const Case p = GetParam();
   const uint64_t seed = std::random_device{}();
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
@@ -98,8 +116,9 @@ TEST_P(CudaAttentionTest, MatchesTheCpuTorchReference) {
   for (auto& [name, t] : cpu->NamedParameters()) {
     if (t.dim() == 2) t.mul_(3.0);  // Sharp attention, so errors in the kernel show.
   }
-  auto gpu = LlamaModel::FromNamedTensors(c, cpu->NamedParameters(),
-                                          {.compute_dtype = p.dtype, .device = torch::kCUDA});
+  auto gpu = LlamaModel::FromNamedTensors(
+      c, cpu->NamedParameters(),
+      {.compute_dtype = p.dtype, .device = kernel_device, .fused_cpu_attention = false});
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   int64_t num_slots = 0;
   const int32_t groups = NumKvGroups(p.granularity, c.num_hidden_layers, c.num_key_value_heads);
@@ -117,7 +136,16 @@ TEST_P(CudaAttentionTest, MatchesTheCpuTorchReference) {
     kv_cpu->v(l).copy_(kv_gpu->v(l).cpu());
   }
   auto want = cpu->ForwardPaged(inputs, *kv_cpu);
+#ifdef VTOKEN_CUDA_EMULATION
+  vtoken_emu::TakeLaunchCount();
+  std::optional<internal::CudaPagedAttention::OnHost> on_host(std::in_place);
+#endif
   auto got = gpu->ForwardPaged(inputs, *kv_gpu);
+#ifdef VTOKEN_CUDA_EMULATION
+  on_host.reset();
+  // At least one attention launch per layer: the kernel, not the torch ops, attended.
+  EXPECT_GE(vtoken_emu::TakeLaunchCount(), static_cast<size_t>(c.num_hidden_layers));
+#endif
   ASSERT_TRUE(want.ok()) << want.status().ToString();
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   // fp32: GEMM order only. bf16: every activation rounded to 8 bits of mantissa on the GPU side.
