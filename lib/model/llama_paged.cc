@@ -324,9 +324,10 @@ torch::Tensor LlamaModel::PagedStepTorch(PagedBatch& b, const std::vector<int64_
   for (int64_t s = 0; s < num_seqs; ++s) {
     kernel_skip[s] = b.q_offsets[s + 1] - b.q_offsets[s] >= kBlasAttentionMinQueries;
   }
-  const std::vector<int64_t> head_group = HeadGroups(kv.granularity());  // Read by Send.
+  std::vector<int64_t> head_group;  // The kernel's table; Send reads it, so it lives until then.
   if (CudaPagedAttention::Usable(kv, options_.compute_dtype, heads) &&
       std::count(kernel_skip.begin(), kernel_skip.end(), 0) > 0) {
+    head_group = HeadGroups(kv.granularity());
     for (int64_t s = 0; s < num_seqs; ++s) on_kernel[s] = kernel_skip[s] == 0;
     cuda_attention.emplace(view, num_seqs, b.num_signal.data(), b.want_signals.data(), kernel_skip,
                            head_group, heads, c.sliding_window, kv, slots_at, key_positions_at,
