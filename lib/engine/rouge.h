@@ -10,6 +10,7 @@
 // Pure functions; safe to call concurrently.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>

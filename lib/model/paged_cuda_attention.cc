@@ -129,10 +129,13 @@ CudaPagedAttention::CudaPagedAttention(const BatchView& b, int64_t num_seqs,
     }
   }
   if (any_signals) {
+    // o.device may be "cuda" with no index (the current device), a tensor's device always has
+    // one: compare with the KV tensors' own device.
+    const torch::Device kv_device = kv.k_tensors().front().device();
     TORCH_CHECK(sums_.defined() && sums_.is_contiguous() && sums_.numel() == 2 * num_keys &&
-                    sums_.scalar_type() == torch::kFloat32 && sums_.device() == o.device,
+                    sums_.scalar_type() == torch::kFloat32 && sums_.device() == kv_device,
                 "CudaPagedAttention: the signal sums must be fp32 [2, ", num_keys, "] on ",
-                o.device);
+                kv_device);
     a.attn_sum = sums_.data_ptr<float>();
     a.norm_sum = a.attn_sum + num_keys;
   }

@@ -2,6 +2,8 @@
 
 #include <string_view>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include "lib/model/io/device_spec.h"
 #include "lib/model/kv_tensors.h"
 #include "lib/model/torch_copy_engine.h"
@@ -62,7 +64,12 @@ StatusOr<torch::Device> TorchDevice(const std::string& name) {
                                 std::to_string(count) + " CUDA device(s), cuda:0.." +
                                 std::to_string(count - 1));
   }
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(spec.index));
+  // "cuda" names the current device; resolved to its index here, because a tensor's device
+  // always carries one and Device's == compares indexes (cuda != cuda:0).
+  const c10::DeviceIndex index =
+      spec.index >= 0 ? static_cast<c10::DeviceIndex>(spec.index)
+                      : c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index();
+  return torch::Device(torch::kCUDA, index);
 }
 
 StatusOr<torch::Dtype> TorchDtype(const std::string& name) {

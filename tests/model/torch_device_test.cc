@@ -62,6 +62,17 @@ TEST(TorchDeviceTest, CudaIndexBeyondTheDevicesIsInvalidArgument) {
   EXPECT_EQ(beyond.status().code(), StatusCode::kInvalidArgument);
 }
 
+// "cuda" resolves to the current device's index: a tensor made there reports that index, and
+// Device's == compares indexes, so an unresolved "cuda" would differ from every CUDA tensor.
+TEST(TorchDeviceTest, CudaWithoutAnIndexIsTheCurrentDevice) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  StatusOr<torch::Device> d = TorchDevice("cuda");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_TRUE(d->is_cuda());
+  EXPECT_GE(d->index(), 0);
+  EXPECT_EQ(torch::zeros({1}, torch::TensorOptions().device(torch::kCUDA)).device(), *d);
+}
+
 TEST(TorchDeviceTest, DtypeNames) {
   EXPECT_EQ(*TorchDtype("float32"), torch::kFloat32);
   EXPECT_EQ(*TorchDtype("bfloat16"), torch::kBFloat16);
