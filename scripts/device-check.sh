@@ -146,6 +146,12 @@ NVCC=""
 for c in "$(command -v nvcc 2>/dev/null)" "${CUDA_HOME:-/nonexistent}/bin/nvcc" /usr/local/cuda/bin/nvcc; do
   [[ -n "$c" && -x "$c" ]] && { NVCC="$c"; break; }
 done
+# torch's CMake config finds CUDA with its own FindCUDA (nvcc on PATH, CUDA_PATH), not from
+# CMAKE_CUDA_COMPILER: point both at the toolkit of the nvcc found here.
+if [[ -n "$NVCC" ]]; then
+  CUDA_ROOT="$(cd "$(dirname "$NVCC")/.." && pwd)"
+  export PATH="$CUDA_ROOT/bin:$PATH" CUDA_PATH="$CUDA_ROOT"
+fi
 TORCH_PREFIX="${TORCH_PREFIX:-$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null)}"
 PATH="$DEPS/bin:$PATH"  # the deps folder's sqlite3 and bible (scripts/make-corpus.sh)
 
@@ -189,7 +195,10 @@ config=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DVTOKEN_WITH_CUDA=ON -DVTOKEN_WITH_
         -DVTOKEN_WERROR=OFF -DVTOKEN_BUILD_TESTS=ON -DVTOKEN_BUILD_BENCH=ON
         "-DVTOKEN_CUDA_ARCHITECTURES=$CUDA_ARCH" "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"
         "-DCMAKE_CUDA_COMPILER=$NVCC" "-DCMAKE_PREFIX_PATH=$DEPS/usr;$TORCH_PREFIX"
-        -DCMAKE_DISABLE_FIND_PACKAGE_pybind11=ON)
+        -DCMAKE_DISABLE_FIND_PACKAGE_pybind11=ON
+        # CMake 4 (a pip cmake) refuses config files that ask for a policy version below 3.5.
+        -DCMAKE_POLICY_VERSION_MINIMUM=3.5)
+[[ -n "$NVCC" ]] && config+=("-DCUDA_TOOLKIT_ROOT_DIR=$CUDA_ROOT" "-DCUDAToolkit_ROOT=$CUDA_ROOT")
 # The deps' CMake configs are under lib/x86_64-linux-gnu, which CMake searches on multiarch systems.
 [[ -n "$(c++ -print-multiarch 2>/dev/null)" ]] || config+=(-DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu)
 # A local rehearsal ignores the system's packages: -DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local;/.
