@@ -28,6 +28,7 @@
 
 #include "bench/decode_inputs.h"
 #include "lib/model/blas_info.h"
+#include "lib/model/cpu_threads.h"
 #include "lib/model/kv_tensors.h"
 #include "lib/model/llama.h"
 #include "lib/model/torch_copy_engine.h"
@@ -318,6 +319,61 @@ BENCHMARK(BM_PrefillFusedVsReference)
     ->ArgNames({"chunk", "context"})
     ->Args({512, 0})
     ->Args({256, 512})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+
+// Wall-clock seconds (the thread benchmark: CPU time would add the threads' time up).
+double WallSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// CPU threads (SetCpuThreads: torch's pool, the fused step's CpuPool and OpenBLAS's pool): the
+// fused step (range(0) sequences of range(1) context tokens each with one new token, or with
+// range(1) = 0 one prefill of 512 tokens) on range(2) threads, 0 = every CPU this process may use.
+// Wall time, so it needs an otherwise idle machine. The thread count is set once per benchmark,
+// not per iteration: torch's set_num_threads rebuilds its thread pools (whose new threads spin).
+void BM_DecodeThreads(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  if (!VtTiny().ok()) return state.SkipWithError(VtTiny().status().ToString().c_str());
+  const LlamaModel& model = *VtTiny();
+  std::vector<PagedSeqInput> inputs;
+  int64_t slots = batch * (context + 1), tokens = batch;
+  if (context > 0) {
+    inputs = DecodeInputs(batch, context, model.config().vocab_size, true, 7);
+  } else {
+    tokens = slots = 512;
+    PagedSeqInput in;
+    for (int64_t i = 0; i < tokens; ++i) {
+      in.tokens.push_back(static_cast<int32_t>((i * 31 + 7) % model.config().vocab_size));
+      in.positions.push_back(i);
+      in.write_slots.push_back(i);
+    }
+    inputs.push_back(std::move(in));
+  }
+  std::optional<KvTensors> kv = FilledKv(model, slots, state);
+  if (!kv) return;
+  const int before = torch::get_num_threads();
+  StatusOr<int> threads = SetCpuThreads(static_cast<int>(state.range(2)));
+  if (!threads.ok()) return state.SkipWithError(threads.status().ToString().c_str());
+  for (auto _ : state) {
+    const double begin = WallSeconds();
+    auto out = model.ForwardPaged(inputs, *kv);
+    benchmark::DoNotOptimize(out);
+    if (!out.ok()) return state.SkipWithError(out.status().ToString().c_str());
+    state.SetIterationTime(WallSeconds() - begin);
+  }
+  (void)SetCpuThreads(before);
+  state.counters["threads"] = *threads;
+  state.counters["tok_s"] = benchmark::Counter(static_cast<double>(tokens),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_DecodeThreads)
+    ->ArgNames({"batch", "context", "threads"})
+    ->ArgsProduct({{1, 8, 32}, {512, 2048}, {1, 0}})
+    ->Args({1, 0, 1})
+    ->Args({1, 0, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 

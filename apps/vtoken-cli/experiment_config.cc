@@ -432,6 +432,10 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   if (!model::ParseComputeDtype(c.model_dtype).ok()) {
     return model.Error("dtype", "must be \"float32\", \"bfloat16\" or \"float16\"");
   }
+  VTOKEN_RETURN_IF_ERROR(model.Int("threads", c.model_threads));
+  if (c.model_threads < 0 || c.model_threads > 1024) {
+    return model.Error("threads", "must be 0 (every CPU this process may use) to 1024");
+  }
   VTOKEN_RETURN_IF_ERROR(model.Finish());
 
   engine::WorkloadOptions& w = c.workload;
@@ -702,6 +706,7 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
   // Keys recorded only when they differ from the defaults, so that older runs' hashes stay.
   if (c.model_device != "cpu") resolved["model"].as_table()->insert("device", c.model_device);
   if (c.model_dtype != "float32") resolved["model"].as_table()->insert("dtype", c.model_dtype);
+  if (c.model_threads != 0) resolved["model"].as_table()->insert("threads", c.model_threads);
   if (c.cuda_graphs) resolved["engine"].as_table()->insert("cuda_graphs", true);
   // Keys that only sim: models have, so the resolved configs (and hashes) of other runs stay.
   if (c.gpu_memory_utilization != 0) {

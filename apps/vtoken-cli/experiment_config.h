@@ -29,6 +29,9 @@ struct ExperimentConfig {
   // real or synthetic model's weights, activations and KV store.
   std::string model_device = "cpu";
   std::string model_dtype = "float32";
+  // [model] threads: CPU threads of the model's step (torch's intra-op pool and the fused CPU
+  // step's CpuPool); 0 = every CPU this process may use.
+  int64_t model_threads = 0;
   // [sim]: the simulated runner's signals, hardware and clock (sim: models only).
   sim::SimConfig sim = sim::DefaultSimConfig();
   // engine.gpu_memory_utilization > 0 (sim: models): num_blocks derived as vLLM does;

@@ -20,6 +20,7 @@
 #include "lib/core/policy_registry.h"
 #include "lib/engine/engine.h"
 #include "lib/engine/workload.h"
+#include "lib/model/cpu_threads.h"
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_runner.h"
 #include "lib/model/torch_device.h"
@@ -48,6 +49,7 @@ struct GenerateArgs {
   std::string dtype = "float32";
   std::string granularity = "token";
   bool cuda_graphs = false;
+  int threads = 0;  // 0: every CPU this process may use.
 };
 
 int Fail(const std::string& message) {
@@ -115,6 +117,8 @@ int RunGenerate(const GenerateArgs& a) {
   if (a.cuda_graphs && !options->device.is_cuda()) {
     return Fail("--cuda-graphs needs --device cuda (got --device " + a.device + ")");
   }
+  StatusOr<int> threads = model::SetCpuThreads(a.threads);
+  if (!threads.ok()) return Fail("--" + threads.status().message());
   StatusOr<Granularity> granularity = ParseGranularity(a.granularity);
   if (!granularity.ok()) return Fail("--granularity: " + granularity.status().message());
   StatusOr<model::ModelConfig> config = model::ParseConfigJson(a.model + "/config.json");
@@ -225,6 +229,7 @@ int RunGenerate(const GenerateArgs& a) {
                         {"dtype", a.dtype},
                         {"granularity", a.granularity},
                         {"cuda_graphs", a.cuda_graphs},
+                        {"threads", torch::get_num_threads()},
                         {"kv_groups", result->kv_groups},
                         {"policy", evicting ? o.policy : ""},
                         {"prompt_ids", prompt},
@@ -305,6 +310,9 @@ CLI::App* SetupGenerate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--cuda-graphs", a->cuda_graphs,
                 "Decode steps replay CUDA graphs (engine.cuda_graphs; needs --device cuda)");
+  cmd->add_option("--threads", a->threads,
+                  "CPU threads of the model's step (0: every CPU this process may use)")
+      ->capture_default_str();
   cmd->callback([a] { SetExitCode(RunGenerate(*a)); });
   return cmd;
 }

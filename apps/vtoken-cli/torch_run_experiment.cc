@@ -19,6 +19,7 @@
 #include "lib/engine/workload.h"
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/blas_info.h"
+#include "lib/model/cpu_threads.h"
 #include "lib/model/llama_runner.h"
 #include "lib/model/torch_device.h"
 #include "lib/sim/signal_trace.h"
@@ -128,6 +129,7 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
   if (!options.ok()) {
     return Status(options.status().code(), c.file + ": model." + options.status().message());
   }
+  VTOKEN_RETURN_IF_ERROR(model::SetCpuThreads(static_cast<int>(c.model_threads)).status());
   VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed, *options));
   VTOKEN_ASSIGN_OR_RETURN(
       std::unique_ptr<model::LlamaRunner> r,
@@ -294,7 +296,8 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
   }
   if (!c.pool_sizing.empty()) std::fprintf(stderr, "pool sizing: %s\n", c.pool_sizing.c_str());
   if (sim_runner == nullptr) {
-    std::fprintf(stderr, "BLAS: %s\n", model::BlasDescription().c_str());
+    std::fprintf(stderr, "BLAS: %s; model step on %d CPU thread(s)\n",
+                 model::BlasDescription().c_str(), torch::get_num_threads());
   }
   if (auto* llama = dynamic_cast<model::LlamaRunner*>(runner.get())) {
     std::fprintf(stderr, "device %s, dtype %s, relocation by the %s copy engine\n",

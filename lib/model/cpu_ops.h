@@ -1,14 +1,16 @@
 // CPU fp32 building blocks of the fused paged step (llama_paged.cc), on raw memory.
 //
-// CpuLinear: y = x W^T (+ bias) (+ y) for a few rows of x, on raw fp32 memory, with W row-major
-// [out_features, in_features] as checkpoints store it. For decode batches (a few to a few dozen
-// rows) this reads each weight row once and reuses it for every row of x from L1, where a BLAS
-// GEMM spends most of its time packing W for a matrix it multiplies only a few times (measured
-// in docs/PERFORMANCE.md). Larger batches (prefill chunks) belong to BLAS.
+// CpuLinear: y = x W^T (+ bias) (+ y) for the rows of a decode batch, on raw fp32 memory, with W
+// row-major [out_features, in_features] as checkpoints store it. It computes 4-row x 4-output
+// tiles in vector registers: a block of 4 weight rows is read from memory once and from L1 for
+// every further row tile, where a BLAS GEMM spends most of its time packing W for a matrix it
+// multiplies only a few times (measured in docs/PERFORMANCE.md). Each output is summed in one
+// fixed order whatever tile computes it, so splitting the outputs over threads changes no bit.
+// Prefill chunks (more than kCpuLinearMaxRows rows) belong to BLAS.
 //
 // Each call computes output features [o_begin, o_end); calls on disjoint ranges may run in
-// parallel. Everything here is vectorized by function multiversioning (x86-64-v4 / v3 /
-// baseline).
+// parallel (the fused step splits them over its CpuPool). Everything here is vectorized by
+// function multiversioning (x86-64-v4 / v3 / baseline).
 #pragma once
 
 #include <cstdint>
@@ -26,8 +28,11 @@ struct CpuLinearArgs {
 
 void CpuLinear(const CpuLinearArgs& args, int64_t o_begin, int64_t o_end);
 
-// The most rows for which CpuLinear beats BLAS here (decode batches; prefill goes to BLAS).
-inline constexpr int64_t kCpuLinearMaxRows = 4;
+// The most rows CpuLinear takes; more go to BLAS. On one thread its tiles match OpenBLAS at 8 and
+// 32 rows (vt-tiny's decode step, BM_DecodeThreads), and on more they keep decode on the step's
+// own threads instead of OpenBLAS's pool, which spins against them. 33 to 64 rows (short
+// prefill chunks) were not measured separately.
+inline constexpr int64_t kCpuLinearMaxRows = 64;
 
 // HF LlamaRMSNorm in fp32 over `rows` rows of `width`: y = w * (x / sqrt(mean(x^2) + eps)).
 void CpuRmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_t width,

@@ -24,7 +24,7 @@
 // Vectorized for x86-64-v4 (AVX-512) / v3 (AVX2 + FMA) / baseline x86-64 by function
 // multiversioning (the CPU picks at load time). Each call computes sequences [seq_begin, seq_end);
 // calls on disjoint ranges write disjoint outputs and may run in parallel (ForwardPaged splits the
-// batch over torch's threads).
+// batch over its CpuPool, lib/model/cpu_pool.h).
 #pragma once
 
 #include <cstdint>

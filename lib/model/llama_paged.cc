@@ -7,6 +7,7 @@
 
 #include "lib/model/cpu_ops.h"
 #include "lib/model/cpu_paged_attention.h"
+#include "lib/model/cpu_threads.h"
 #include "lib/model/llama.h"
 #include "lib/model/llama_ops.h"
 #include "lib/model/paged_cuda_attention.h"
@@ -219,8 +220,8 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
                           .rows = last.size(0),
                           .in_features = c.hidden_size,
                           .out_features = c.vocab_size};
-    at::parallel_for(0, c.vocab_size, 64,
-                     [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); });
+    TorchThreadsPool()->ParallelFor(
+        c.vocab_size, [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); }, 64);
   } else {
     // One copy back: the logits and the device's signal sums.
     logits = LmHead(last).to(torch::kFloat32);
@@ -404,6 +405,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   const int64_t total = x.size(0), inter = c.intermediate_size;
   const int64_t num_seqs = static_cast<int64_t>(b.q_offsets.size()) - 1;
   const float eps = static_cast<float>(c.rms_norm_eps);
+  const std::shared_ptr<CpuPool> pool_ref = TorchThreadsPool();
+  CpuPool& pool = *pool_ref;
   x = x.contiguous();
   // cos / sin [N, head_dim / 2] in fp32, as RopeCosSin computes them.
   std::vector<float> cos(static_cast<size_t>(total * half)), sin(cos.size());
@@ -436,8 +439,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
                             .in_features = w.size(1),
                             .out_features = w.size(0),
                             .accumulate = accumulate};
-      at::parallel_for(0, w.size(0), 64,
-                       [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); });
+      pool.ParallelFor(
+          w.size(0), [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); }, 64);
     } else if (accumulate) {
       out.addmm_(in, w.t());
       if (bias.defined()) out.add_(bias);
@@ -449,6 +452,68 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     torch::Tensor out;
     linear(in, w, bias, out, false);
     return out;
+  };
+  auto linear_args = [](const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& bias,
+                        torch::Tensor& out) {
+    out = torch::empty({in.size(0), w.size(0)}, torch::kFloat32);
+    return CpuLinearArgs{.x = in.data_ptr<float>(),
+                         .w = w.data_ptr<float>(),
+                         .bias = bias.defined() ? bias.data_ptr<float>() : nullptr,
+                         .y = out.data_ptr<float>(),
+                         .rows = in.size(0),
+                         .in_features = w.size(1),
+                         .out_features = w.size(0)};
+  };
+  // q, k and v of a decode-sized batch in one pool call over their output features together:
+  // a small step's few calls are what its threads synchronise on.
+  auto project_qkv = [&](const torch::Tensor& h, const Layer& l, torch::Tensor& q, torch::Tensor& k,
+                         torch::Tensor& v) {
+    if (h.size(0) > kCpuLinearMaxRows) {
+      q = project(h, l.q, l.q_bias);
+      k = project(h, l.k, l.k_bias);
+      v = project(h, l.v, l.v_bias);
+      return;
+    }
+    const CpuLinearArgs args[3] = {linear_args(h, l.q, l.q_bias, q),
+                                   linear_args(h, l.k, l.k_bias, k),
+                                   linear_args(h, l.v, l.v_bias, v)};
+    const int64_t total = args[0].out_features + args[1].out_features + args[2].out_features;
+    pool.ParallelFor(
+        total,
+        [&](int64_t begin, int64_t end) {
+          int64_t first = 0;
+          for (const CpuLinearArgs& a : args) {
+            const int64_t lo = std::max(begin, first), hi = std::min(end, first + a.out_features);
+            if (lo < hi) CpuLinear(a, lo - first, hi - first);
+            first += a.out_features;
+          }
+        },
+        64);
+  };
+  // SwiGLU's silu(gate) * up of a decode-sized batch in one pool call over the intermediate
+  // features (each share computes its gate and up features, then their product); BLAS and one
+  // CpuSiluMul for prefill chunks. Returns [N, intermediate].
+  auto swiglu = [&](const torch::Tensor& h2, const Layer& l) {
+    torch::Tensor gate, up;
+    if (h2.size(0) > kCpuLinearMaxRows) {
+      gate = project(h2, l.gate, torch::Tensor());
+      up = project(h2, l.up, torch::Tensor());
+      CpuSiluMul(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel());
+      return gate;
+    }
+    const CpuLinearArgs g = linear_args(h2, l.gate, torch::Tensor(), gate);
+    const CpuLinearArgs u = linear_args(h2, l.up, torch::Tensor(), up);
+    pool.ParallelFor(
+        inter,
+        [&](int64_t begin, int64_t end) {
+          CpuLinear(g, begin, end);
+          CpuLinear(u, begin, end);
+          for (int64_t r = 0; r < g.rows; ++r) {
+            CpuSiluMul(g.y + r * inter + begin, u.y + r * inter + begin, end - begin);
+          }
+        },
+        32);
+    return gate;
   };
   // Rotates one head row in place (HF rotate_half convention).
   auto rope = [&](float* row, int64_t t) {
@@ -511,9 +576,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
     auto h = rms_norm(x, l.input_norm);
-    auto q = project(h, l.q, l.q_bias);  // [N, H * hd]
-    auto k = project(h, l.k, l.k_bias);  // [N, KVH * hd]
-    auto v = project(h, l.v, l.v_bias);
+    torch::Tensor q, k, v;  // [N, H * hd], [N, KVH * hd], [N, KVH * hd]
+    project_qkv(h, l, q, k, v);
     float* qp = q.data_ptr<float>();
     float* kp = k.data_ptr<float>();
     const float* vp = v.data_ptr<float>();
@@ -542,9 +606,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     attn_batch.k_cache = k_cache;
     attn_batch.v_cache = v_cache;
     attn_batch.out = attn.data_ptr<float>();
-    at::parallel_for(0, num_seqs, 1, [&](int64_t begin, int64_t end) {
-      CpuPagedAttention(attn_batch, begin, end);
-    });
+    pool.ParallelFor(
+        num_seqs, [&](int64_t begin, int64_t end) { CpuPagedAttention(attn_batch, begin, end); });
     for (int64_t s : blas_seqs) {
       const int64_t begin = b.q_offsets[s], n = b.q_offsets[s + 1] - begin;
       attn.narrow(0, begin, n)
@@ -552,10 +615,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
                                 blas_gather_mask, blas_signals, torch::kFloat32, b.num_signal[s]));
     }
     linear(attn, l.o, l.o_bias, x, /*accumulate=*/true);
-    auto h2 = rms_norm(x, l.post_norm);
-    auto gate = project(h2, l.gate, torch::Tensor());  // [N, inter]
-    auto up = project(h2, l.up, torch::Tensor());
-    CpuSiluMul(gate.data_ptr<float>(), up.data_ptr<float>(), total * inter);
+    auto gate = swiglu(rms_norm(x, l.post_norm), l);  // [N, inter]
     linear(gate, l.down, torch::Tensor(), x, /*accumulate=*/true);
   }
   return x;

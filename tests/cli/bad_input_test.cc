@@ -306,6 +306,7 @@ std::vector<Case> Cases() {
       {"GenerateDeviceIndexMalformed", Gen({"--device", "cuda:x"}), "--device \"cuda:x\": must be"},
       {"GenerateDtypeUnknown", Gen({"--dtype", "int8"}), "--dtype \"int8\": must be \"float32\", \"bfloat16\" or \"float16\""},
       {"GenerateGranularityUnknown", Gen({"--granularity", "row"}), "--granularity: unknown granularity 'row'"},
+      {"GenerateThreadsNegative", Gen({"--threads", "-1"}), "--threads -1: must be 0 (every available CPU) or more"},
       {"CheckDeviceWithoutModel", {"check", "--device", "cuda"}, "--device needs --model"},
       {"CheckDtypeWithoutModel", {"check", "--dtype", "bfloat16"}, "--dtype needs --model"},
       {"CheckModelDtypeUnknown", {"check", "--model", "{src}/models/vt-tiny", "--dtype", "fp8"}, "--dtype \"fp8\": must be"},
@@ -313,6 +314,7 @@ std::vector<Case> Cases() {
        "--granularity: unknown granularity 'row'"},
       {"ConfigDeviceIndexMalformed", Tiny({"model.device='cuda:one'"}), "key 'model.device' must be \"cpu\", \"cuda\" or \"cuda:N\""},
       {"ConfigDtypeUnknown", Tiny({"model.dtype='fp8'"}), "key 'model.dtype' must be \"float32\", \"bfloat16\" or \"float16\""},
+      {"ConfigThreadsNegative", Tiny({"model.threads=-2"}), "key 'model.threads' must be 0 (every CPU this process may use) to 1024"},
       {"EmptyDb", {"run", "{dir}/sim.toml", "--db", ""}, "--db must name a database file, got ''"},
       {"RunsLastZero", {"runs", "--db", "{dir}/r.db", "--last", "0"}, "--last: must be an integer >= 1, got 0"},
       // Databases.

@@ -78,6 +78,22 @@ TEST_F(GenerateTest, DropEvictsExactlyTheListedPositions) {
             dropped["output_ids"]);
 }
 
+// --threads sizes the model step's thread team (0, the default: every CPU this process may use);
+// threads split the work, never a sum, so every count gives the same tokens.
+TEST_F(GenerateTest, ThreadsChangeNothingButTheTeam) {
+  const std::vector<std::string> args = {"--policy", "h2o", "--budget", "12", "--threads"};
+  std::vector<std::string> one = args, two = args;
+  one.push_back("1");
+  two.push_back("2");
+  const nlohmann::json a = Json(one), b = Json(two);
+  const nlohmann::json by_default = Json({"--policy", "h2o", "--budget", "12"});
+  EXPECT_EQ(a["threads"], 1);
+  EXPECT_EQ(b["threads"], 2);
+  EXPECT_GE(by_default["threads"].get<int>(), 1);
+  EXPECT_EQ(a["output_ids"], b["output_ids"]);
+  EXPECT_EQ(a["output_ids"], by_default["output_ids"]);
+}
+
 TEST_F(GenerateTest, PolicyParamReachesThePolicy) {
   const nlohmann::json j = Json({"--policy", "h2o", "--budget", "12", "--policy-param",
                                  "recent_ratio=0.25"});

@@ -129,6 +129,63 @@ INSTANTIATE_TEST_SUITE_P(GqaAndBlocks, FusedAttentionTest,
                                            Case{6, 3, 10, 7}, Case{8, 1, 64, 17},
                                            Case{3, 1, 64, 16}));
 
+// The step's threads (torch's pool and the fused step's CpuPool, sized together) split output
+// features and sequences, never a sum: the logits, signals and K/V are the same bits on 1 and 3
+// threads, for decode-sized batches (CpuLinear's tiles, up to kCpuLinearMaxRows rows: 3 and 10
+// here) and one with a 70-token prefill chunk (BLAS projections and attention).
+TEST(FusedAttentionTest, ThreadCountDoesNotChangeTheStep) {
+  const ModelConfig c = Config(6, 2, 16);
+  const LlamaModel m = Model(c, 11, true);
+  std::mt19937_64 rng(11);
+  for (const auto& shapes : std::vector<std::vector<std::pair<int64_t, int64_t>>>{
+           {{40, 1}, {300, 1}, {0, 2}},
+           {{0, 5}, {90, 1}, {700, 1}, {3, 2}, {10, 1}},
+           {{0, 70}, {20, 1}}}) {
+    std::vector<PagedSeqInput> inputs;
+    int64_t next_block = 0;
+    for (const auto& [ctx, n] : shapes) {
+      PagedSeqInput in;
+      std::vector<int64_t> slots = BlockSlots(ctx + n, 3, next_block, rng);
+      next_block += (ctx + n + 2) / 3;
+      in.context_slots.assign(slots.begin(), slots.begin() + ctx);
+      in.write_slots.assign(slots.begin() + ctx, slots.end());
+      for (int64_t i = 0; i < n; ++i) {
+        in.tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
+        in.positions.push_back(ctx + i);
+      }
+      inputs.push_back(in);
+    }
+    auto kv1 = KvTensors::Create(m.KvOptions(next_block * 3));
+    auto kv3 = KvTensors::Create(m.KvOptions(next_block * 3));
+    ASSERT_TRUE(kv1.ok() && kv3.ok());
+    {
+      torch::NoGradGuard no_grad;
+      for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+        kv1->k(l).normal_();
+        kv1->v(l).normal_();
+        kv3->k(l).copy_(kv1->k(l));
+        kv3->v(l).copy_(kv1->v(l));
+      }
+    }
+    const int before = torch::get_num_threads();
+    torch::set_num_threads(1);
+    auto one = m.ForwardPaged(inputs, *kv1);
+    torch::set_num_threads(3);
+    auto three = m.ForwardPaged(inputs, *kv3);
+    torch::set_num_threads(before);
+    ASSERT_TRUE(one.ok() && three.ok());
+    for (size_t s = 0; s < inputs.size(); ++s) {
+      SCOPED_TRACE(testing::Message() << shapes.size() << " sequences, sequence " << s);
+      EXPECT_TRUE(torch::equal((*one)[s].last_logits, (*three)[s].last_logits));
+      EXPECT_EQ((*one)[s].attn, (*three)[s].attn);
+      EXPECT_EQ((*one)[s].key_norm, (*three)[s].key_norm);
+    }
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      EXPECT_TRUE(torch::equal(kv1->k(l), kv3->k(l)));
+      EXPECT_TRUE(torch::equal(kv1->v(l), kv3->v(l)));
+    }
+  }
+}
 TEST(FusedAttentionTest, SignalsOnlyWhenWanted) {
   const ModelConfig c = Config(4, 2, 8);
   const LlamaModel m = Model(c, 3, true);
