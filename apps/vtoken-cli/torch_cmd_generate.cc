@@ -15,6 +15,7 @@
 
 #include "apps/vtoken-cli/cli_checks.h"
 #include "apps/vtoken-cli/command.h"
+#include "apps/vtoken-cli/model_threads.h"
 #include "apps/vtoken-cli/run_checks.h"
 #include "lib/core/memory_budget.h"
 #include "lib/core/policy_registry.h"
@@ -117,7 +118,7 @@ int RunGenerate(const GenerateArgs& a) {
   if (a.cuda_graphs && !options->device.is_cuda()) {
     return Fail("--cuda-graphs needs --device cuda (got --device " + a.device + ")");
   }
-  StatusOr<int> threads = model::SetCpuThreads(a.threads);
+  StatusOr<int> threads = model::SetCpuThreads(static_cast<int>(ModelThreads(a.threads)));
   if (!threads.ok()) return Fail("--" + threads.status().message());
   StatusOr<Granularity> granularity = ParseGranularity(a.granularity);
   if (!granularity.ok()) return Fail("--granularity: " + granularity.status().message());

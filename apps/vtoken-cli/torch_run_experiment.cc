@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "apps/vtoken-cli/interrupt.h"
+#include "apps/vtoken-cli/model_threads.h"
 #include "apps/vtoken-cli/run_checks.h"
 #include "apps/vtoken-cli/run_experiment.h"
 #include "lib/core/copy_engine.h"
@@ -129,7 +130,8 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
   if (!options.ok()) {
     return Status(options.status().code(), c.file + ": model." + options.status().message());
   }
-  VTOKEN_RETURN_IF_ERROR(model::SetCpuThreads(static_cast<int>(c.model_threads)).status());
+  VTOKEN_RETURN_IF_ERROR(
+      model::SetCpuThreads(static_cast<int>(ModelThreads(c.model_threads))).status());
   VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed, *options));
   VTOKEN_ASSIGN_OR_RETURN(
       std::unique_ptr<model::LlamaRunner> r,

@@ -78,8 +78,9 @@ TEST_F(GenerateTest, DropEvictsExactlyTheListedPositions) {
             dropped["output_ids"]);
 }
 
-// --threads sizes the model step's thread team (0, the default: every CPU this process may use);
-// threads split the work, never a sum, so every count gives the same tokens.
+// --threads sizes the model step's thread team (0, the default: OMP_NUM_THREADS when set, else
+// every CPU this process may use); threads split the work, never a sum, so every count gives the
+// same tokens.
 TEST_F(GenerateTest, ThreadsChangeNothingButTheTeam) {
   const std::vector<std::string> args = {"--policy", "h2o", "--budget", "12", "--threads"};
   std::vector<std::string> one = args, two = args;
@@ -92,6 +93,20 @@ TEST_F(GenerateTest, ThreadsChangeNothingButTheTeam) {
   EXPECT_GE(by_default["threads"].get<int>(), 1);
   EXPECT_EQ(a["output_ids"], b["output_ids"]);
   EXPECT_EQ(a["output_ids"], by_default["output_ids"]);
+  // Without --threads, OMP_NUM_THREADS caps it (sweep --jobs sets it for its runs).
+  const char* before = std::getenv("OMP_NUM_THREADS");
+  const std::string saved = before != nullptr ? before : "";
+  setenv("OMP_NUM_THREADS", "1", 1);
+  const nlohmann::json capped = Json({"--policy", "h2o", "--budget", "12"});
+  const nlohmann::json given = Json(two);
+  if (before != nullptr) {
+    setenv("OMP_NUM_THREADS", saved.c_str(), 1);
+  } else {
+    unsetenv("OMP_NUM_THREADS");
+  }
+  EXPECT_EQ(capped["threads"], 1);
+  EXPECT_EQ(given["threads"], 2);
+  EXPECT_EQ(capped["output_ids"], a["output_ids"]);
 }
 
 TEST_F(GenerateTest, PolicyParamReachesThePolicy) {
