@@ -56,6 +56,17 @@ std::vector<int64_t> BlockSlots(int64_t count, int64_t block_size, int64_t first
   return slots;
 }
 
+// Fills `a` with normal noise and copies it into `b` (two stores of one shape).
+void FillAlike(KvTensors& a, KvTensors& b) {
+  torch::NoGradGuard no_grad;
+  for (size_t l = 0; l < a.k_tensors().size(); ++l) {
+    a.k_tensors()[l].normal_();
+    a.v_tensors()[l].normal_();
+    b.k_tensors()[l].copy_(a.k_tensors()[l]);
+    b.v_tensors()[l].copy_(a.v_tensors()[l]);
+  }
+}
+
 struct Case {
   int64_t heads, kv_heads, head_dim, block_size;
 };
@@ -93,15 +104,7 @@ TEST_P(FusedAttentionTest, MatchesTheTorchReference) {
   auto kv_fused = KvTensors::Create(fused.KvOptions(num_slots));
   auto kv_ref = KvTensors::Create(reference.KvOptions(num_slots));
   ASSERT_TRUE(kv_fused.ok() && kv_ref.ok());
-  {
-    torch::NoGradGuard no_grad;
-    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-      kv_fused->k(l).normal_();
-      kv_fused->v(l).normal_();
-      kv_ref->k(l).copy_(kv_fused->k(l));
-      kv_ref->v(l).copy_(kv_fused->v(l));
-    }
-  }
+  FillAlike(*kv_fused, *kv_ref);
   auto a = fused.ForwardPaged(inputs, *kv_fused);
   auto b = reference.ForwardPaged(inputs, *kv_ref);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -158,15 +161,7 @@ TEST(FusedAttentionTest, ThreadCountDoesNotChangeTheStep) {
     auto kv1 = KvTensors::Create(m.KvOptions(next_block * 3));
     auto kv3 = KvTensors::Create(m.KvOptions(next_block * 3));
     ASSERT_TRUE(kv1.ok() && kv3.ok());
-    {
-      torch::NoGradGuard no_grad;
-      for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-        kv1->k(l).normal_();
-        kv1->v(l).normal_();
-        kv3->k(l).copy_(kv1->k(l));
-        kv3->v(l).copy_(kv1->v(l));
-      }
-    }
+    FillAlike(*kv1, *kv3);
     const int before = torch::get_num_threads();
     torch::set_num_threads(1);
     auto one = m.ForwardPaged(inputs, *kv1);
