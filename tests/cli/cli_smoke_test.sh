@@ -12,6 +12,12 @@ bash scripts/make-corpus.sh build/corpus >/dev/null || { echo "FAIL: corpus"; ex
   || fail "sweep exited $?: $(tail -3 "$TMP/sweep.err")"
 completed=$(sqlite3 "$TMP/s.db" "select count(*) from runs where status='completed'")
 [[ "$completed" == 8 ]] || fail "sweep completed $completed runs, expected 8"
+
+# model.threads: the run's header names the threads of its model step.
+"$CLI" run experiments/sweep_example.toml --db "$TMP/t.db" --set model.threads=1 >/dev/null \
+  2>"$TMP/threads.err" || fail "run with model.threads=1 exited $?: $(tail -3 "$TMP/threads.err")"
+grep -q '^BLAS: .*; model step on 1 CPU thread(s)$' "$TMP/threads.err" \
+  || fail "no 'model step on 1 CPU thread(s)' in the run header: $(grep BLAS "$TMP/threads.err")"
 "$CLI" report --db "$TMP/s.db" --sweep sweep_example --out "$TMP/figs" >"$TMP/report.out" 2>&1 \
   || fail "report exited $?: $(tail -3 "$TMP/report.out")"
 grep -q '^| ' "$TMP/report.out" || fail "report printed no markdown table"
