@@ -377,6 +377,76 @@ BENCHMARK(BM_DecodeThreads)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
+// The shapes llama.cpp's own benchmarks time, for the side-by-side comparison in
+// docs/PERFORMANCE.md: native mode (contiguous slots, no signals), on every CPU
+// (SetCpuThreads(0)), wall time, one whole pass per iteration; tok_s counts new tokens.
+//   prompt = 0:  a 512-token prefill from an empty cache (llama-bench pp512);
+//   prompt = -1: 128 decode steps of one sequence from an empty cache (llama-bench tg128);
+//   prompt > 0:  `batch` sequences whose KV already holds `prompt` tokens each (noise), then 128
+//                decode steps, the context growing to prompt + 127 (llama-batched-bench TG).
+void BM_LlamaCppShapes(benchmark::State& state) {
+  const int64_t batch = state.range(0), prompt = state.range(1);
+  if (!VtTiny().ok()) return state.SkipWithError(VtTiny().status().ToString().c_str());
+  const LlamaModel& model = *VtTiny();
+  const int64_t vocab = model.config().vocab_size;
+  constexpr int64_t kSteps = 128, kPrefill = 512;
+  const int64_t context = std::max<int64_t>(prompt, 0);
+  const int64_t per_seq = prompt == 0 ? kPrefill : context + kSteps;
+  std::optional<KvTensors> kv = FilledKv(model, batch * per_seq, state);
+  if (!kv) return;
+  std::vector<std::vector<PagedSeqInput>> steps;
+  if (prompt == 0) {
+    PagedSeqInput in{.want_signals = false};
+    for (int64_t i = 0; i < kPrefill; ++i) {
+      in.tokens.push_back(static_cast<int32_t>((i * 31 + 7) % vocab));
+      in.positions.push_back(i);
+      in.write_slots.push_back(i);
+    }
+    steps.push_back({in});
+  } else {
+    for (int64_t t = 0; t < kSteps; ++t) {
+      std::vector<PagedSeqInput> step(static_cast<size_t>(batch));
+      for (int64_t s = 0; s < batch; ++s) {
+        PagedSeqInput& in = step[s];
+        const int64_t ctx = context + t;
+        in.context_slots.resize(static_cast<size_t>(ctx));
+        std::iota(in.context_slots.begin(), in.context_slots.end(), s * per_seq);
+        in.write_slots = {s * per_seq + ctx};
+        in.tokens = {static_cast<int32_t>((s * 7919 + t * 31 + 1) % vocab)};
+        in.positions = {ctx};
+        in.want_signals = false;
+      }
+      steps.push_back(std::move(step));
+    }
+  }
+  const int before = torch::get_num_threads();
+  StatusOr<int> threads = SetCpuThreads(0);
+  if (!threads.ok()) return state.SkipWithError(threads.status().ToString().c_str());
+  for (auto _ : state) {
+    const double begin = WallSeconds();
+    for (const std::vector<PagedSeqInput>& step : steps) {
+      auto out = model.ForwardPaged(step, *kv);
+      benchmark::DoNotOptimize(out);
+      if (!out.ok()) return state.SkipWithError(out.status().ToString().c_str());
+    }
+    state.SetIterationTime(WallSeconds() - begin);
+  }
+  (void)SetCpuThreads(before);
+  state.counters["threads"] = *threads;
+  state.counters["tok_s"] = benchmark::Counter(
+      static_cast<double>(prompt == 0 ? kPrefill : batch * kSteps),
+      benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_LlamaCppShapes)
+    ->ArgNames({"batch", "prompt"})
+    ->Args({1, 0})
+    ->Args({1, -1})
+    ->Args({1, 512})
+    ->Args({8, 512})
+    ->Args({32, 512})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+
 // One layer's attention for one decode query of vt-tiny (3 query heads sharing 1 KV head of 64
 // channels), as ForwardPaged computes it per sequence: gather K/V rows, scores, softmax, values.
 torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
