@@ -49,6 +49,18 @@ inline std::vector<PagedSeqInput> DecodeInputs(int64_t batch, int64_t context, i
   return inputs;
 }
 
+// One sequence's prefill of `tokens` new tokens from an empty cache, written to slots 0..tokens-1.
+inline PagedSeqInput PrefillInput(int64_t tokens, int64_t vocab, bool want_signals = true) {
+  PagedSeqInput in;
+  in.want_signals = want_signals;
+  for (int64_t i = 0; i < tokens; ++i) {
+    in.tokens.push_back(static_cast<int32_t>((i * 31 + 7) % vocab));
+    in.positions.push_back(i);
+    in.write_slots.push_back(i);
+  }
+  return in;
+}
+
 // A KV store of `model`'s shape (with `scratch_slots` past num_slots) filled with normal noise,
 // so softmax and norms see real values; on an error, skips `state` with it and returns nullopt.
 inline std::optional<KvTensors> FilledKv(const LlamaModel& model, int64_t num_slots,

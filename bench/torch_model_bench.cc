@@ -344,13 +344,7 @@ void BM_DecodeThreads(benchmark::State& state) {
     inputs = DecodeInputs(batch, context, model.config().vocab_size, true, 7);
   } else {
     tokens = slots = 512;
-    PagedSeqInput in;
-    for (int64_t i = 0; i < tokens; ++i) {
-      in.tokens.push_back(static_cast<int32_t>((i * 31 + 7) % model.config().vocab_size));
-      in.positions.push_back(i);
-      in.write_slots.push_back(i);
-    }
-    inputs.push_back(std::move(in));
+    inputs.push_back(PrefillInput(tokens, model.config().vocab_size));
   }
   std::optional<KvTensors> kv = FilledKv(model, slots, state);
   if (!kv) return;
@@ -396,13 +390,7 @@ void BM_LlamaCppShapes(benchmark::State& state) {
   if (!kv) return;
   std::vector<std::vector<PagedSeqInput>> steps;
   if (prompt == 0) {
-    PagedSeqInput in{.want_signals = false};
-    for (int64_t i = 0; i < kPrefill; ++i) {
-      in.tokens.push_back(static_cast<int32_t>((i * 31 + 7) % vocab));
-      in.positions.push_back(i);
-      in.write_slots.push_back(i);
-    }
-    steps.push_back({in});
+    steps.push_back({PrefillInput(kPrefill, vocab, /*want_signals=*/false)});
   } else {
     for (int64_t t = 0; t < kSteps; ++t) {
       std::vector<PagedSeqInput> step(static_cast<size_t>(batch));
