@@ -328,9 +328,11 @@ void StaticDecode::Prepare(Body& body) {
   // decoding eagerly, said once on stderr and counted, rather than failing the run.
   c10::cuda::getCurrentCUDAStream().synchronize();
   c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false);
+  // Outside the try: a failed capture must end on the stream it began on (CUDAGraph::capture_end
+  // checks it), or the thread would stay in global-mode capture and later allocations fail.
+  c10::cuda::CUDAStreamGuard guard(side);
   bool capturing = false;
   try {
-    c10::cuda::CUDAStreamGuard guard(side);
     RunBody(body);
     side.synchronize();
     body.graph = std::make_unique<at::cuda::CUDAGraph>();

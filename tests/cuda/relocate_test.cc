@@ -198,12 +198,19 @@ TEST(CudaCopyEngineTest, FenceConsumerOrdersAComputeKernelAfterADelayedCopy) {
     const uint64_t source_hash = HashTokenRowsReference(host.view, 5);
     ASSERT_NE(source_hash, HashTokenRowsReference(host.view, 40));
 
-    // Allocations and synchronous copies before the spin: they may synchronise the device.
+    // Allocations and synchronous copies before the spin: they may synchronise the device. So
+    // may the first launch of each kernel (CUDA loads modules lazily) and the engine's first
+    // staging buffers: one copy (of rows the test does not read) and one hash warm them up.
     StatusOr<DeviceBuffer> slot = DeviceBuffer::Allocate(sizeof(int64_t));
     StatusOr<DeviceBuffer> hash = DeviceBuffer::Allocate(sizeof(uint64_t));
     ASSERT_TRUE(slot.ok() && hash.ok());
     const int64_t dst = 40;
     ASSERT_TRUE(slot->CopyFromHost(&dst, sizeof(dst)).ok());
+    e.Wait(e.Submit({{6, 41}}));
+    ASSERT_TRUE(HashTokenRows(device.view, slot->as<int64_t>(), 1, hash->as<uint64_t>(),
+                              compute->get())
+                    .ok());
+    ASSERT_TRUE(compute->Synchronize().ok());
     ASSERT_TRUE(SpinStream(e.copy_stream(), 200000).ok());  // The copy starts 200 ms from now.
     const CopyTicket ticket = e.Submit({{5, 40}});
     if (fence) {

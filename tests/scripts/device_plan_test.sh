@@ -2,7 +2,8 @@
 # scripts/device-check.sh --plan, as docs/GPU.md promises it: the full run's stage budgets add up
 # to under 480 s and --quick's to under 240 s (the script exits 1 otherwise), and every stage the
 # script runs (each `stage NAME` call, found in the script itself) has a budget in the plan, so a
-# stage added without one fails here instead of on the GPU machine.
+# stage added without one fails here instead of on the GPU machine; docs/GPU.md's table gives the
+# same budgets and totals.
 # Usage: device_plan_test.sh SOURCE_DIR
 set -u
 cd "$1" || exit 1
@@ -24,6 +25,25 @@ names+=(bench-cuda bench-cuda-quick)
 for name in "${names[@]}"; do
   grep -Eq "^  \[?${name}\]? +[0-9]+s  " <<<"$plan" || fail "stage '$name' has no budget in --plan"
 done
+# docs/GPU.md's stage table and totals say what the plan says.
+while read -r name budget; do
+  if [[ "$name" == bench-cuda-quick ]]; then  # A column of bench-cuda's row.
+    grep -Fq "| \`--quick\` shapes, ${budget} |" docs/GPU.md ||
+      fail "docs/GPU.md's bench-cuda row does not give --quick's budget ${budget}"
+  else
+    grep -Fq "| ${name} | ${budget} |" docs/GPU.md ||
+      fail "docs/GPU.md has no row '| ${name} | ${budget} |' (the plan's budget)"
+  fi
+done < <(sed -nE 's/^  \[?([a-z][a-z0-9-]*)\]? +([0-9]+)s  .*/\1 \2/p' <<<"$plan" | grep -v '^total ' | sort -u)
+mapfile -t totals < <(sed -nE 's/^  \[?total\]? +([0-9]+)s  .*/\1/p' <<<"$plan")
+if ((${#totals[@]} == 4)); then
+  grep -Fq "Full run: ${totals[0]} s of budgets (limit 480); \`--quick\`: ${totals[2]} s (limit 240)" docs/GPU.md ||
+    fail "docs/GPU.md does not give the plan's totals ${totals[0]} s and ${totals[2]} s"
+  grep -Fq "instead of the evaluation, ${totals[1]} s and ${totals[3]} s" docs/GPU.md ||
+    fail "docs/GPU.md does not give the fallback totals ${totals[1]} s and ${totals[3]} s"
+else
+  fail "expected 4 totals in the plan, found ${#totals[@]}"
+fi
 if ((failures > 0)); then
   echo "$failures failure(s)"
   exit 1
