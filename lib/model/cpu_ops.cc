@@ -12,7 +12,18 @@ using simd::Exp;
 
 // 16 floats: one AVX-512 register, two AVX2 ones, four SSE ones (GCC splits the operations).
 typedef float V16 __attribute__((vector_size(64)));
+typedef float V8 __attribute__((vector_size(32)));
+typedef float V4 __attribute__((vector_size(16)));
 constexpr int64_t kLanes = 16;
+
+// The 16 lanes' sum as a tree: halves, then quarters, then pairs (a few vector adds instead of a
+// chain of 15 dependent scalar ones).
+VTOKEN_INLINE float Reduce16(V16 a) {
+  const V8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+               __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+  const V4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+  return (c[0] + c[2]) + (c[1] + c[3]);
+}
 
 VTOKEN_INLINE V16 Load16(const float* p) {
   V16 v;
@@ -22,8 +33,8 @@ VTOKEN_INLINE V16 Load16(const float* p) {
 
 // out[r][o] = x_r . w_o for a tile of R rows of x and O rows of W, k long. Each pair's sum is
 // built in the same order whatever the tile's shape (lane l sums elements l, l + 16, ...; the
-// lanes then add up in index order; the tail last), so an output does not depend on which tile,
-// and so which thread, computed it.
+// lanes then add up as Reduce16's tree; the tail last), so an output does not depend on which
+// tile, and so which thread, computed it.
 template <int R, int O>
 VTOKEN_INLINE void DotTile(const float* x, const float* w, int64_t k, float (&out)[R][O]) {
   V16 acc[R][O];
@@ -41,8 +52,7 @@ VTOKEN_INLINE void DotTile(const float* x, const float* w, int64_t k, float (&ou
   }
   for (int r = 0; r < R; ++r) {
     for (int o = 0; o < O; ++o) {
-      float sum = 0;
-      for (int64_t l = 0; l < kLanes; ++l) sum += acc[r][o][l];
+      float sum = Reduce16(acc[r][o]);
       for (int64_t j = i; j < k; ++j) sum += x[r * k + j] * w[o * k + j];
       out[r][o] = sum;
     }
