@@ -9,27 +9,10 @@ namespace {
 
 using simd::Dot;
 using simd::Exp;
-
-// 16 floats: one AVX-512 register, two AVX2 ones, four SSE ones (GCC splits the operations).
-typedef float V16 __attribute__((vector_size(64)));
-typedef float V8 __attribute__((vector_size(32)));
-typedef float V4 __attribute__((vector_size(16)));
-constexpr int64_t kLanes = 16;
-
-// The 16 lanes' sum as a tree: halves, then quarters, then pairs (a few vector adds instead of a
-// chain of 15 dependent scalar ones).
-VTOKEN_INLINE float Reduce16(V16 a) {
-  const V8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
-               __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
-  const V4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
-  return (c[0] + c[2]) + (c[1] + c[3]);
-}
-
-VTOKEN_INLINE V16 Load16(const float* p) {
-  V16 v;
-  __builtin_memcpy(&v, p, sizeof(v));
-  return v;
-}
+using simd::kLanes;
+using simd::Load16;
+using simd::Reduce16;
+using simd::V16;
 
 // out[r][o] = x_r . w_o for a tile of R rows of x and O rows of W, k long. Each pair's sum is
 // built in the same order whatever the tile's shape (lane l sums elements l, l + 16, ...; the

@@ -21,15 +21,24 @@
 // num_signal[s] query rows; norm_sum[key] += the L2 norm of its K row / norm_heads. The caller
 // divides by layers (and heads x signal rows) after the last layer.
 //
+// Split over keys: each key range is cut into chunks of kCpuAttentionChunkKeys keys. A chunk
+// computes, per query row and head, its largest score m, l = sum exp(score - m) and acc =
+// sum exp(score - m) v; a second pass per sequence combines the chunks (out = sum w acc /
+// sum w l, w = exp(m - the largest m)) and adds the signals. The chunks of one sequence can run on
+// different threads, so a batch of one long sequence uses every thread. The chunking depends on
+// the keys only, never on the thread count: any split of the work gives the same bits.
+//
 // Vectorized for x86-64-v4 (AVX-512) / v3 (AVX2 + FMA) / baseline x86-64 by function
-// multiversioning (the CPU picks at load time). Each call computes sequences [seq_begin, seq_end);
-// calls on disjoint ranges write disjoint outputs and may run in parallel (ForwardPaged splits the
-// batch over its CpuPool, lib/model/cpu_pool.h).
+// multiversioning (the CPU picks at load time).
 #pragma once
 
 #include <cstdint>
 
 namespace vtoken::model {
+
+class CpuPool;
+
+inline constexpr int64_t kCpuAttentionChunkKeys = 128;
 
 struct CpuAttentionBatch {
   int64_t num_seqs = 0;
@@ -59,6 +68,13 @@ struct CpuAttentionBatch {
 // REQUIRES: every slot < the cache's num_slots; every key range of sequence s holds at least
 // q_offsets[s+1] - q_offsets[s] >= 1 keys, the new tokens last; num_heads a multiple of
 // num_kv_heads.
+//
+// Sequences [seq_begin, seq_end) on the calling thread. Calls on disjoint ranges write disjoint
+// outputs and may run in parallel.
 void CpuPagedAttention(const CpuAttentionBatch& batch, int64_t seq_begin, int64_t seq_end);
+
+// The whole batch on `pool`'s threads, chunk by chunk (two pool calls; one when no range has more
+// than one chunk). The same bits as the call above over [0, num_seqs).
+void CpuPagedAttention(const CpuAttentionBatch& batch, CpuPool& pool);
 
 }  // namespace vtoken::model

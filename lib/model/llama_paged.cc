@@ -606,8 +606,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     attn_batch.k_cache = k_cache;
     attn_batch.v_cache = v_cache;
     attn_batch.out = attn.data_ptr<float>();
-    pool.ParallelFor(
-        num_seqs, [&](int64_t begin, int64_t end) { CpuPagedAttention(attn_batch, begin, end); });
+    CpuPagedAttention(attn_batch, pool);
     for (int64_t s : blas_seqs) {
       const int64_t begin = b.q_offsets[s], n = b.q_offsets[s + 1] - begin;
       attn.narrow(0, begin, n)
