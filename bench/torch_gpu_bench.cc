@@ -7,13 +7,19 @@
 // `context` earlier tokens) twice per iteration, in alternating order: with every context's slots
 // scattered over the store by one random permutation (what evictions and relocations leave), and
 // with contiguous slots (what a dense cache reads). ratio = scattered / contiguous is the
-// indirection overhead. A third step per iteration runs the scattered inputs through the static
-// decode step (lib/model/static_decode.h) as LlamaRunner's engine.cuda_graphs runs it: replaying
-// a CUDA graph when libtorch has CUDA and the device is CUDA (counter graphs = 1), else the same
-// body eagerly (graphs = 0: the padded static path, no capture). graph_speedup = scattered eager
-// time / static time (> 1: the graph is faster). `warmup` untimed steps of each come first (the
-// first static one also captures), then `iterations` timed ones (defaults 3 and 10). Times are
-// wall time: both paths return host outputs, so each step ends with the device idle.
+// indirection overhead: `ratio` is the ratio of the summed times, `ratio_median` / `ratio_min` /
+// `ratio_max` those of the per-iteration ratios (each pair measured side by side). A third step
+// per iteration runs the scattered inputs through the static decode step
+// (lib/model/static_decode.h) as LlamaRunner's engine.cuda_graphs runs it: replaying a CUDA graph
+// when libtorch has CUDA and the device is CUDA, else the same body eagerly; static_speedup =
+// ForwardPaged's scattered time / static time. Where graphs are captured, a fourth step runs the
+// same static body with capture off: graph_speedup = that eager static time / replay time (> 1:
+// the graph is faster), reported only when graphs were really replayed (counter graphs = 1,
+// `replays` the replay count; 0 when the capture failed or the device has none). `warmup`
+// untimed steps of each come first (the first static one also captures), then `iterations` timed
+// ones (defaults 3 and 10). Times are wall time: every path returns host outputs, so each step
+// ends with the device idle. A failing static step leaves the eager figures and says so in the
+// cell's label; a cell that throws reports the exception as its error.
 //
 // BM_Attention cells time one layer's decode attention alone in the model's shape (heads, KV
 // heads, head_dim, dtype), batch x context keys per sequence on contiguous slots: the batched
@@ -22,18 +28,23 @@
 // (GQA through enable_gqa, torch >= 2.5; an older libtorch, such as Debian's 1.13, has no public
 // SDPA: matmul / softmax / matmul over K/V expanded to every query head, context reference =
 // "math"). ratio = paged / reference time; kv_gb_per_s = the K/V bytes the paged kernel reads
-// per second. Each timed sample is 10 back-to-back calls between device synchronisations.
+// per second, kv_mib those bytes (a store under about twice the GPU's L2 stays in cache across
+// calls: such cells do not measure HBM). Each timed sample is 10 back-to-back calls between
+// device synchronisations.
 //
 // Flags (before Google Benchmark's own):
 //   --model=SPEC     a model directory or synthetic:NAME (default synthetic:llama-3.1-8b)
 //   --device=NAME    cpu, cuda or cuda:N (default cuda)
 //   --dtype=NAME     float32, bfloat16 or float16 (default bfloat16)
-//   --kv-gib=X       skip cells whose KV store would exceed X GiB (default 64)
+//   --kv-gib=X       skip cells whose KV store would exceed X GiB (default 72: with the 8B
+//                    model's 16 GB of weights, 32 x 16K fits an H200; the skipped cells are listed
+//                    in the context, skipped_cells)
 //   --quick          batch {1, 32} x context {1024, 4096} instead of {1, 8, 32, 64} x {1K, 4K, 16K}
 //   --warmup=N --iterations=N
 #include <benchmark/benchmark.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -71,7 +82,7 @@ struct Flags {
   std::string model = "synthetic:llama-3.1-8b";
   std::string device = "cuda";
   std::string dtype = "bfloat16";
-  double kv_gib = 64;
+  double kv_gib = 72;
   bool quick = false;
   int64_t warmup = 3;
   int64_t iterations = 10;
@@ -128,8 +139,14 @@ double Seconds() {
       .count();
 }
 
-void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch, int64_t context,
-                int64_t warmup) {
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void DecodeCellBody(benchmark::State& state, const LlamaModel& model, int64_t batch,
+                    int64_t context, int64_t warmup) {
   const int64_t slots = batch * (context + 1);
   std::optional<KvTensors> kv =
       FilledKv(model, slots, state, Granularity::kToken, /*scratch_slots=*/1);  // Static step's.
@@ -142,47 +159,62 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   StatusOr<std::unique_ptr<internal::StaticDecode>> graphs =
       internal::StaticDecode::Create(model, *kv, {.capture = capture});
   if (!graphs.ok()) return state.SkipWithError(graphs.status().ToString().c_str());
+  // Where graphs are captured, the same static body run eagerly isolates what the graph saves.
+  std::unique_ptr<internal::StaticDecode> static_eager;
+  if (capture) {
+    StatusOr<std::unique_ptr<internal::StaticDecode>> e =
+        internal::StaticDecode::Create(model, *kv, {.capture = false});
+    if (!e.ok()) return state.SkipWithError(e.status().ToString().c_str());
+    static_eager = std::move(*e);
+  }
   const int64_t vocab = model.config().vocab_size;
   const auto scattered = DecodeInputs(batch, context, vocab, /*scattered=*/true, 3);
   const auto contiguous = DecodeInputs(batch, context, vocab, /*scattered=*/false, 0);
-  std::string error;
+  std::string error, static_error;  // The static steps' failures keep the eager figures.
   const std::vector<PagedSeqView> scattered_views = ViewsOf(scattered);
   const bool fits = (*graphs)->Eligible(scattered_views);
-  auto timed = [&](auto&& run) {
+  auto timed = [&](std::string& failure, auto&& run) {
     const double begin = Seconds();
     StatusOr<std::vector<PagedSeqOutput>> out = run();
     const double took = Seconds() - begin;
-    if (!out.ok() && error.empty()) error = out.status().ToString();
+    if (!out.ok() && failure.empty()) failure = out.status().ToString();
     benchmark::DoNotOptimize(out);
     return took;
   };
   auto step = [&](const std::vector<PagedSeqInput>& inputs) {
-    return timed([&] { return model.ForwardPaged(inputs, *kv); });
+    return timed(error, [&] { return model.ForwardPaged(inputs, *kv); });
   };
-  auto static_step = [&] {
-    return fits ? timed([&] { return (*graphs)->Step(scattered_views); }) : 0.0;
+  auto static_step = [&](internal::StaticDecode* decode) {
+    return fits && decode != nullptr && static_error.empty()
+               ? timed(static_error, [&] { return decode->Step(scattered_views); })
+               : 0.0;
   };
   for (int64_t i = 0; i < warmup; ++i) {
     step(scattered);
     step(contiguous);
-    static_step();
+    static_step(graphs->get());
+    static_step(static_eager.get());
   }
   if (!error.empty()) return state.SkipWithError(error.c_str());
-  double scattered_s = 0, contiguous_s = 0, static_s = 0;
+  double scattered_s = 0, contiguous_s = 0, static_s = 0, static_eager_s = 0;
+  std::vector<double> paired;  // Per iteration: scattered / contiguous, measured side by side.
   int64_t turn = 0;
   for (auto _ : state) {
-    double s = 0, c = 0, g = 0;
-    for (int64_t k = 0; k < 3; ++k) {  // The three steps in rotating order.
-      switch ((turn + k) % 3) {
+    double s = 0, c = 0, g = 0, e = 0;
+    for (int64_t k = 0; k < 4; ++k) {  // The four steps in rotating order.
+      switch ((turn + k) % 4) {
         case 0: s = step(scattered); break;
         case 1: c = step(contiguous); break;
-        default: g = static_step(); break;
+        case 2: g = static_step(graphs->get()); break;
+        default: e = static_step(static_eager.get()); break;
       }
     }
     ++turn;
     scattered_s += s;
     contiguous_s += c;
     static_s += g;
+    static_eager_s += e;
+    paired.push_back(s / c);
     state.SetIterationTime(s);
   }
   if (!error.empty()) return state.SkipWithError(error.c_str());
@@ -190,11 +222,37 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   state.counters["scattered_ms"] = 1e3 * scattered_s / n;
   state.counters["contiguous_ms"] = 1e3 * contiguous_s / n;
   state.counters["ratio"] = scattered_s / contiguous_s;
+  state.counters["ratio_median"] = Median(paired);
+  state.counters["ratio_min"] = *std::min_element(paired.begin(), paired.end());
+  state.counters["ratio_max"] = *std::max_element(paired.begin(), paired.end());
   state.counters["tok_per_s"] = static_cast<double>(batch) * n / scattered_s;
+  if (!static_error.empty()) {
+    state.SetLabel("static step failed: " + static_error);
+    return;
+  }
   if (fits) {  // Batches over StaticDecode::kMaxBatch have no static step.
-    state.counters["graphs"] = capture ? 1 : 0;
+    const DecodeStats& stats = (*graphs)->stats();
+    const bool replayed = stats.replays > 0 && stats.capture_failures == 0;
+    state.counters["graphs"] = replayed ? 1 : 0;
+    state.counters["replays"] = static_cast<double>(stats.replays);
     state.counters["static_ms"] = 1e3 * static_s / n;
-    state.counters["graph_speedup"] = scattered_s / static_s;
+    state.counters["static_speedup"] = scattered_s / static_s;
+    if (replayed && static_eager != nullptr) {
+      state.counters["static_eager_ms"] = 1e3 * static_eager_s / n;
+      state.counters["graph_speedup"] = static_eager_s / static_s;
+    }
+  }
+}
+
+// A cell that throws (a torch error: out of memory, a failed replay) is reported as that cell's
+// error instead of ending the whole benchmark binary.
+void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch, int64_t context,
+                int64_t warmup) {
+  try {
+    DecodeCellBody(state, model, batch, context, warmup);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    state.SkipWithError(("exception: " + what.substr(0, what.find('\n'))).c_str());
   }
 }
 
@@ -203,8 +261,8 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
 constexpr bool kTorchHasGqaSdpa = VTOKEN_TORCH_HAS_GQA_SDPA;
 
-void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
-                   int64_t context, int64_t warmup) {
+void AttentionCellBody(benchmark::State& state, const LlamaModel& model, int64_t batch,
+                       int64_t context, int64_t warmup) {
   const ModelConfig& c = model.config();
   const LlamaOptions& o = model.options();
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
@@ -342,6 +400,17 @@ void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t bat
   state.counters["reference_ms"] = 1e3 * reference_s / n;
   state.counters["ratio"] = paged_s / reference_s;
   state.counters["kv_gb_per_s"] = kv_bytes * n / paged_s / 1e9;
+  state.counters["kv_mib"] = kv_bytes / (1 << 20);  // Under ~2x the GPU's L2: cache-resident.
+}
+
+void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
+                   int64_t context, int64_t warmup) {
+  try {
+    AttentionCellBody(state, model, batch, context, warmup);
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    state.SkipWithError(("exception: " + what.substr(0, what.find('\n'))).c_str());
+  }
 }
 
 }  // namespace
@@ -372,6 +441,7 @@ int main(int argc, char** argv) {
       flags.quick ? std::vector<int64_t>{1, 32} : std::vector<int64_t>{1, 8, 32, 64};
   const std::vector<int64_t> contexts =
       flags.quick ? std::vector<int64_t>{1024, 4096} : std::vector<int64_t>{1024, 4096, 16384};
+  std::string skipped;
   for (int64_t context : contexts) {
     for (int64_t batch : batches) {
       const double gib = static_cast<double>(batch * (context + 1)) * kv_bytes_per_token / (1 << 30);
@@ -379,6 +449,8 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "torch_gpu_bench: skipping batch %lld x context %lld: %.1f GiB of KV"
                      " > --kv-gib=%g\n", static_cast<long long>(batch),
                      static_cast<long long>(context), gib, flags.kv_gib);
+        skipped += (skipped.empty() ? "" : ", ") + std::to_string(batch) + " x " +
+                   std::to_string(context) + " (" + std::to_string(static_cast<int>(gib)) + " GiB)";
         continue;
       }
       using Cell = void (*)(benchmark::State&, const LlamaModel&, int64_t, int64_t, int64_t);
@@ -397,6 +469,7 @@ int main(int argc, char** argv) {
       }
     }
   }
+  benchmark::AddCustomContext("skipped_cells", skipped.empty() ? "none" : skipped);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::RunSpecifiedBenchmarks();
