@@ -280,6 +280,12 @@ void CpuPagedAttention(const CpuAttentionBatch& batch, int64_t seq_begin, int64_
   for (int64_t s = seq_begin; s < seq_end; ++s) CombineSeq(batch, ws, s);
 }
 
+int64_t CpuAttentionUnits(const CpuAttentionBatch& batch) {
+  thread_local Workspace ws;
+  BuildPlan(batch, 0, batch.num_seqs, ws);
+  return static_cast<int64_t>(ws.unit_head.size());
+}
+
 void CpuPagedAttention(const CpuAttentionBatch& batch, CpuPool& pool) {
   thread_local Workspace caller_ws;
   // A lambda naming a thread_local would reach the running thread's own copy: the workers

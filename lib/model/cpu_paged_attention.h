@@ -77,4 +77,8 @@ void CpuPagedAttention(const CpuAttentionBatch& batch, int64_t seq_begin, int64_
 // than one chunk). The same bits as the call above over [0, num_seqs).
 void CpuPagedAttention(const CpuAttentionBatch& batch, CpuPool& pool);
 
+// The units of work the call above spreads over its threads: one per chunk of each (sequence,
+// KV head) range, skipped sequences excluded.
+int64_t CpuAttentionUnits(const CpuAttentionBatch& batch);
+
 }  // namespace vtoken::model

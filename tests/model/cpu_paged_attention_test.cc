@@ -220,6 +220,16 @@ TEST(CpuPagedAttentionTest, MatchesADoubleReferenceAndAnySplitGivesTheSameBits) 
         multi_chunk += c + p.seqs[s].rows > kCpuAttentionChunkKeys ? 1 : 0;
       }
     }
+    int64_t units = 0;  // One per chunk of each (sequence, KV head) range.
+    for (size_t s = 0; s < p.seqs.size(); ++s) {
+      for (int64_t g = 0; !p.seqs[s].skip && g < p.kv_heads; ++g) {
+        const int64_t u = static_cast<int64_t>(s) * p.groups + (p.per_head ? g : 0);
+        const int64_t keys = p.key_offsets[u + 1] - p.key_offsets[u];
+        units += (keys + kCpuAttentionChunkKeys - 1) / kCpuAttentionChunkKeys;
+      }
+    }
+    std::vector<float> o(p.q.size()), a(p.num_keys()), nrm(p.num_keys());
+    ASSERT_EQ(CpuAttentionUnits(p.Batch(o.data(), a.data(), nrm.data())), units);
     const Result serial = Attend(p, nullptr);
     for (CpuPool* pool : {&one, &two, &three}) {
       SCOPED_TRACE(std::to_string(pool->num_threads()) + " threads");
@@ -242,8 +252,8 @@ TEST(CpuPagedAttentionTest, MatchesADoubleReferenceAndAnySplitGivesTheSameBits) 
   EXPECT_GT(multi_chunk, 20);
 }
 
-// One sequence of one decode row over 1,001 keys (8 chunks): the chunks are the only parallel work
-// there is.
+// One sequence of one decode row over 1,001 keys: 8 chunks, units of work for any thread (what
+// lets batch-1 decode use every core).
 TEST(CpuPagedAttentionTest, OneLongDecodeRowOnTwoThreads) {
   Problem p;
   p.heads = 3;
@@ -269,6 +279,9 @@ TEST(CpuPagedAttentionTest, OneLongDecodeRowOnTwoThreads) {
   }
   CpuPool pool(2);
   const Result split = Attend(p, &pool), serial = Attend(p, nullptr), want = Reference(p);
+  std::vector<float> out(p.q.size()), attn(p.num_keys()), norm(p.num_keys());
+  EXPECT_EQ(CpuAttentionUnits(p.Batch(out.data(), attn.data(), norm.data())),
+            (1001 + kCpuAttentionChunkKeys - 1) / kCpuAttentionChunkKeys);
   EXPECT_EQ(split.out, serial.out);
   EXPECT_EQ(split.attn, serial.attn);
   for (size_t i = 0; i < want.out.size(); ++i) EXPECT_NEAR(split.out[i], want.out[i], 1e-5) << i;
