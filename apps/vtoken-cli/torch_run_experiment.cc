@@ -389,12 +389,22 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     auto* llama_runner = dynamic_cast<model::LlamaRunner*>(runner.get());
     const model::DecodeStats graphs_before =
         llama_runner != nullptr ? llama_runner->decode_stats() : model::DecodeStats{};
-    StatusOr<engine::EngineResult> result = engine::RunEngine(
-        o, run_with, requests,
-        [&](const engine::StepRecord& s, int64_t finished, int64_t total) {
-          progress.Update(s, finished, total);
-        },
-        [] { return InterruptSignal() != 0; });
+    // A torch error inside the model (out of device memory, a failed check) fails this run like
+    // any other error: one line, the run marked failed, its rows deleted.
+    auto run_engine = [&]() -> StatusOr<engine::EngineResult> {
+      try {
+        return engine::RunEngine(
+            o, run_with, requests,
+            [&](const engine::StepRecord& s, int64_t finished, int64_t total) {
+              progress.Update(s, finished, total);
+            },
+            [] { return InterruptSignal() != 0; });
+      } catch (const std::exception& e) {
+        const std::string what = e.what();
+        return InternalError(label + ": the model failed: " + what.substr(0, what.find('\n')));
+      }
+    };
+    StatusOr<engine::EngineResult> result = run_engine();
     progress.Finish();
     if (c.cuda_graphs && llama_runner != nullptr) {  // What engine.cuda_graphs did in this run.
       const model::DecodeStats g = llama_runner->decode_stats();
