@@ -103,7 +103,35 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   for (int64_t i = 0; i < n; ++i) g[i] = g[i] / (1.0f + Exp(-g[i])) * u[i];
 }
 
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) int64_t ArgMax(
+    const float* x, int64_t n) {
+  // The largest value: lane-wise maxima, then the lanes'; the first index holding it after.
+  float top = x[0];
+  int64_t i = 0;
+  if (n >= kLanes) {
+    V16 m = Load16(x);
+    for (i = kLanes; i + kLanes <= n; i += kLanes) {
+      const V16 v = Load16(x + i);
+      m = v > m ? v : m;
+    }
+    for (int64_t l = 0; l < kLanes; ++l) top = std::max(top, m[l]);
+  }
+  for (; i < n; ++i) top = std::max(top, x[i]);
+  for (i = 0; i + kLanes <= n; i += kLanes) {
+    const auto hit = Load16(x + i) == top;
+    for (int64_t l = 0; l < kLanes; ++l) {
+      if (hit[l] != 0) return i + l;
+    }
+  }
+  for (; i < n; ++i) {
+    if (x[i] == top) return i;
+  }
+  return 0;  // Only NaNs: std::max_element's answer too.
+}
+
 }  // namespace
+
+int64_t CpuArgMax(const float* x, int64_t n) { return ArgMax(x, n); }
 
 void CpuRmsNorm(const float* x, const float* weight, float* y, int64_t rows, int64_t width,
                 float eps) {

@@ -5,17 +5,30 @@
 #include <numeric>
 #include <vector>
 
+#include "lib/model/cpu_ops.h"
+
 namespace vtoken::model {
 
 Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {}
 
 int32_t Sampler::Sample(const torch::Tensor& logits) {
+  if (options_.temperature <= 0) {
+    // Greedy reads fp32 host logits (what every forward returns) where they lie: no double copy
+    // of the vocabulary per token (128K entries for Llama 3). fp16 / bf16 widen to fp32 exactly;
+    // doubles stay doubles, so that no two of them round to one float.
+    torch::Tensor t = logits.detach().to(torch::kCPU);
+    if (t.scalar_type() != torch::kDouble) t = t.to(torch::kFloat);
+    t = t.contiguous();
+    const int64_t n = t.numel();
+    if (t.scalar_type() == torch::kDouble) {
+      const double* v = t.data_ptr<double>();
+      return static_cast<int32_t>(std::max_element(v, v + n) - v);
+    }
+    return static_cast<int32_t>(CpuArgMax(t.data_ptr<float>(), n));
+  }
   auto values = logits.detach().to(torch::kCPU, torch::kDouble).contiguous();
   const double* v = values.data_ptr<double>();
   const int64_t n = values.numel();
-  if (options_.temperature <= 0) {
-    return static_cast<int32_t>(std::max_element(v, v + n) - v);
-  }
   // Softmax in double on the host: the vocabulary is small next to the forward pass, and the
   // draw must not depend on the device's reduction order.
   const double max = *std::max_element(v, v + n);

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 namespace vtoken::model {
@@ -12,6 +16,29 @@ TEST(SamplerTest, GreedyPicksArgmaxLowestIdOnTies) {
   Sampler greedy;
   EXPECT_EQ(greedy.Sample(torch::tensor({0.1f, 2.0f, -1.0f, 2.0f})), 1);
   EXPECT_EQ(greedy.Sample(torch::tensor({-3.0, -2.0, -2.5}, torch::kDouble)), 1);
+}
+
+// Greedy over fp32 logits (a vectorized scan) answers what std::max_element answers: the first
+// largest, wherever it lies (a vector block, the tail), ties included; lengths 1 to 128,256.
+TEST(SamplerTest, GreedyIsTheFirstLargestAtEveryLength) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  Sampler greedy;
+  std::vector<int64_t> lengths = {1, 2, 15, 16, 17, 31, 32, 33, 2048, 128256};
+  for (int i = 0; i < 40; ++i) lengths.push_back(1 + static_cast<int64_t>(rng() % 300));
+  for (int64_t n : lengths) {
+    for (int ties : {0, 1, 3}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = normal(rng);
+      const float top = *std::max_element(x.begin(), x.end());
+      for (int t = 0; t < ties; ++t) x[rng() % n] = top;  // Copies of the largest anywhere.
+      const int64_t want = std::max_element(x.begin(), x.end()) - x.begin();
+      EXPECT_EQ(greedy.Sample(torch::tensor(x)), want) << "n " << n << ", ties " << ties;
+    }
+  }
 }
 
 TEST(SamplerTest, TopPKeepsOnlyTheNucleus) {
