@@ -145,8 +145,8 @@ double Median(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-void DecodeCellBody(benchmark::State& state, const LlamaModel& model, int64_t batch,
-                    int64_t context, int64_t warmup) {
+void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch, int64_t context,
+                int64_t warmup) {
   const int64_t slots = batch * (context + 1);
   std::optional<KvTensors> kv =
       FilledKv(model, slots, state, Granularity::kToken, /*scratch_slots=*/1);  // Static step's.
@@ -244,25 +244,13 @@ void DecodeCellBody(benchmark::State& state, const LlamaModel& model, int64_t ba
   }
 }
 
-// A cell that throws (a torch error: out of memory, a failed replay) is reported as that cell's
-// error instead of ending the whole benchmark binary.
-void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch, int64_t context,
-                int64_t warmup) {
-  try {
-    DecodeCellBody(state, model, batch, context, warmup);
-  } catch (const std::exception& e) {
-    const std::string what = e.what();
-    state.SkipWithError(("exception: " + what.substr(0, what.find('\n'))).c_str());
-  }
-}
-
 // SDPA with GQA needs torch >= 2.5; older ones get the math reference.
 #define VTOKEN_TORCH_HAS_GQA_SDPA \
   (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
 constexpr bool kTorchHasGqaSdpa = VTOKEN_TORCH_HAS_GQA_SDPA;
 
-void AttentionCellBody(benchmark::State& state, const LlamaModel& model, int64_t batch,
-                       int64_t context, int64_t warmup) {
+void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
+                   int64_t context, int64_t warmup) {
   const ModelConfig& c = model.config();
   const LlamaOptions& o = model.options();
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
@@ -403,16 +391,6 @@ void AttentionCellBody(benchmark::State& state, const LlamaModel& model, int64_t
   state.counters["kv_mib"] = kv_bytes / (1 << 20);  // Under ~2x the GPU's L2: cache-resident.
 }
 
-void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
-                   int64_t context, int64_t warmup) {
-  try {
-    AttentionCellBody(state, model, batch, context, warmup);
-  } catch (const std::exception& e) {
-    const std::string what = e.what();
-    state.SkipWithError(("exception: " + what.substr(0, what.find('\n'))).c_str());
-  }
-}
-
 }  // namespace
 }  // namespace vtoken::model
 
@@ -461,7 +439,17 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark(name.c_str(),
                                      [&model, cell, batch, context, warmup = flags.warmup](
                                          benchmark::State& state) {
-                                       cell(state, *model, batch, context, warmup);
+                                       // A cell that throws (a torch error: out of memory, a
+                                       // failed replay) reports it as its error instead of
+                                       // ending the whole benchmark binary.
+                                       try {
+                                         cell(state, *model, batch, context, warmup);
+                                       } catch (const std::exception& e) {
+                                         const std::string what = e.what();
+                                         state.SkipWithError(
+                                             ("exception: " + what.substr(0, what.find('\n')))
+                                                 .c_str());
+                                       }
                                      })
             ->Iterations(flags.iterations)
             ->Unit(benchmark::kMillisecond)

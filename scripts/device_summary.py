@@ -11,7 +11,7 @@ Usage: device_summary.py STATUS_FILE OUT_DIR MODE SECONDS
 Every target gets a row, "not measured (why)" when this run has no figure for it. Outputs cut
 short (a stage's timeout) are read as far as they are complete, and the summary says so.
 """
-import json, os, re, sys
+import json, os, re, statistics, sys
 status, out, mode, took = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 p = lambda *a: print(*a)
 # Nominal HBM bandwidth (GB/s, vendor datasheets) by a name nvidia-smi reports; the attention
@@ -176,8 +176,7 @@ else:
 ind_name = "indirection overhead < 1% of the decode step"
 paired = [b for b in decode_cells if "ratio_median" in b]
 if paired:
-    medians = sorted(b["ratio_median"] for b in paired)
-    mid = medians[len(medians) // 2] if len(medians) % 2 else 0.5 * (medians[len(medians) // 2 - 1] + medians[len(medians) // 2])
+    mid = statistics.median(b["ratio_median"] for b in paired)
     worst = max(paired, key=lambda b: b["ratio_median"])
     wcell = "/".join(worst["name"].split("/")[1:3])
     targets.append((ind_name, f"{100 * (mid - 1):+.2f}% (median over {len(paired)} of "

@@ -271,26 +271,31 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   }
 }
 
+// The calling thread's plan and scratch, reused call after call. Returned by reference: a lambda
+// naming the thread_local itself would reach the running thread's own copy, and the pool's
+// workers must see the caller's.
+Workspace& CallerWorkspace() {
+  thread_local Workspace ws;
+  return ws;
+}
+
 }  // namespace
 
 void CpuPagedAttention(const CpuAttentionBatch& batch, int64_t seq_begin, int64_t seq_end) {
-  thread_local Workspace ws;
+  Workspace& ws = CallerWorkspace();
   BuildPlan(batch, seq_begin, seq_end, ws);
   for (int64_t u = 0; u < static_cast<int64_t>(ws.unit_head.size()); ++u) AttendChunk(batch, ws, u);
   for (int64_t s = seq_begin; s < seq_end; ++s) CombineSeq(batch, ws, s);
 }
 
 int64_t CpuAttentionUnits(const CpuAttentionBatch& batch) {
-  thread_local Workspace ws;
+  Workspace& ws = CallerWorkspace();
   BuildPlan(batch, 0, batch.num_seqs, ws);
   return static_cast<int64_t>(ws.unit_head.size());
 }
 
 void CpuPagedAttention(const CpuAttentionBatch& batch, CpuPool& pool) {
-  thread_local Workspace caller_ws;
-  // A lambda naming a thread_local would reach the running thread's own copy: the workers
-  // must see the caller's.
-  Workspace& ws = caller_ws;
+  Workspace& ws = CallerWorkspace();
   BuildPlan(batch, 0, batch.num_seqs, ws);
   if (ws.max_chunks <= 1) {
     // One chunk per range: each sequence's two phases in one share (one pool call).

@@ -58,10 +58,6 @@ VTOKEN_INLINE float Max(const float* a, int64_t n) {
   return m;
 }
 
-VTOKEN_INLINE void Axpy(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
-
 // exp(x) for x clamped to [-87, 88]: Cephes' expf polynomial after reducing by ln 2, within
 // 2 ulp of std::exp, branch-free so that loops over it vectorize.
 VTOKEN_INLINE float Exp(float x) {

@@ -169,10 +169,14 @@ void BenchRelocateAndEngine(bool quick, std::mt19937_64& rng) {
               tokens, layers, hash_ms, hashed / hash_ms / 1e6);
 }
 
+// The context lengths of both attention benchmarks.
+std::vector<int64_t> AttentionContexts(bool quick) {
+  return quick ? std::vector<int64_t>{1024, 4096} : std::vector<int64_t>{1024, 4096, 16384};
+}
+
 void BenchAttention(bool quick, std::mt19937_64& rng) {
   const int32_t num_seqs = 32, num_heads = 32, num_kv_heads = 8, head_dim = 128;
-  for (int64_t context : quick ? std::vector<int64_t>{1024, 4096}
-                               : std::vector<int64_t>{1024, 4096, 16384}) {
+  for (int64_t context : AttentionContexts(quick)) {
     const int64_t tokens = num_seqs * context;
     const int64_t slots = tokens;
     const size_t row_floats = static_cast<size_t>(num_kv_heads) * head_dim;
@@ -231,8 +235,7 @@ void BenchAttention(bool quick, std::mt19937_64& rng) {
 // Decode steps (one query row per sequence) of the batched kernel in bf16 over shuffled slots.
 void BenchBatchAttention(bool quick, std::mt19937_64& rng) {
   const int32_t num_seqs = 32, num_heads = 32, num_kv_heads = 8, head_dim = 128;
-  for (int64_t context : quick ? std::vector<int64_t>{1024, 4096}
-                               : std::vector<int64_t>{1024, 4096, 16384}) {
+  for (int64_t context : AttentionContexts(quick)) {
     const int64_t keys = num_seqs * context;
     const size_t row_bytes = size_t{2} * num_kv_heads * head_dim;
     DeviceBuffer k = Check(DeviceBuffer::Allocate(keys * row_bytes), "allocate K");
