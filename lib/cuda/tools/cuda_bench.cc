@@ -1,6 +1,6 @@
 // vtoken-cuda-bench: GPU micro-benchmarks for lib/cuda, one JSON object per line on stdout.
-//   relocate  rows moved per launch vs one contiguous cudaMemcpyAsync of the same payload (GB/s count
-//             reads + writes, payload_gb_per_s the rows moved)
+//   relocate  rows moved per launch vs one contiguous cudaMemcpyAsync of the same payload
+//             (GB/s count reads + writes, payload_gb_per_s the rows moved)
 //   engine    CudaCopyEngine Submit (host cost) and Submit+Wait round trip
 //   hash      per-token XXH64 over all layers
 //   attention paged decode attention over shuffled live-slot lists, with and without token mass
