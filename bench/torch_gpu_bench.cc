@@ -4,7 +4,8 @@
 // scripts/device-check.sh; on this CPU-only machine a test runs it on vt-tiny (tests/CMakeLists).
 //
 // Each cell times one ForwardPaged decode step (one new token for each of `batch` sequences of
-// `context` earlier tokens) twice per iteration, in alternating order: with every context's slots
+// `context` earlier tokens; greedy sampling's outputs, the argmax of each row, as the engine asks
+// for them) twice per iteration, in alternating order: with every context's slots
 // scattered over the store by one random permutation (what evictions and relocations leave), and
 // with contiguous slots (what a dense cache reads). ratio = scattered / contiguous is the
 // indirection overhead: `ratio` is the ratio of the summed times, `ratio_median` / `ratio_min` /
@@ -168,8 +169,11 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
     static_eager = std::move(*e);
   }
   const int64_t vocab = model.config().vocab_size;
-  const auto scattered = DecodeInputs(batch, context, vocab, /*scattered=*/true, 3);
-  const auto contiguous = DecodeInputs(batch, context, vocab, /*scattered=*/false, 0);
+  auto scattered = DecodeInputs(batch, context, vocab, /*scattered=*/true, 3);
+  auto contiguous = DecodeInputs(batch, context, vocab, /*scattered=*/false, 0);
+  for (auto* inputs : {&scattered, &contiguous}) {
+    for (PagedSeqInput& in : *inputs) in.logits = LogitsOut::kArgMax;  // Greedy, as the engine.
+  }
   std::string error, static_error;  // The static steps' failures keep the eager figures.
   const std::vector<PagedSeqView> scattered_views = ViewsOf(scattered);
   const bool fits = (*graphs)->Eligible(scattered_views);

@@ -41,6 +41,14 @@ struct LlamaOptions {
   bool fused_cpu_attention = true;
 };
 
+// What a paged step returns of a sequence's last-token logits.
+enum class LogitsOut : uint8_t {
+  kFull,    // PagedSeqOutput::last_logits, the [vocab] fp32 row.
+  kArgMax,  // PagedSeqOutput::argmax only (greedy sampling): on a GPU the argmax is taken there
+            // and one id per sequence comes back instead of the row (128K floats for Llama 3).
+  kNone,    // Nothing (a prefill chunk that samples no token).
+};
+
 // One sequence's part of a paged step. With G = the KvTensors store's num_kv_groups() (1 at token
 // granularity) the slot lists are per KV group and group-major, as RunnerInput documents
 // (lib/model/runner.h); at G == 1 they are plain lists.
@@ -62,6 +70,7 @@ struct PagedSeqInput {
   // With want_signals, the signals to compute (lib/core/policy.h bits); the others come back
   // zero (both vectors keep their full length).
   uint8_t signals = kAttnSignal | kKeyNormSignal;
+  LogitsOut logits = LogitsOut::kFull;
 };
 
 // PagedSeqInput's contents as views into storage the caller keeps alive for the call: how
@@ -73,28 +82,35 @@ struct PagedSeqView {
   bool want_signals = true;
   std::span<const int64_t> context_offsets;
   uint8_t signals = kAttnSignal | kKeyNormSignal;
+  LogitsOut logits = LogitsOut::kFull;
 };
 
 // A view of `in`, any struct with PagedSeqInput's fields (PagedSeqInput, runner.h's
-// RunnerInput), valid while it is.
+// RunnerInput, which has no `logits`: the view then asks for kFull), valid while it is.
 template <class Input>
 PagedSeqView ViewOf(const Input& in) {
-  return {.tokens = in.tokens,
-          .positions = in.positions,
-          .write_slots = in.write_slots,
-          .context_slots = in.context_slots,
-          .context_positions = in.context_positions,
-          .obs_window = in.obs_window,
-          .want_signals = in.want_signals,
-          .context_offsets = in.context_offsets,
-          .signals = in.signals};
+  PagedSeqView view{.tokens = in.tokens,
+                    .positions = in.positions,
+                    .write_slots = in.write_slots,
+                    .context_slots = in.context_slots,
+                    .context_positions = in.context_positions,
+                    .obs_window = in.obs_window,
+                    .want_signals = in.want_signals,
+                    .context_offsets = in.context_offsets,
+                    .signals = in.signals};
+  if constexpr (requires { in.logits; }) view.logits = in.logits;
+  return view;
 }
 
 // Views of `inputs`, valid while they are.
 std::vector<PagedSeqView> ViewsOf(const std::vector<PagedSeqInput>& inputs);
 
 struct PagedSeqOutput {
-  torch::Tensor last_logits;  // [vocab] fp32 logits of the last new token.
+  // LogitsOut::kFull: [vocab] fp32 logits of the last new token; else undefined.
+  torch::Tensor last_logits;
+  // LogitsOut::kArgMax: the id of the largest of those logits, the lowest id on ties (as
+  // Sampler's greedy mode picks it); else -1.
+  int32_t argmax = -1;
   // Group-major: per group g, per token of g's context then the new tokens (ctx_g + n values from
   // context_offsets[g] + g * n): the attention mass it received, averaged over the query heads
   // that read the group (token: every layer's; layer: that layer's; head: that KV head's) and the

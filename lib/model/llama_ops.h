@@ -22,4 +22,14 @@ inline torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
   return x * cos + RotateHalf(x) * sin;
 }
 
+// Token ids below 2^24 are exact in fp32 (Llama 3's vocabulary has 128,256): a step's argmax
+// can come back in the fp32 buffer its signals come back in.
+inline constexpr int64_t kMaxFloatExactVocab = int64_t{1} << 24;
+
+// [rows, vocab] logits -> [rows] fp32: each row's argmax, the lowest id on ties (torch's
+// contract for argmax on every device, and Sampler's greedy rule).
+inline torch::Tensor ArgMaxRows(const torch::Tensor& logits) {
+  return logits.argmax(1).to(torch::kFloat32);
+}
+
 }  // namespace vtoken::model::internal

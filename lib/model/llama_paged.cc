@@ -17,10 +17,12 @@
 namespace vtoken::model {
 
 using internal::ApplyRope;
+using internal::ArgMaxRows;
 using internal::AttendSeqLayer;
 using internal::BatchView;
 using internal::GatherAndMask;
 using internal::GatherMask;
+using internal::kMaxFloatExactVocab;
 using internal::Linear;
 using internal::SignalAccumulators;
 using internal::StepUpload;
@@ -210,7 +212,10 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
   } else {
     last = PagedStepTorch(batch, last_rows, kv);
   }
-  torch::Tensor logits;
+  bool full_logits = false;
+  for (const PagedSeqView& in : inputs) full_logits |= in.logits == LogitsOut::kFull;
+  torch::Tensor logits;       // [rows, vocab] fp32 on the host, or undefined (argmax only).
+  std::vector<float> argmax;  // [rows] ids taken where the logits are (argmax only).
   if (fused && static_cast<int64_t>(last_rows.size()) <= kCpuLinearMaxRows) {
     auto normed = RmsNorm(last, norm_, c.rms_norm_eps).contiguous();
     logits = torch::empty({last.size(0), c.vocab_size}, torch::kFloat32);
@@ -223,20 +228,41 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
     TorchThreadsPool()->ParallelFor(
         c.vocab_size, [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); }, 64);
   } else {
-    // One copy back: the logits and the device's signal sums.
+    // One copy back: the logits, or their argmax when no sequence wants the row, and the
+    // device's signal sums.
     logits = LmHead(last).to(torch::kFloat32);
-    const int64_t logit_count = logits.numel();
+    const bool argmax_only = !full_logits && c.vocab_size <= kMaxFloatExactVocab;
+    torch::Tensor payload = argmax_only ? ArgMaxRows(logits) : logits;
+    const int64_t count = payload.numel();
     if (batch.device_sums.defined()) {
-      logits = torch::cat({logits.flatten(), batch.device_sums.flatten()}).cpu();
-      const float* sums = logits.data_ptr<float>() + logit_count;
+      payload = torch::cat({payload.flatten(), batch.device_sums.flatten()}).cpu();
+      const float* sums = payload.data_ptr<float>() + count;
       std::copy(sums, sums + batch.sums.size(), batch.sums.begin());
-      logits = logits.narrow(0, 0, logit_count).view({last.size(0), c.vocab_size});
+      payload = payload.narrow(0, 0, count);
     } else {
-      logits = logits.cpu();
+      payload = payload.cpu().contiguous();
+    }
+    if (argmax_only) {
+      argmax.assign(payload.data_ptr<float>(), payload.data_ptr<float>() + count);
+      logits = torch::Tensor();
+    } else {
+      logits = payload.view({last.size(0), c.vocab_size});
     }
   }
   for (size_t s = 0; s < inputs.size(); ++s) {
-    outputs[s].last_logits = logits[s];
+    switch (inputs[s].logits) {
+      case LogitsOut::kFull:
+        outputs[s].last_logits = logits[s];
+        break;
+      case LogitsOut::kArgMax:
+        outputs[s].argmax =
+            argmax.empty()
+                ? static_cast<int32_t>(CpuArgMax(logits[s].data_ptr<float>(), c.vocab_size))
+                : static_cast<int32_t>(argmax[s]);
+        break;
+      case LogitsOut::kNone:
+        break;
+    }
     if (inputs[s].want_signals) {
       SeqSignals(batch, static_cast<int64_t>(s), batch.attn_sum(), batch.norm_sum(), outputs[s]);
     }

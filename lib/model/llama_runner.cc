@@ -157,7 +157,13 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
   // Views of the caller's vectors: the slot lists are not copied.
   std::vector<PagedSeqView> paged;
   paged.reserve(inputs.size());
-  for (const RunnerInput& in : inputs) paged.push_back(ViewOf(in));
+  for (const RunnerInput& in : inputs) {
+    PagedSeqView& view = paged.emplace_back(ViewOf(in));
+    // Greedy sampling needs the argmax alone, which a GPU takes where the logits are.
+    view.logits = !in.sample                       ? LogitsOut::kNone
+                  : in.sampling.temperature <= 0.0 ? LogitsOut::kArgMax
+                                                   : LogitsOut::kFull;
+  }
   VTOKEN_ASSIGN_OR_RETURN(std::vector<PagedSeqOutput> outs,
                           static_decode_ != nullptr && static_decode_->Eligible(paged)
                               ? static_decode_->Step(paged)
@@ -168,6 +174,10 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
     r.attn = std::move(outs[i].attn);
     r.key_norm = std::move(outs[i].key_norm);
     if (!inputs[i].sample) continue;
+    if (paged[i].logits == LogitsOut::kArgMax) {
+      r.next_token = outs[i].argmax;  // Sampler's greedy rule, applied by the forward.
+      continue;
+    }
     auto it = samplers_.find(inputs[i].request);
     if (it == samplers_.end()) {
       const SamplingParams& sp = inputs[i].sampling;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "lib/model/cpu_ops.h"
 #include "lib/model/cpu_paged_attention.h"
 #include "lib/model/llama_ops.h"
 #include "lib/model/paged_cuda_attention.h"
@@ -31,7 +32,7 @@ struct StaticDecode::Layout {
   int64_t tokens = 0, positions = 0, writes = 0, q_offsets = 0, key_offsets = 0, num_signal = 0;
   int64_t head_group = 0, want = 0, slots = 0, key_positions = 0, index_size = 0;
   // fp32 offsets into out_.
-  int64_t logits = 0, attn = 0, norm = 0, out_size = 0;
+  int64_t logits = 0, argmax = 0, attn = 0, norm = 0, out_size = 0;
 };
 
 struct StaticDecode::Body {
@@ -70,7 +71,8 @@ StaticDecode::Layout StaticDecode::MakeLayout(int64_t rows, int64_t key_bucket, 
   t.key_positions = take(key_capacity);
   t.index_size = at;
   t.logits = 0;
-  t.attn = rows * vocab;
+  t.argmax = rows * vocab;
+  t.attn = t.argmax + rows;
   t.norm = t.attn + key_capacity;
   t.out_size = t.norm + key_capacity;
   return t;
@@ -269,18 +271,32 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
 #endif
   ++stats_.static_steps;
 
-  // One copy back: the logits, then the signal sums when asked for.
-  const int64_t count = !signals ? rows * c.vocab_size : norms ? t.norm + keys : t.attn + keys;
+  // One copy back: the logits when a sequence wants its row (else only their argmax), then the
+  // signal sums when asked for.
+  bool full = c.vocab_size > kMaxFloatExactVocab;
+  for (const PagedSeqView& in : inputs) full |= in.logits == LogitsOut::kFull;
+  const int64_t from = full ? t.logits : t.argmax;
+  const int64_t end = !signals ? t.argmax + rows : norms ? t.norm + keys : t.attn + keys;
   // (A copy on the CPU too: the outputs must not alias out_, which the next step overwrites.)
-  const torch::Tensor host =
-      out_.is_cpu() ? out_.narrow(0, 0, count).clone() : out_.narrow(0, 0, count).cpu();
-  const float* h = host.data_ptr<float>();
+  const torch::Tensor host = out_.is_cpu() ? out_.narrow(0, from, end - from).clone()
+                                           : out_.narrow(0, from, end - from).cpu();
+  auto at = [&](int64_t offset) { return host.data_ptr<float>() + (offset - from); };
   std::vector<PagedSeqOutput> outputs(inputs.size());
-  const torch::Tensor logits = host.narrow(0, t.logits, rows * c.vocab_size).view({rows, c.vocab_size});
   for (int64_t s = 0; s < b; ++s) {
-    outputs[s].last_logits = logits[s];
+    switch (inputs[s].logits) {
+      case LogitsOut::kFull:
+        outputs[s].last_logits = host.narrow(0, t.logits - from + s * c.vocab_size, c.vocab_size);
+        break;
+      case LogitsOut::kArgMax:
+        outputs[s].argmax =
+            full ? static_cast<int32_t>(CpuArgMax(at(t.logits + s * c.vocab_size), c.vocab_size))
+                 : static_cast<int32_t>(*at(t.argmax + s));
+        break;
+      case LogitsOut::kNone:
+        break;
+    }
     if (inputs[s].want_signals) {
-      model_.SeqSignals(batch, s, h + t.attn, norms ? h + t.norm : nullptr, outputs[s]);
+      model_.SeqSignals(batch, s, at(t.attn), norms ? at(t.norm) : nullptr, outputs[s]);
     }
   }
   return outputs;
@@ -395,9 +411,10 @@ void StaticDecode::RunBody(Body& body) {
     x = x + Linear(attn, l.o, l.o_bias);
     x = x + m.Mlp(l, x);
   }
-  out_.narrow(0, t.logits, rows * c.vocab_size)
-      .view({rows, c.vocab_size})
-      .copy_(m.LmHead(x).to(torch::kFloat32));
+  const torch::Tensor logits =
+      out_.narrow(0, t.logits, rows * c.vocab_size).view({rows, c.vocab_size});
+  logits.copy_(m.LmHead(x).to(torch::kFloat32));
+  if (c.vocab_size <= kMaxFloatExactVocab) out_.narrow(0, t.argmax, rows).copy_(ArgMaxRows(logits));
 }
 
 }  // namespace vtoken::model::internal

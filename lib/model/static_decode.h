@@ -4,14 +4,15 @@
 //
 // A step of B sequences runs padded to a batch bucket Bp (1, 2, 4, then multiples of 8 up to
 // kMaxBatch): the padding rows decode token 0 at position 0 and write and read the KV store's
-// first scratch slot (KvTensorsOptions::scratch_slots), which no sequence can name. Every tensor the step
-// reads or writes lives in three buffers that outlive it:
+// first scratch slot (KvTensorsOptions::scratch_slots), which no sequence can name. Every tensor
+// the step reads or writes lives in three buffers that outlive it:
 //   index  int64 [tokens Bp | positions Bp | writes G x Bp | q_offsets Bp + 1 |
 //          key_offsets Bp x G + 1 | num_signal Bp | head_group L x KVH | want_signals (bytes) |
 //          slots Kc | key_positions Kc], the step's inputs in the attention kernel's CSR form;
 //          it goes up in one copy from a pinned twin (two with a sliding window, whose key
 //          positions the kernel reads);
-//   out    fp32 [logits Bp x vocab | attn_sum Kc | norm_sum Kc], down in one copy;
+//   out    fp32 [logits Bp x vocab | argmax Bp | attn_sum Kc | norm_sum Kc], down in one copy
+//          (from argmax on when every sequence samples greedily, LogitsOut::kArgMax);
 //   workspace  the attention kernel's split-K and signal scratch (CUDA).
 // Kc is the capacity in keys, grown to a power of two when a step needs more (the buffers are
 // reallocated and every graph is dropped, to be captured again). A graph is keyed by (Bp, the
@@ -24,8 +25,9 @@
 // CUDA, VTOKEN_TORCH_CUDA) the first step of a bucket runs the body once on a side stream (lazy
 // initialisation), captures it with at::cuda::CUDAGraph, and every step replays the graph on the
 // current stream after uploading the index: no allocation and no host sync inside the step, one
-// host-to-device and one device-to-host copy around it. Sampling stays on the host. A capture
-// that throws turns capture off for good (one line on stderr, stats().capture_failures).
+// host-to-device and one device-to-host copy around it. The body also takes each row's argmax
+// (greedy sampling) where the logits are; other sampling runs on the host. A capture that throws
+// turns capture off for good (one line on stderr, stats().capture_failures).
 //
 // Not thread-safe (one LlamaRunner, one thread).
 #pragma once

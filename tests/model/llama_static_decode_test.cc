@@ -15,6 +15,8 @@
 #include <tuple>
 
 #include "lib/engine/engine.h"
+#include "lib/model/cpu_ops.h"
+#include "lib/model/llama_ops.h"
 #include "lib/model/llama_runner.h"
 #include "lib/model/static_decode.h"
 #include "tests/model/small_model_config.h"
@@ -123,6 +125,175 @@ INSTANTIATE_TEST_SUITE_P(
                                          Case{Granularity::kHead, true},
                                          Case{Granularity::kToken, false}),
                        ::testing::Values(torch::kFloat32, torch::kBFloat16)));
+
+// LogitsOut: every decode step of the scenario runs on two stores from one prefill, once asking
+// for every row's logits and once with per-sequence modes (all kArgMax: only the argmax comes
+// back; mixed with kFull: the rows come back and the argmax is taken on the host; kNone). The
+// argmax must be the greedy choice over the row the first run returned, bit for bit the same
+// computation. Paths: ForwardPaged (fused CPU kernel or torch ops / the CUDA kernel), the static
+// step, and its CUDA graphs; on the CPU, and on CUDA where there is one (else skipped;
+// scripts/device-check.sh runs them).
+enum class GreedyPath { kForwardFused, kForwardTorch, kStatic, kGraphs };
+
+std::string GreedyPathName(GreedyPath p) {
+  switch (p) {
+    case GreedyPath::kForwardFused:
+      return "ForwardFused";
+    case GreedyPath::kForwardTorch:
+      return "ForwardTorch";
+    case GreedyPath::kStatic:
+      return "Static";
+    case GreedyPath::kGraphs:
+      return "Graphs";
+  }
+  return "?";
+}
+
+LogitsOut GreedyMode(int64_t step, size_t seq) {
+  switch (step % 3) {
+    case 0:
+      return LogitsOut::kArgMax;
+    case 1:
+      return seq % 3 == 0 ? LogitsOut::kArgMax : seq % 3 == 1 ? LogitsOut::kNone : LogitsOut::kFull;
+    default:
+      return seq == 0 ? LogitsOut::kNone : LogitsOut::kArgMax;
+  }
+}
+
+void ExpectArgMaxIsTheGreedyChoice(GreedyPath path, const Case& param, torch::Device device) {
+  const uint64_t seed = 20261203;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const ModelConfig config = SmallConfig();
+  StatusOr<LlamaModel> model = LlamaModel::RandomInit(
+      config, 5, {.device = device, .fused_cpu_attention = path == GreedyPath::kForwardFused});
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  Scenario scenario(config, param, seed);
+  std::vector<KvTensors> kv;
+  std::vector<std::unique_ptr<StaticDecode>> step;
+  for (int i = 0; i < 2; ++i) {
+    StatusOr<KvTensors> store = KvTensors::Create(WithScratch(*model, scenario.num_slots(), param));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    kv.push_back(std::move(*store));
+  }
+  const std::vector<PagedSeqInput> prefill = scenario.Prefill();
+  for (KvTensors& store : kv) {
+    if (path == GreedyPath::kStatic || path == GreedyPath::kGraphs) {
+      StatusOr<std::unique_ptr<StaticDecode>> s =
+          StaticDecode::Create(*model, store, {.capture = path == GreedyPath::kGraphs});
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      step.push_back(std::move(*s));
+    }
+    ASSERT_TRUE(model->ForwardPaged(prefill, store).ok());
+  }
+  int64_t argmax_rows = 0;
+  for (int64_t s = 0; s < Scenario::kSteps; ++s) {
+    std::vector<PagedSeqInput> full = scenario.Decode(s);
+    std::vector<PagedSeqInput> modes = full;
+    for (size_t i = 0; i < modes.size(); ++i) modes[i].logits = GreedyMode(s, i);
+    auto run = [&](int which, const std::vector<PagedSeqInput>& in) {
+      return step.empty() ? model->ForwardPaged(in, kv[which]) : step[which]->Step(ViewsOf(in));
+    };
+    StatusOr<std::vector<PagedSeqOutput>> want = run(0, full);
+    StatusOr<std::vector<PagedSeqOutput>> got = run(1, modes);
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->size(), modes.size());
+    for (size_t i = 0; i < modes.size(); ++i) {
+      const PagedSeqOutput& w = (*want)[i];
+      const PagedSeqOutput& g = (*got)[i];
+      ASSERT_TRUE(w.last_logits.defined());
+      EXPECT_EQ(w.argmax, -1);
+      const torch::Tensor row = w.last_logits.to(torch::kCPU).contiguous();
+      switch (modes[i].logits) {
+        case LogitsOut::kFull:
+          ASSERT_TRUE(g.last_logits.defined());
+          EXPECT_TRUE(torch::equal(g.last_logits.to(torch::kCPU), row)) << "step " << s;
+          EXPECT_EQ(g.argmax, -1);
+          break;
+        case LogitsOut::kArgMax:
+          EXPECT_FALSE(g.last_logits.defined());
+          EXPECT_EQ(g.argmax, CpuArgMax(row.data_ptr<float>(), row.numel()))
+              << "step " << s << " seq " << i;
+          ++argmax_rows;
+          break;
+        case LogitsOut::kNone:
+          EXPECT_FALSE(g.last_logits.defined());
+          EXPECT_EQ(g.argmax, -1);
+          break;
+      }
+      ASSERT_EQ(g.attn.size(), w.attn.size());
+      ASSERT_EQ(g.key_norm.size(), w.key_norm.size());
+      for (size_t j = 0; j < w.attn.size(); ++j) {
+        ASSERT_NEAR(g.attn[j], w.attn[j], 1e-6) << "step " << s << " seq " << i << " key " << j;
+        ASSERT_NEAR(g.key_norm[j], w.key_norm[j], 1e-6) << "step " << s << " seq " << i;
+      }
+    }
+  }
+  EXPECT_GT(argmax_rows, Scenario::kSteps);
+  if (!step.empty()) {
+    EXPECT_EQ(step[1]->stats().static_steps, Scenario::kSteps);
+    if (path == GreedyPath::kGraphs) EXPECT_EQ(step[1]->stats().replays, Scenario::kSteps);
+  }
+}
+
+std::string GreedyCaseName(const ::testing::TestParamInfo<std::tuple<GreedyPath, Case>>& info) {
+  const Case& c = std::get<1>(info.param);
+  return GreedyPathName(std::get<0>(info.param)) + "_" +
+         std::string(GranularityName(c.granularity)) + (c.signals ? "_signals" : "");
+}
+
+const auto kGreedyCases =
+    ::testing::Values(Case{Granularity::kToken, true}, Case{Granularity::kHead, true},
+                      Case{Granularity::kLayer, false});
+
+class GreedyArgMaxTest : public ::testing::TestWithParam<std::tuple<GreedyPath, Case>> {};
+
+TEST_P(GreedyArgMaxTest, IsTheGreedyChoiceOverTheLogitsItStandsFor) {
+  ExpectArgMaxIsTheGreedyChoice(std::get<0>(GetParam()), std::get<1>(GetParam()), torch::kCPU);
+}
+
+INSTANTIATE_TEST_SUITE_P(PathsAndGranularities, GreedyArgMaxTest,
+                         ::testing::Combine(::testing::Values(GreedyPath::kForwardFused,
+                                                              GreedyPath::kForwardTorch,
+                                                              GreedyPath::kStatic),
+                                            kGreedyCases),
+                         GreedyCaseName);
+
+class GreedyArgMaxCudaTest : public ::testing::TestWithParam<std::tuple<GreedyPath, Case>> {};
+
+TEST_P(GreedyArgMaxCudaTest, IsTheGreedyChoiceOverTheLogitsItStandsFor) {
+#ifndef VTOKEN_TORCH_CUDA
+  GTEST_SKIP() << "libtorch without CUDA (VTOKEN_TORCH_CUDA)";
+#else
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ExpectArgMaxIsTheGreedyChoice(std::get<0>(GetParam()), std::get<1>(GetParam()),
+                                torch::Device(torch::kCUDA));
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(PathsAndGranularities, GreedyArgMaxCudaTest,
+                         ::testing::Combine(::testing::Values(GreedyPath::kForwardTorch,
+                                                              GreedyPath::kStatic,
+                                                              GreedyPath::kGraphs),
+                                            kGreedyCases),
+                         GreedyCaseName);
+
+TEST(GreedyArgMaxRowsTest, TakesTheLowestIdOnTies) {
+  const torch::Tensor logits =
+      torch::tensor({1.0f, 3.0f, 3.0f, 0.0f, 5.0f, 5.0f, 5.0f, 5.0f, -2.0f, -1.0f, -1.0f, -3.0f})
+          .view({3, 4});
+  const torch::Tensor got = internal::ArgMaxRows(logits);
+  EXPECT_EQ(got.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(torch::equal(got, torch::tensor({1.0f, 0.0f, 1.0f}))) << got;
+  for (int64_t r = 0; r < 3; ++r) {  // Sampler's greedy rule, through CpuArgMax.
+    EXPECT_EQ(CpuArgMax(logits[r].contiguous().data_ptr<float>(), 4), got[r].item<float>());
+  }
+#ifdef VTOKEN_TORCH_CUDA
+  if (torch::cuda::is_available()) {
+    EXPECT_TRUE(torch::equal(internal::ArgMaxRows(logits.cuda()).cpu(), got));
+  }
+#endif
+}
 
 std::vector<engine::Request> Requests(int n, int64_t prompt, int64_t max_tokens) {
   return test_configs::Requests(n, prompt, 11, max_tokens, 41);
