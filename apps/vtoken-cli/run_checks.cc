@@ -53,7 +53,7 @@ Status ApplyKvGroups(ExperimentConfig& c, const model::ModelConfig& m) {
 }
 
 Status CheckRunMemory(const ExperimentConfig& c, const model::ModelConfig& m,
-                      int64_t available) {
+                      int64_t available, int64_t device_available) {
   const int64_t num_blocks = c.engine.pool.num_blocks, block_size = c.engine.pool.block_size;
   const int64_t slots = SaturatingMul(num_blocks, block_size);
   const bool sim = sim::IsSimSpec(c.model);
@@ -64,23 +64,28 @@ Status CheckRunMemory(const ExperimentConfig& c, const model::ModelConfig& m,
   const int64_t per_slot =
       sim ? 8 : SaturatingMul(SaturatingMul(2 * dtype_bytes, m.num_hidden_layers),
                               SaturatingMul(m.num_key_value_heads, m.head_dim));
-  const int64_t kv = SaturatingAdd(SaturatingMul(slots, per_slot),
-                                   PoolMetadataBytes(num_blocks, block_size));
+  const int64_t store = SaturatingMul(slots, per_slot);
+  const int64_t metadata = PoolMetadataBytes(num_blocks, block_size);
   const int64_t weights = sim ? 0 : SaturatingMul(model::ParameterCount(m), dtype_bytes);
   const int64_t workload = engine::WorkloadBytes(c.workload);
   if (available < 0) available = AvailableMemoryBytes();
   const std::string pool = std::to_string(num_blocks) + " x " + std::to_string(block_size) +
                            " slots x " + std::to_string(per_slot) + " bytes";
-  VTOKEN_RETURN_IF_ERROR(CheckMemory(SaturatingAdd(kv, weights),
-                                     c.file + ": engine.num_blocks = " +
-                                         std::to_string(num_blocks) + ": the KV store (" + pool +
-                                         (weights > 0 ? ") and weights" : ")"),
-                                     available));
-  return CheckMemory(
-      SaturatingAdd(SaturatingAdd(kv, weights), workload),
-      c.file + ": workload.num_requests = " + std::to_string(c.workload.num_requests) +
-          ": the requests (" + FormatBytes(workload) + ") with the KV store and weights",
-      available);
+  const std::string blocks = c.file + ": engine.num_blocks = " + std::to_string(num_blocks) +
+                             ": the KV store (" + pool + (weights > 0 ? ") and weights" : ")");
+  const std::string requests = c.file + ": workload.num_requests = " +
+                               std::to_string(c.workload.num_requests) + ": the requests (" +
+                               FormatBytes(workload) + ")";
+  if (device_available >= 0) {  // The store and the weights on the GPU, the rest on the host.
+    VTOKEN_RETURN_IF_ERROR(CheckMemory(SaturatingAdd(store, weights),
+                                       blocks + " on " + c.model_device, device_available));
+    return CheckMemory(SaturatingAdd(metadata, workload),
+                       requests + " with the pool's metadata, on the host", available);
+  }
+  const int64_t kv = SaturatingAdd(store, metadata);
+  VTOKEN_RETURN_IF_ERROR(CheckMemory(SaturatingAdd(kv, weights), blocks, available));
+  return CheckMemory(SaturatingAdd(SaturatingAdd(kv, weights), workload),
+                     requests + " with the KV store and weights", available);
 }
 
 Status CheckPolicyAgainstContext(const ExperimentConfig& c, int64_t max_context) {

@@ -29,12 +29,15 @@ Status SplitPoolIntoKvGroups(engine::EngineOptions& e, Granularity granularity,
 // and engine.num_blocks.
 Status ApplyKvGroups(ExperimentConfig& c, const model::ModelConfig& m);
 
-// Bytes the run allocates: KV store (float32 K and V per layer for real and synthetic models,
-// one 8-byte tag per slot for sim:), pool metadata, weights (not for sim:), the workload.
-// kResourceExhausted naming engine.num_blocks or workload.num_requests and the size when it
-// exceeds `available` (AvailableMemoryBytes() when < 0).
+// Bytes the run allocates: KV store (K and V per layer in model.dtype for real and synthetic
+// models, one 8-byte tag per slot for sim:), pool metadata, weights (not for sim:), the workload.
+// `available` is the host's memory (AvailableMemoryBytes() when < 0). With `device_available`
+// >= 0 the KV store and the weights live on a GPU with that many bytes free (model.device
+// "cuda[:N]") and are checked against it, the rest against the host; otherwise all of it against
+// the host. kResourceExhausted naming engine.num_blocks or workload.num_requests and the sizes
+// when something does not fit.
 Status CheckRunMemory(const ExperimentConfig& config, const model::ModelConfig& model,
-                      int64_t available = -1);
+                      int64_t available = -1, int64_t device_available = -1);
 
 // policy.budget_tokens, num_sink, num_recent against the model's context (max_position_embeddings):
 // a value no request can reach is an error. Native-only configs are not checked.

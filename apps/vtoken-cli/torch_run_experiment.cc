@@ -46,6 +46,19 @@ std::string GitSha() {
   return sha;
 }
 
+// The bytes free on the GPU for the run's KV store and weights when model.device is CUDA, else
+// -1: CheckRunMemory then checks them against the host's memory, as it does where this build
+// cannot ask the GPU (no lib/cuda). A device this machine lacks fails with TorchDevice's error,
+// as the run would.
+StatusOr<int64_t> DeviceFreeBytes(const ExperimentConfig& c) {
+  if (sim::IsSimSpec(c.model)) return int64_t{-1};
+  VTOKEN_ASSIGN_OR_RETURN(const torch::Device device, model::TorchDevice(c.model_device));
+  if (!device.is_cuda()) return int64_t{-1};
+  StatusOr<int64_t> free_bytes = model::CudaFreeBytes(device);
+  if (free_bytes.status().code() == StatusCode::kFailedPrecondition) return int64_t{-1};
+  return free_bytes;
+}
+
 bool IsSynthetic(const std::string& model) {
   return model.rfind("synthetic:", 0) == 0 || sim::IsSimSpec(model);
 }
@@ -215,7 +228,8 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
   StatusOr<model::ModelConfig> shape = PeekModelConfig(c.model);
   {
     if (shape.ok()) {
-      VTOKEN_RETURN_IF_ERROR(CheckRunMemory(c, *shape));
+      VTOKEN_ASSIGN_OR_RETURN(const int64_t device_free, DeviceFreeBytes(c));
+      VTOKEN_RETURN_IF_ERROR(CheckRunMemory(c, *shape, /*available=*/-1, device_free));
       VTOKEN_RETURN_IF_ERROR(CheckPolicyAgainstContext(c, shape->max_position_embeddings));
       VTOKEN_RETURN_IF_ERROR(ApplyKvGroups(c, *shape));
     } else if (c.granularity != Granularity::kToken) {

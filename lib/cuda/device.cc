@@ -41,6 +41,24 @@ StatusOr<std::string> CudaDeviceDescription() {
   return std::string(text);
 }
 
+StatusOr<DeviceMemory> CudaMemoryInfo(int device) {
+  VTOKEN_RETURN_IF_ERROR(CudaDeviceStatus());
+  int count = 0, current = 0;
+  VTOKEN_CUDA_RETURN_IF_ERROR(cudaGetDeviceCount(&count));
+  if (device < 0 || device >= count) {
+    return InvalidArgumentError("CUDA device " + std::to_string(device) + ": " +
+                                std::to_string(count) + " visible");
+  }
+  VTOKEN_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  VTOKEN_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+  size_t free_bytes = 0, total_bytes = 0;
+  const cudaError_t error = cudaMemGetInfo(&free_bytes, &total_bytes);
+  VTOKEN_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
+  VTOKEN_RETURN_IF_ERROR(CudaStatus(error, "cudaMemGetInfo"));
+  return DeviceMemory{.free_bytes = static_cast<int64_t>(free_bytes),
+                      .total_bytes = static_cast<int64_t>(total_bytes)};
+}
+
 DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr) {
     const Status status = CudaStatus(cudaFree(data_), "cudaFree");

@@ -30,6 +30,15 @@ bool CudaDeviceAvailable();
 // "<name> (sm_XY, N SMs, M MiB)" of the current device, or the error.
 StatusOr<std::string> CudaDeviceDescription();
 
+// Free and total bytes of CUDA device `device` (cudaMemGetInfo, which creates the device's
+// context if it has none); the current device is left as it was. FailedPrecondition without a
+// device, InvalidArgument for an index beyond them.
+struct DeviceMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+StatusOr<DeviceMemory> CudaMemoryInfo(int device);
+
 // Enqueues a one-thread kernel that keeps `stream` busy for about `microseconds` (tests and
 // benchmarks delay a stream with it to widen a race window). InvalidArgument for a negative
 // time, Internal when the launch fails.

@@ -8,6 +8,10 @@
 #include "lib/model/kv_tensors.h"
 #include "lib/model/torch_copy_engine.h"
 
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+#include "lib/cuda/device.h"
+#endif
+
 namespace vtoken::model {
 namespace {
 
@@ -70,6 +74,21 @@ StatusOr<torch::Device> TorchDevice(const std::string& name) {
       spec.index >= 0 ? static_cast<c10::DeviceIndex>(spec.index)
                       : c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index();
   return torch::Device(torch::kCUDA, index);
+}
+
+StatusOr<int64_t> CudaFreeBytes(const torch::Device& device) {
+  if (!device.is_cuda()) {
+    return InvalidArgumentError("CudaFreeBytes: " + device.str() + " is not a CUDA device");
+  }
+#ifdef VTOKEN_MODEL_CUDA_KERNELS
+  const int index = device.index() >= 0
+                        ? device.index()
+                        : c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice().index();
+  VTOKEN_ASSIGN_OR_RETURN(cuda::DeviceMemory memory, cuda::CudaMemoryInfo(index));
+  return memory.free_bytes;
+#else
+  return FailedPreconditionError("CudaFreeBytes: this build has no lib/cuda");
+#endif
 }
 
 StatusOr<torch::Dtype> TorchDtype(const std::string& name) {

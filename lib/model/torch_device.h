@@ -28,6 +28,11 @@ std::string TorchDtypeName(torch::Dtype dtype);
 // The errors of TorchDevice and TorchDtype.
 StatusOr<LlamaOptions> LlamaOptionsFor(const std::string& device, const std::string& dtype);
 
+// Free bytes on CUDA device `device` (lib/cuda's CudaMemoryInfo: before the model loads, what a
+// run can allocate there). FailedPrecondition in a build without lib/cuda, InvalidArgument for a
+// device that is not CUDA.
+StatusOr<int64_t> CudaFreeBytes(const torch::Device& device);
+
 // OK when this libtorch runs a paged prefill and decode step, a relocation and a KV hash in
 // options.compute_dtype on options.device: it runs them on a two-layer model of width 16.
 // FailedPrecondition `dtype float16 on cpu: not supported by this libtorch (<torch's error>)`
