@@ -1,5 +1,6 @@
 #include "lib/core/token_table.h"
 
+#include <algorithm>
 #include <cassert>
 #include <string>
 #include <utility>
@@ -73,14 +74,29 @@ std::vector<TokenId> TokenTable::LiveTokens() const {
 }
 
 void TokenTable::AppendLive(std::vector<SlotIndex>& slots, std::vector<TokenId>& tokens) const {
-  slots.reserve(slots.size() + static_cast<size_t>(num_live_));
-  tokens.reserve(tokens.size() + static_cast<size_t>(num_live_));
-  for (TokenId t = 0; t < num_tokens(); ++t) {
-    const Entry& e = entries_[t];
-    if (!e.live) continue;
-    slots.push_back(e.slot);
-    tokens.push_back(t);
+  const size_t live = static_cast<size_t>(num_live_);
+  const size_t slots_at = slots.size(), tokens_at = tokens.size();
+  // Callers append one table per KV group to the same vectors: growth stays geometric (an
+  // exact reserve per call would copy the vectors once per group).
+  for (auto* v : {&slots, &tokens}) {
+    if (v->capacity() < v->size() + live + 1) v->reserve(std::max(v->size() + live + 1, 2 * v->capacity()));
   }
+  // Branch-free: every entry is written, and the cursors advance past the live ones only (one
+  // spare element for the write after the last live entry).
+  slots.resize(slots_at + live + 1);
+  tokens.resize(tokens_at + live + 1);
+  SlotIndex* s = slots.data() + slots_at;
+  TokenId* k = tokens.data() + tokens_at;
+  const TokenId n = num_tokens();
+  for (TokenId t = 0; t < n; ++t) {
+    const Entry e = entries_[t];
+    *s = e.slot;
+    *k = t;
+    s += e.live;
+    k += e.live;
+  }
+  slots.resize(slots_at + live);
+  tokens.resize(tokens_at + live);
 }
 
 int64_t TokenTable::MemoryBytes() const {

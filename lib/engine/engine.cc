@@ -330,6 +330,11 @@ class Engine {
   // slots it lists.
   Context LiveContext(SeqId seq, int64_t n) const {
     Context c;
+    size_t live = 1;  // AppendLive's spare element.
+    for (int32_t g = 0; g < groups_; ++g) live += static_cast<size_t>(cache_.table(seq, g).num_live());
+    c.slots.reserve(live);
+    c.positions.reserve(live);
+    if (groups_ > 1) c.offsets.reserve(static_cast<size_t>(groups_) + 1);
     if (groups_ > 1) c.offsets.push_back(0);
     for (int32_t g = 0; g < groups_; ++g) {
       cache_.table(seq, g).AppendLive(c.slots, c.positions);
