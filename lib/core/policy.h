@@ -143,7 +143,8 @@ class Policy {
   // Floats of per-token state this policy keeps. Fixed for the policy's lifetime.
   virtual int32_t state_size() const { return 0; }
   // Called once per step after the signals were updated, with every live token; may update
-  // each token's state. The default does nothing.
+  // each token's state. The default does nothing. Called only for a policy with state
+  // (state_size() > 0): state is all it may write.
   virtual void Observe(std::span<const TokenView> tokens, PolicyContext& ctx) const {
     (void)tokens;
     (void)ctx;

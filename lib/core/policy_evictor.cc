@@ -91,8 +91,9 @@ PolicyEvictor::PolicyEvictor(std::string name, std::unique_ptr<Policy> policy,
       options_(options),
       num_groups_(NumGroups(options)) {}
 
-std::vector<TokenView> PolicyEvictor::Views(SeqState& s) {
-  std::vector<TokenView> views(s.live.size());
+std::span<const TokenView> PolicyEvictor::Views(SeqState& s) {
+  std::vector<TokenView>& views = views_;
+  views.resize(s.live.size());
   for (size_t i = 0; i < s.live.size(); ++i) {
     const TokenId t = s.live[i];
     views[i] = TokenView{.position = t,
@@ -191,9 +192,10 @@ Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId>
       s.budget = PyramidBudgets(budget, options_.num_layers, options_.pyramid_beta)[layer];
     }
   }
-  std::vector<TokenView> views = Views(s);
+  // Observe writes nothing but state: a policy without state has nothing to observe.
+  if (state_size_ == 0) return Status::Ok();
   PolicyContext ctx{.step = s.step, .budget = s.budget, .rng = s.rng, .group = group};
-  policy_->Observe(views, ctx);
+  policy_->Observe(Views(s), ctx);
   return Status::Ok();
 }
 
@@ -204,7 +206,7 @@ bool PolicyEvictor::Due(const SeqState& s, int64_t keep) const {
 
 std::vector<float> PolicyEvictor::Score(SeqState& s, int32_t group) {
   s.evicted_step = s.step;
-  std::vector<TokenView> views = Views(s);
+  const std::span<const TokenView> views = Views(s);
   std::vector<float> scores(views.size(), 0.0f);
   PolicyContext ctx{.step = s.step, .budget = s.budget, .rng = s.rng, .group = group};
   policy_->Score(views, ctx, scores);

@@ -140,7 +140,8 @@ class PolicyEvictor {
 
   Status CheckObservation(SeqId seq, const SeqState& s, std::span<const TokenId> live,
                           std::span<const float> attn, std::span<const float> key_norm) const;
-  std::vector<TokenView> Views(SeqState& s);
+  // s's live tokens as the policy sees them, in views_ (valid until the next call).
+  std::span<const TokenView> Views(SeqState& s);
   // True when group state `s` evicts this step (due, not yet run, above `keep`).
   bool Due(const SeqState& s, int64_t keep) const;
   // The policy's scores for s's live tokens (marks the step as evicted).
@@ -159,6 +160,7 @@ class PolicyEvictor {
   EvictorOptions options_;
   int32_t num_groups_;
   std::unordered_map<SeqId, std::vector<SeqState>> seqs_;  // One state per group.
+  std::vector<TokenView> views_;  // Views' storage, reused: one allocation, not one per call.
 };
 
 // Drives a PolicyEvictor from CheckHarness (`vtoken-cli check --policy NAME`). Each

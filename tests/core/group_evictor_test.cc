@@ -219,6 +219,7 @@ struct Call {
 class GroupRecorder final : public Policy {
  public:
   explicit GroupRecorder(std::vector<Call>* calls) : calls_(calls) {}
+  int32_t state_size() const override { return 1; }  // Observe runs for a policy with state.
   void Observe(std::span<const TokenView>, PolicyContext& ctx) const override {
     calls_->push_back({'o', ctx.group, ctx.budget});
   }

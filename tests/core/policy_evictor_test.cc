@@ -61,6 +61,27 @@ class StateProbe final : public Policy {
 };
 VTOKEN_REGISTER_POLICY(StateProbe, "test_state_probe", "test: records state");
 
+// Observe calls of the two ObserveCounter policies below.
+int g_observe_calls = 0;
+
+// Counts Observe calls, with kState floats of state (none: Observe could write nothing).
+template <int32_t kState>
+class ObserveCounter final : public Policy {
+ public:
+  int32_t state_size() const override { return kState; }
+  void Observe(std::span<const TokenView>, PolicyContext&) const override { ++g_observe_calls; }
+  void Score(std::span<const TokenView> tokens, PolicyContext&,
+             std::span<float> scores) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) scores[i] = static_cast<float>(tokens[i].position);
+  }
+};
+using StatelessObserveCounter = ObserveCounter<0>;
+using StatefulObserveCounter = ObserveCounter<1>;
+VTOKEN_REGISTER_POLICY(StatelessObserveCounter, "test_observe_stateless",
+                       "test: counts Observe calls, no state");
+VTOKEN_REGISTER_POLICY(StatefulObserveCounter, "test_observe_stateful",
+                       "test: counts Observe calls, one float of state");
+
 using testing_util::Make;
 using testing_util::Range;
 
@@ -81,6 +102,30 @@ void ExpectInvalidOptions(const EvictorOptions& o, const std::string& message) {
   Status s = ValidateEvictorOptions(o);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(), message);
+}
+
+// policy.h's promise: Observe runs once per step for a policy with state, and not at all for a
+// policy without (state is all Observe may write); Score runs for both.
+TEST(PolicyEvictorTest, ObserveRunsEveryStepForAPolicyWithStateOnly) {
+  std::vector<std::vector<TokenId>> evicted;  // Per policy, every step's victims in turn.
+  for (const auto& [policy, observes] :
+       {std::pair{"test_observe_stateless", false}, std::pair{"test_observe_stateful", true}}) {
+    SCOPED_TRACE(policy);
+    g_observe_calls = 0;
+    std::unique_ptr<PolicyEvictor> e = Make(policy, {.budget_tokens = 4});
+    std::vector<TokenId> live = Range(0, 3), victims;
+    for (TokenId next = 3; next < 8; ++next) {
+      for (TokenId v : Step(*e, 1, live)) {
+        victims.push_back(v);
+        live.erase(std::find(live.begin(), live.end(), v));
+      }
+      live.push_back(next);
+    }
+    EXPECT_EQ(g_observe_calls, observes ? 5 : 0);
+    evicted.push_back(victims);
+  }
+  EXPECT_EQ(evicted[0], (std::vector<TokenId>{0, 1, 2}));  // The oldest: the lowest scores.
+  EXPECT_EQ(evicted[1], evicted[0]);
 }
 
 TEST(EvictorOptionsTest, ImpossibleValuesAreErrors) {
