@@ -611,6 +611,22 @@ BENCHMARK(BM_SampleGreedy)
     ->Unit(benchmark::kMicrosecond)
     ->UseManualTime();
 
+// Temperature 0.8 + nucleus sampling of one token (top_p = range(1) / 100) from fp32 host logits
+// of range(0) entries, N(0, 3^2): per token, wall time, the Sampler as the engine calls it.
+void BM_SampleNucleus(benchmark::State& state) {
+  const int64_t vocab = state.range(0);
+  torch::manual_seed(1);
+  const torch::Tensor logits = 3 * torch::randn({vocab});
+  Sampler sampler({.temperature = 0.8, .top_p = static_cast<double>(state.range(1)) / 100, .seed = 1});
+  for (auto _ : state) benchmark::DoNotOptimize(sampler.Sample(logits));
+}
+BENCHMARK(BM_SampleNucleus)
+    ->ArgNames({"vocab", "top_p_pct"})
+    ->Args({2048, 90})
+    ->Args({128256, 90})
+    ->Args({128256, 100})
+    ->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace vtoken::model
 

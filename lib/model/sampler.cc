@@ -1,6 +1,7 @@
 #include "lib/model/sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -11,45 +12,105 @@ namespace vtoken::model {
 
 Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(options.seed) {}
 
+namespace {
+
+// `logits` as a contiguous host tensor of fp32 (fp16 / bf16 widen exactly), or of doubles, so
+// that no two of them round to one float.
+torch::Tensor HostLogits(const torch::Tensor& logits) {
+  torch::Tensor t = logits.detach().to(torch::kCPU);
+  if (t.scalar_type() != torch::kDouble) t = t.to(torch::kFloat);
+  return t.contiguous();
+}
+
+}  // namespace
+
 int32_t Sampler::Sample(const torch::Tensor& logits) {
+  // Both modes read the host logits where they lie: no double copy of the vocabulary per token
+  // (128K entries for Llama 3).
+  const torch::Tensor t = HostLogits(logits);
+  const int64_t n = t.numel();
+  const bool doubles = t.scalar_type() == torch::kDouble;
   if (options_.temperature <= 0) {
-    // Greedy reads fp32 host logits (what every forward returns) where they lie: no double copy
-    // of the vocabulary per token (128K entries for Llama 3). fp16 / bf16 widen to fp32 exactly;
-    // doubles stay doubles, so that no two of them round to one float.
-    torch::Tensor t = logits.detach().to(torch::kCPU);
-    if (t.scalar_type() != torch::kDouble) t = t.to(torch::kFloat);
-    t = t.contiguous();
-    const int64_t n = t.numel();
-    if (t.scalar_type() == torch::kDouble) {
+    if (doubles) {
       const double* v = t.data_ptr<double>();
       return static_cast<int32_t>(std::max_element(v, v + n) - v);
     }
     return static_cast<int32_t>(CpuArgMax(t.data_ptr<float>(), n));
   }
-  auto values = logits.detach().to(torch::kCPU, torch::kDouble).contiguous();
-  const double* v = values.data_ptr<double>();
-  const int64_t n = values.numel();
-  // Softmax in double on the host: the vocabulary is small next to the forward pass, and the
-  // draw must not depend on the device's reduction order.
-  const double max = *std::max_element(v, v + n);
-  std::vector<double> probs(n);
-  for (int64_t i = 0; i < n; ++i) probs[i] = std::exp((v[i] - max) / options_.temperature);
-  std::vector<int32_t> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return probs[a] > probs[b]; });
-  const double total = std::accumulate(probs.begin(), probs.end(), 0.0);
-  double kept = 0;
+  // Softmax in double on the host: the draw must not depend on the device's reduction order.
+  probs_.resize(static_cast<size_t>(n));
+  if (doubles) {
+    Probabilities(t.data_ptr<double>(), n);
+  } else {
+    Probabilities(t.data_ptr<float>(), n);
+  }
+  double total = 0;
+  for (double p : probs_) total += p;
   size_t num_kept = 0;
-  while (num_kept < order.size() && (num_kept == 0 || kept < options_.top_p * total)) {
-    kept += probs[order[num_kept++]];
+  double kept = 0;
+  if (options_.top_p >= 1) {
+    // Every token is kept: the draw walks them in id order (no sort).
+    order_.resize(static_cast<size_t>(n));
+    std::iota(order_.begin(), order_.end(), 0);
+    num_kept = order_.size();
+    kept = total;
+  } else {
+    // The nucleus: the most likely tokens (ties: the lower id first) until their mass reaches
+    // top_p of the total. Only candidates are sorted: a histogram of the probabilities (1/16
+    // octave buckets, ProbabilityBucket) finds the bucket where the mass from the top crosses
+    // the target, and the tokens from that bucket up are sorted; all of them when rounding
+    // keeps the sorted sum below the target.
+    const double target = options_.top_p * total;
+    bucket_mass_.assign(kBuckets, 0.0);
+    for (double p : probs_) bucket_mass_[ProbabilityBucket(p)] += p;
+    int lowest = 0;
+    double mass = 0;
+    for (int b = kBuckets - 1; b > 0; --b) {
+      mass += bucket_mass_[b];
+      if (mass >= target) {
+        lowest = b;
+        break;
+      }
+    }
+    const auto more_likely = [&](int32_t a, int32_t b) {
+      return probs_[a] > probs_[b] || (probs_[a] == probs_[b] && a < b);
+    };
+    for (;; lowest = 0) {
+      order_.clear();
+      for (int64_t i = 0; i < n; ++i) {
+        if (ProbabilityBucket(probs_[i]) >= lowest) order_.push_back(static_cast<int32_t>(i));
+      }
+      std::sort(order_.begin(), order_.end(), more_likely);
+      num_kept = 0;
+      kept = 0;
+      while (num_kept < order_.size() && (num_kept == 0 || kept < target)) {
+        kept += probs_[order_[num_kept++]];
+      }
+      if (kept >= target || lowest == 0) break;
+    }
   }
   double r = std::uniform_real_distribution<double>(0.0, kept)(rng_);
   for (size_t i = 0; i < num_kept; ++i) {
-    r -= probs[order[i]];
-    if (r < 0) return order[i];
+    r -= probs_[order_[i]];
+    if (r < 0) return order_[i];
   }
-  return order[num_kept - 1];
+  return order_[num_kept - 1];
+}
+
+int Sampler::ProbabilityBucket(double p) {
+  // Positive doubles order as their bits: the exponent, then the top 4 bits of the mantissa.
+  const uint64_t bits = std::bit_cast<uint64_t>(p);
+  const int exponent = static_cast<int>(bits >> 52) - 1023;  // p in [2^exponent, 2^(exponent+1))
+  if (exponent < -kOctaves) return 0;                        // Also 0 and subnormals.
+  return 1 + (exponent + kOctaves) * 16 + static_cast<int>((bits >> 48) & 15);
+}
+
+template <class T>
+void Sampler::Probabilities(const T* logits, int64_t n) {
+  double max = logits[0];
+  for (int64_t i = 1; i < n; ++i) max = std::max<double>(max, logits[i]);
+  const double inverse_temperature = 1.0 / options_.temperature;
+  for (int64_t i = 0; i < n; ++i) probs_[i] = std::exp((logits[i] - max) * inverse_temperature);
 }
 
 }  // namespace vtoken::model

@@ -1,6 +1,13 @@
 // Sampler: picks the next token from a logits vector. Greedy (temperature 0) or seeded
 // temperature + nucleus (top-p) sampling; stopping at EOS is the caller's business.
 //
+// Sampling, exactly: p_i = exp((x_i - max) * (1 / temperature)) in double; the tokens sorted by
+// p descending (ties: the lower id first); the nucleus is the shortest prefix of that order
+// whose mass reaches top_p of the total (every token, in id order, when top_p >= 1); one
+// uniform draw r in [0, nucleus mass) walks the nucleus in its order and returns the token where
+// the running mass first exceeds r. Only the nucleus is sorted (a histogram of p finds it), so
+// a token costs O(vocab) plus the nucleus' sort: about 1 ms at 128,256 on this project's CPUs.
+//
 // A Sampler owns its random stream: the same seed and the same logits give the same tokens.
 // Not thread-safe; use one per sequence (or per thread).
 #pragma once
@@ -9,6 +16,7 @@
 
 #include <cstdint>
 #include <random>
+#include <vector>
 
 namespace vtoken::model {
 
@@ -26,8 +34,21 @@ class Sampler {
   int32_t Sample(const torch::Tensor& logits);
 
  private:
+  // Nucleus histogram: 16 buckets per octave of probability from 2^-kOctaves to 2 (probs_ are
+  // at most 1), and bucket 0 below.
+  static constexpr int kOctaves = 64;
+  static constexpr int kBuckets = 1 + (kOctaves + 1) * 16;
+  // p's bucket: non-decreasing in p, 0 for p < 2^-kOctaves. REQUIRES: 0 <= p <= 1.
+  static int ProbabilityBucket(double p);
+  // probs_[i] = exp((logits[i] - max) / temperature), unnormalised, in double.
+  template <class T>
+  void Probabilities(const T* logits, int64_t n);
+
   SamplerOptions options_;
   std::mt19937_64 rng_;
+  std::vector<double> probs_;    // Scratch of Sample, reused across tokens.
+  std::vector<double> bucket_mass_;
+  std::vector<int32_t> order_;
 };
 
 }  // namespace vtoken::model

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <cstdio>
 #include <random>
 #include <set>
@@ -48,6 +50,89 @@ TEST(SamplerTest, TopPKeepsOnlyTheNucleus) {
   std::set<int32_t> seen;
   for (int i = 0; i < 400; ++i) seen.insert(sampler.Sample(logits));
   EXPECT_EQ(seen, (std::set<int32_t>{0, 1}));
+}
+
+// sampler.h's rule, computed the plain way: every token sorted, the prefix, the walk.
+class ReferenceSampler {
+ public:
+  ReferenceSampler(double temperature, double top_p, uint64_t seed)
+      : temperature_(temperature), top_p_(top_p), rng_(seed) {}
+
+  int32_t Sample(const std::vector<float>& x) {
+    const size_t n = x.size();
+    const double max = *std::max_element(x.begin(), x.end());
+    std::vector<double> p(n);
+    for (size_t i = 0; i < n; ++i) p[i] = std::exp((x[i] - max) * (1.0 / temperature_));
+    double total = 0;
+    for (double v : p) total += v;
+    std::vector<int32_t> order(n);
+    std::iota(order.begin(), order.end(), 0);
+    size_t kept_count = n;
+    double kept = total;
+    if (top_p_ < 1) {
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+      kept_count = 0;
+      kept = 0;
+      while (kept_count < n && (kept_count == 0 || kept < top_p_ * total)) {
+        kept += p[order[kept_count++]];
+      }
+    }
+    double r = std::uniform_real_distribution<double>(0.0, kept)(rng_);
+    for (size_t i = 0; i < kept_count; ++i) {
+      r -= p[order[i]];
+      if (r < 0) return order[i];
+    }
+    return order[kept_count - 1];
+  }
+
+ private:
+  double temperature_, top_p_;
+  std::mt19937_64 rng_;
+};
+
+// The Sampler (which sorts the nucleus only) draws what the reference draws, token for token:
+// vocabularies of 1 to 128,256, flat to peaked logits, ties, every top_p regime.
+TEST(SamplerTest, NucleusSamplingFollowsTheRuleExactly) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> lengths = {1, 2, 3, 1000, 2048, 128256};
+  for (int i = 0; i < 30; ++i) lengths.push_back(1 + static_cast<int64_t>(rng() % 5000));
+  int cases = 0;
+  for (int64_t n : lengths) {
+    for (double spread : {0.01, 1.0, 4.0, 30.0}) {
+      const double top_p = std::vector<double>{0.05, 0.5, 0.9, 0.999, 1.0}[rng() % 5];
+      const double temperature = std::vector<double>{0.3, 0.8, 1.0, 1.7}[rng() % 4];
+      std::normal_distribution<float> normal(0.0f, static_cast<float>(spread));
+      std::vector<float> x(static_cast<size_t>(n));
+      for (float& v : x) v = normal(rng);
+      for (int t = 0; t < 3; ++t) x[rng() % n] = x[rng() % n];  // Ties.
+      const uint64_t draw_seed = rng();
+      Sampler sampler({temperature, top_p, draw_seed});
+      ReferenceSampler reference(temperature, top_p, draw_seed);
+      const torch::Tensor logits = torch::tensor(x);
+      for (int d = 0; d < 5; ++d) {
+        ASSERT_EQ(sampler.Sample(logits), reference.Sample(x))
+            << "n " << n << " spread " << spread << " top_p " << top_p << " temperature "
+            << temperature << " draw " << d;
+      }
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 4 * static_cast<int>(lengths.size()));
+}
+
+// Equal logits: the nucleus of top_p 0.5 over 1,000 tokens is the 500 lowest ids, and the
+// draws cover it.
+TEST(SamplerTest, TiedNucleusIsTheLowestIds) {
+  Sampler sampler({1.0, 0.5, 11});
+  const torch::Tensor logits = torch::zeros({1000});
+  std::set<int32_t> seen;
+  for (int i = 0; i < 5000; ++i) seen.insert(sampler.Sample(logits));
+  EXPECT_EQ(*seen.rbegin(), 499);
+  EXPECT_EQ(*seen.begin(), 0);
+  EXPECT_GT(seen.size(), 450u);
 }
 
 TEST(SamplerTest, SameSeedSameTokens) {
