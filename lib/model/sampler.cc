@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -46,6 +47,7 @@ int32_t Sampler::Sample(const torch::Tensor& logits) {
   }
   double total = 0;
   for (double p : probs_) total += p;
+  if (!(total > 0)) return 0;  // Every logit NaN: token 0, as greedy answers.
   size_t num_kept = 0;
   double kept = 0;
   if (options_.top_p >= 1) {
@@ -98,19 +100,26 @@ int32_t Sampler::Sample(const torch::Tensor& logits) {
 }
 
 int Sampler::ProbabilityBucket(double p) {
+  if (!(p >= 0x1p-64)) return 0;  // Also NaN.
+  if (p >= 2) return kBuckets - 1;
   // Positive doubles order as their bits: the exponent, then the top 4 bits of the mantissa.
   const uint64_t bits = std::bit_cast<uint64_t>(p);
   const int exponent = static_cast<int>(bits >> 52) - 1023;  // p in [2^exponent, 2^(exponent+1))
-  if (exponent < -kOctaves) return 0;                        // Also 0 and subnormals.
   return 1 + (exponent + kOctaves) * 16 + static_cast<int>((bits >> 48) & 15);
 }
 
 template <class T>
 void Sampler::Probabilities(const T* logits, int64_t n) {
-  double max = logits[0];
-  for (int64_t i = 1; i < n; ++i) max = std::max<double>(max, logits[i]);
+  // The largest logit takes probability 1 exactly (also when it is +inf; the finite ones then
+  // take 0); a NaN logit takes 0.
+  double max = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < n; ++i) max = logits[i] > max ? logits[i] : max;
   const double inverse_temperature = 1.0 / options_.temperature;
-  for (int64_t i = 0; i < n; ++i) probs_[i] = std::exp((logits[i] - max) * inverse_temperature);
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = logits[i];
+    const double p = x == max ? 1.0 : std::exp((x - max) * inverse_temperature);
+    probs_[i] = p >= 0 ? p : 0.0;
+  }
 }
 
 }  // namespace vtoken::model

@@ -1,8 +1,9 @@
 // Sampler: picks the next token from a logits vector. Greedy (temperature 0) or seeded
 // temperature + nucleus (top-p) sampling; stopping at EOS is the caller's business.
 //
-// Sampling, exactly: p_i = exp((x_i - max) * (1 / temperature)) in double; the tokens sorted by
-// p descending (ties: the lower id first); the nucleus is the shortest prefix of that order
+// Sampling, exactly: p_i = exp((x_i - max) * (1 / temperature)) in double (1 for the largest
+// logit, also when it is +inf, and 0 for a NaN; every logit NaN gives token 0); the tokens sorted
+// by p descending (ties: the lower id first); the nucleus is the shortest prefix of that order
 // whose mass reaches top_p of the total (every token, in id order, when top_p >= 1); one
 // uniform draw r in [0, nucleus mass) walks the nucleus in its order and returns the token where
 // the running mass first exceeds r. Only the nucleus is sorted (a histogram of p finds it), so
@@ -38,7 +39,7 @@ class Sampler {
   // at most 1), and bucket 0 below.
   static constexpr int kOctaves = 64;
   static constexpr int kBuckets = 1 + (kOctaves + 1) * 16;
-  // p's bucket: non-decreasing in p, 0 for p < 2^-kOctaves. REQUIRES: 0 <= p <= 1.
+  // p's bucket: non-decreasing in p, 0 for p < 2^-kOctaves or NaN.
   static int ProbabilityBucket(double p);
   // probs_[i] = exp((logits[i] - max) / temperature), unnormalised, in double.
   template <class T>

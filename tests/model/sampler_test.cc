@@ -4,8 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <cstdio>
+#include <limits>
+#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -133,6 +134,28 @@ TEST(SamplerTest, TiedNucleusIsTheLowestIds) {
   EXPECT_EQ(*seen.rbegin(), 499);
   EXPECT_EQ(*seen.begin(), 0);
   EXPECT_GT(seen.size(), 450u);
+}
+
+// Non-finite logits: NaN is never drawn, +inf always is, -inf never; all NaN gives token 0 (what
+// greedy answers), without reading outside the vocabulary.
+TEST(SamplerTest, NonFiniteLogitsHaveDefinedDraws) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (double top_p : {0.5, 1.0}) {
+    SCOPED_TRACE("top_p " + std::to_string(top_p));
+    Sampler sampler({1.0, top_p, 5});
+    std::set<int32_t> seen;
+    for (int i = 0; i < 300; ++i)
+      seen.insert(sampler.Sample(torch::tensor({nan, 0.0f, nan, 0.1f})));
+    EXPECT_TRUE(seen.size() <= 2 && !seen.count(0) && !seen.count(2)) << *seen.begin();
+    for (int i = 0; i < 50; ++i) {
+      EXPECT_EQ(sampler.Sample(torch::tensor({1.0f, inf, 2.0f, -inf, nan})), 1);
+      EXPECT_NE(sampler.Sample(torch::tensor({-inf, 1.0f, -inf, 2.0f})) % 2, 0);
+    }
+    EXPECT_EQ(sampler.Sample(torch::tensor({nan, nan, nan})), 0);
+    const int32_t all_inf = sampler.Sample(torch::tensor({-inf, -inf, -inf}));
+    EXPECT_TRUE(all_inf >= 0 && all_inf < 3) << all_inf;
+  }
 }
 
 TEST(SamplerTest, SameSeedSameTokens) {
