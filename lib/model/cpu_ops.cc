@@ -1,6 +1,7 @@
 #include "lib/model/cpu_ops.h"
 
 #include <cmath>
+#include <limits>
 
 #include "lib/model/cpu_simd.h"
 
@@ -105,18 +106,19 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) int64_t ArgMax(
     const float* x, int64_t n) {
-  // The largest value: lane-wise maxima, then the lanes'; the first index holding it after.
-  float top = x[0];
+  // The largest value: lane-wise maxima, then the lanes'; the first index holding it after. NaN
+  // never compares greater, so it is never the largest.
+  float top = -std::numeric_limits<float>::infinity();
   int64_t i = 0;
   if (n >= kLanes) {
-    V16 m = Load16(x);
-    for (i = kLanes; i + kLanes <= n; i += kLanes) {
+    V16 m = V16{} + top;  // -inf in every lane.
+    for (; i + kLanes <= n; i += kLanes) {
       const V16 v = Load16(x + i);
       m = v > m ? v : m;
     }
-    for (int64_t l = 0; l < kLanes; ++l) top = std::max(top, m[l]);
+    for (int64_t l = 0; l < kLanes; ++l) top = m[l] > top ? m[l] : top;
   }
-  for (; i < n; ++i) top = std::max(top, x[i]);
+  for (; i < n; ++i) top = x[i] > top ? x[i] : top;
   for (i = 0; i + kLanes <= n; i += kLanes) {
     const auto hit = Load16(x + i) == top;
     for (int64_t l = 0; l < kLanes; ++l) {
@@ -126,7 +128,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) in
   for (; i < n; ++i) {
     if (x[i] == top) return i;
   }
-  return 0;  // Only NaNs: std::max_element's answer too.
+  return 0;  // Only NaNs.
 }
 
 }  // namespace

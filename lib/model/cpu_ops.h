@@ -41,8 +41,9 @@ void CpuRmsNorm(const float* x, const float* weight, float* y, int64_t rows, int
 // SwiGLU's gating in place: gate[i] = silu(gate[i]) * up[i] = gate / (1 + exp(-gate)) * up.
 void CpuSiluMul(float* gate, const float* up, int64_t n);
 
-// The index of the first largest of x[0..n) (std::max_element's answer for values without NaN),
-// vectorized: greedy sampling over a 128K vocabulary. REQUIRES: n >= 1.
+// The index of the first largest of x[0..n), NaN ignored (std::max_element's answer for values
+// without NaN; 0 when all are NaN), vectorized: greedy sampling over a 128K vocabulary.
+// REQUIRES: n >= 1.
 int64_t CpuArgMax(const float* x, int64_t n);
 
 }  // namespace vtoken::model

@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include <limits>
+
 namespace vtoken::model::internal {
 
 inline torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w,
@@ -27,9 +29,11 @@ inline torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
 inline constexpr int64_t kMaxFloatExactVocab = int64_t{1} << 24;
 
 // [rows, vocab] logits -> [rows] fp32: each row's argmax, the lowest id on ties (torch's
-// contract for argmax on every device, and Sampler's greedy rule).
+// contract for argmax on every device) and NaN ignored (0 for a row of NaN): Sampler's greedy
+// rule (CpuArgMax). torch's argmax alone would take a NaN as the largest.
 inline torch::Tensor ArgMaxRows(const torch::Tensor& logits) {
-  return logits.argmax(1).to(torch::kFloat32);
+  const double inf = std::numeric_limits<double>::infinity();
+  return logits.nan_to_num(-inf, inf, -inf).argmax(1).to(torch::kFloat32);
 }
 
 }  // namespace vtoken::model::internal

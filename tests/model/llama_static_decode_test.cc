@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -291,9 +292,21 @@ TEST(GreedyArgMaxRowsTest, TakesTheLowestIdOnTies) {
   for (int64_t r = 0; r < 3; ++r) {  // Sampler's greedy rule, through CpuArgMax.
     EXPECT_EQ(CpuArgMax(logits[r].contiguous().data_ptr<float>(), 4), got[r].item<float>());
   }
+  // Non-finite values: NaN never wins (a row of NaN gives 0), +inf does.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const torch::Tensor odd = torch::tensor({nan, 1.0f, 2.0f, nan, nan, nan, nan, nan, 1.0f, inf, nan,
+                                           inf, -inf, -inf, nan, -inf})
+                                .view({4, 4});
+  const torch::Tensor odd_got = internal::ArgMaxRows(odd);
+  EXPECT_TRUE(torch::equal(odd_got, torch::tensor({2.0f, 0.0f, 1.0f, 0.0f}))) << odd_got;
+  for (int64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(CpuArgMax(odd[r].contiguous().data_ptr<float>(), 4), odd_got[r].item<float>());
+  }
 #ifdef VTOKEN_TORCH_CUDA
   if (torch::cuda::is_available()) {
     EXPECT_TRUE(torch::equal(internal::ArgMaxRows(logits.cuda()).cpu(), got));
+    EXPECT_TRUE(torch::equal(internal::ArgMaxRows(odd.cuda()).cpu(), odd_got));
   }
 #endif
 }

@@ -44,6 +44,24 @@ TEST(SamplerTest, GreedyIsTheFirstLargestAtEveryLength) {
   }
 }
 
+// NaN logits are never the largest, wherever they lie (the first element, a vector block, the
+// tail); a vocabulary of NaN gives token 0.
+TEST(SamplerTest, GreedyIgnoresNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Sampler greedy;
+  for (int64_t n : {1, 2, 15, 16, 17, 33, 2048}) {
+    for (int64_t at : {int64_t{0}, n / 2, n - 1}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((i * 37) % 101);
+      const int64_t want = n == 1 ? 0 : std::max_element(x.begin(), x.end()) - x.begin();
+      const float kept = x[want];
+      for (int64_t i = at; i < n; i += 5) x[i] = i == want ? kept : nan;
+      EXPECT_EQ(greedy.Sample(torch::tensor(x)), want) << "n " << n << ", NaN from " << at;
+    }
+    EXPECT_EQ(greedy.Sample(torch::full({n}, nan)), 0) << "n " << n;
+  }
+}
+
 TEST(SamplerTest, TopPKeepsOnlyTheNucleus) {
   // Probabilities about 0.64, 0.24, 0.09, 0.03: top_p 0.8 keeps ids 0 and 1 only.
   auto logits = torch::tensor({3.0f, 2.0f, 1.0f, -0.2f});
