@@ -92,7 +92,7 @@ PolicyEvictor::PolicyEvictor(std::string name, std::unique_ptr<Policy> policy,
       num_groups_(NumGroups(options)) {}
 
 std::span<const TokenView> PolicyEvictor::Views(SeqState& s) {
-  std::vector<TokenView>& views = views_;
+  thread_local std::vector<TokenView> views;  // One allocation per thread, not one per call.
   views.resize(s.live.size());
   for (size_t i = 0; i < s.live.size(); ++i) {
     const TokenId t = s.live[i];
@@ -144,13 +144,8 @@ Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId>
   auto it = seqs_.find(seq);
   const bool created = it == seqs_.end();
   if (created) {
-    std::vector<SeqState> states;
-    states.reserve(static_cast<size_t>(num_groups_));
-    const uint64_t base = options_.seed ^ Mix(static_cast<uint64_t>(seq) + 0x9e3779b97f4a7c15ULL);
-    for (int32_t g = 0; g < num_groups_; ++g) {
-      states.emplace_back(base ^ GroupSalt(g));
-    }
-    it = seqs_.emplace(seq, std::move(states)).first;
+    Track(seq);
+    it = seqs_.find(seq);
   }
   SeqState& s = it->second[group];
   Status valid = CheckObservation(seq, s, live, attn, key_norm);
@@ -321,6 +316,15 @@ StatusOr<std::vector<std::vector<TokenId>>> PolicyEvictor::GroupVictims(SeqId se
     victims[g] = Pick(s, scores, s.budget);
   }
   return victims;
+}
+
+void PolicyEvictor::Track(SeqId seq) {
+  if (seqs_.contains(seq)) return;
+  std::vector<SeqState> states;
+  states.reserve(static_cast<size_t>(num_groups_));
+  const uint64_t base = options_.seed ^ Mix(static_cast<uint64_t>(seq) + 0x9e3779b97f4a7c15ULL);
+  for (int32_t g = 0; g < num_groups_; ++g) states.emplace_back(base ^ GroupSalt(g));
+  seqs_.emplace(seq, std::move(states));
 }
 
 void PolicyEvictor::Forget(SeqId seq) { seqs_.erase(seq); }

@@ -26,7 +26,11 @@
 // exactly `budget` remain. Ties go to the older token: candidates are ordered by (score,
 // position), NaN scores first, so equal scores evict the lower position first.
 //
-// Not thread-safe: one evictor belongs to the scheduler thread.
+// Thread safety: calls for one sequence must not overlap. Calls for different sequences may run
+// concurrently once each of them is known (Track, or an earlier Observe): each then touches only
+// its own sequence's state, and a policy's methods are const (policy.h). Track of an unknown
+// sequence, its first Observe without Track, and Forget change the set of sequences and must not
+// overlap any other call.
 #pragma once
 
 #include <cstdint>
@@ -101,6 +105,7 @@ class PolicyEvictor {
     return Observe(seq, 0, live, attn, key_norm);
   }
   // The same for one group of a sequence (0 <= group < NumGroups(options), else InvalidArgument).
+  // A failed first Observe of a sequence that Track did not make known leaves it unknown.
   Status Observe(SeqId seq, int32_t group, std::span<const TokenId> live,
                  std::span<const float> attn, std::span<const float> key_norm);
   // Returns the tokens to evict now, in increasing order (empty when eviction is not due this
@@ -112,6 +117,9 @@ class PolicyEvictor {
   // of the sequence must have been observed this step (FailedPrecondition otherwise).
   StatusOr<std::vector<std::vector<TokenId>>> GroupVictims(SeqId seq);
   // Drops everything kept for `seq` (no-op for an unknown seq).
+  // Makes `seq` known, as its first Observe would (no-op for a known sequence), so that calls
+  // for it may run concurrently with calls for other known sequences.
+  void Track(SeqId seq);
   void Forget(SeqId seq);
 
   bool HasSequence(SeqId seq) const { return seqs_.count(seq) > 0; }
@@ -140,7 +148,8 @@ class PolicyEvictor {
 
   Status CheckObservation(SeqId seq, const SeqState& s, std::span<const TokenId> live,
                           std::span<const float> attn, std::span<const float> key_norm) const;
-  // s's live tokens as the policy sees them, in views_ (valid until the next call).
+  // s's live tokens as the policy sees them, in a buffer of the calling thread (valid until its
+  // next call).
   std::span<const TokenView> Views(SeqState& s);
   // True when group state `s` evicts this step (due, not yet run, above `keep`).
   bool Due(const SeqState& s, int64_t keep) const;
@@ -160,7 +169,6 @@ class PolicyEvictor {
   EvictorOptions options_;
   int32_t num_groups_;
   std::unordered_map<SeqId, std::vector<SeqState>> seqs_;  // One state per group.
-  std::vector<TokenView> views_;  // Views' storage, reused: one allocation, not one per call.
 };
 
 // Drives a PolicyEvictor from CheckHarness (`vtoken-cli check --policy NAME`). Each

@@ -9,6 +9,7 @@
 
 #include "lib/core/reclaimer.h"
 #include "lib/core/virtual_kv_cache.h"
+#include "lib/engine/task_team.h"
 
 namespace vtoken::engine {
 namespace {
@@ -128,6 +129,10 @@ class Engine {
         clock_(runner.clock() != nullptr ? *runner.clock() : wall_clock_) {
     reclaimer_.set_force_sync(o.force_sync);
     if (o.verify) reclaimer_.set_observer(&observer_);
+    const int threads = o.policy_threads > 0
+                            ? o.policy_threads
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    if (evictor_ != nullptr && threads > 1) team_ = std::make_unique<TaskTeam>(threads);
     seqs_.resize(requests.size());
     for (size_t i = 0; i < requests.size(); ++i) {
       seqs_[i].request = &requests[i];
@@ -435,6 +440,54 @@ class Engine {
     return Status::Ok();
   }
 
+  using GroupVictimLists = std::vector<std::vector<TokenId>>;
+  // Context tokens (over all groups) of a step's observed sequences from which the policy's work
+  // goes to the task team.
+  static constexpr size_t kTeamMinTokens = size_t{1} << 12;
+
+  // The policy's part of a step for every planned sequence whose tokens are now all in the cache:
+  // observe its signals, pick its victims (per group; empty lists for the others). Independent
+  // across sequences, so on the task team; the caller evicts the victims in the step's order,
+  // and nothing here touches the cache, so the results do not depend on the thread count. The
+  // first error in the step's order wins.
+  StatusOr<std::vector<GroupVictimLists>> PolicyWork(
+      const std::vector<Planned>& planned, const std::vector<model::RunnerInput>& inputs,
+      const std::vector<model::RunnerOutput>& outputs) {
+    std::vector<GroupVictimLists> victims(planned.size(), GroupVictimLists(groups_));
+    if (!evictor_) return victims;
+    std::vector<size_t> observed;  // Indices into planned.
+    for (size_t i = 0; i < planned.size(); ++i) {
+      const SeqState& s = seqs_[planned[i].index];
+      if (s.num_computed + planned[i].n != static_cast<int64_t>(s.tokens.size())) continue;
+      observed.push_back(i);
+      evictor_->Track(s.seq);  // Known before the calls that may run concurrently.
+    }
+    std::vector<Status> status(observed.size());
+    auto work = [&](int64_t k) {
+      const size_t i = observed[k];
+      const SeqId seq = seqs_[planned[i].index].seq;
+      status[k] = Observe(seq, inputs[i], outputs[i]);
+      if (!status[k].ok()) return;
+      StatusOr<GroupVictimLists> v = evictor_->GroupVictims(seq);
+      if (!v.ok()) {
+        status[k] = v.status();
+        return;
+      }
+      victims[i] = *std::move(v);
+    };
+    const int64_t n = static_cast<int64_t>(observed.size());
+    // Small steps stay on this thread: waking the team costs more than their work.
+    size_t tokens = 0;
+    for (size_t i : observed) tokens += inputs[i].context_slots.size();
+    if (team_ != nullptr && tokens >= kTeamMinTokens) {
+      team_->ParallelFor(n, work);
+    } else {
+      for (int64_t k = 0; k < n; ++k) work(k);
+    }
+    for (const Status& s : status) VTOKEN_RETURN_IF_ERROR(s);
+    return victims;
+  }
+
   Status Step() {
     StepRecord step;
     step.step = static_cast<int64_t>(result_.steps.size());
@@ -472,6 +525,8 @@ class Engine {
     result_.forward_s += clock_.Now() - forward_start;
 
     const auto policy_start = Clock::now();
+    VTOKEN_ASSIGN_OR_RETURN(const std::vector<GroupVictimLists> victims,
+                            PolicyWork(planned, inputs, outputs));
     std::vector<size_t> done;
     for (size_t i = 0; i < planned.size(); ++i) {
       SeqState& s = seqs_[planned[i].index];
@@ -484,13 +539,10 @@ class Engine {
       }
       const bool complete = s.num_computed == static_cast<int64_t>(s.tokens.size());
       if (evictor_ && complete) {
-        VTOKEN_RETURN_IF_ERROR(Observe(s.seq, inputs[i], outputs[i]));
         s.observed = true;
-        VTOKEN_ASSIGN_OR_RETURN(std::vector<std::vector<TokenId>> victims,
-                                evictor_->GroupVictims(s.seq));
         for (int32_t g = 0; g < groups_; ++g) {
-          for (TokenId t : victims[g]) VTOKEN_RETURN_IF_ERROR(cache_.EvictToken(s.seq, g, t));
-          result_.evictions += static_cast<int64_t>(victims[g].size());
+          for (TokenId t : victims[i][g]) VTOKEN_RETURN_IF_ERROR(cache_.EvictToken(s.seq, g, t));
+          result_.evictions += static_cast<int64_t>(victims[i][g].size());
         }
       }
       if (inputs[i].sample) {
@@ -548,6 +600,7 @@ class Engine {
   const EngineOptions& o_;
   model::ModelRunner& runner_;
   std::unique_ptr<PolicyEvictor> evictor_;
+  std::unique_ptr<TaskTeam> team_;  // The policy's threads (EngineOptions::policy_threads).
   const int32_t groups_;  // KV groups of the runner's store (1: token granularity).
   VirtualKvCache cache_;
   Reclaimer reclaimer_;
@@ -578,6 +631,10 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
                                 std::to_string(o.max_num_seqs) + ")");
   }
   if (o.obs_window < 1) return InvalidArgumentError("obs_window must be >= 1");
+  if (o.policy_threads < 0) {
+    return InvalidArgumentError("policy_threads must be >= 0, got " +
+                                std::to_string(o.policy_threads));
+  }
   if (o.indirection_only && o.mode != Mode::kVtoken) {
     return InvalidArgumentError("indirection_only needs mode vtoken");
   }

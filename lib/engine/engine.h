@@ -77,6 +77,10 @@ struct EngineOptions {
   bool stop_at_eos = false;
   // Prefill queries whose attention feeds the policy's first observation.
   int32_t obs_window = 32;
+  // Threads for the policy's work between two model steps (observing each sequence's signals and
+  // picking its victims, independent across sequences): 0 = this machine's hardware threads,
+  // 1 = the scheduler thread alone. The results do not depend on it.
+  int32_t policy_threads = 0;
   // Check the cache's invariants after every step and compare per-token KV hashes before and
   // after every relocation (vtoken-cli check on a real model). Costs time; off for benchmarks.
   bool verify = false;

@@ -154,6 +154,56 @@ TEST(SimRunnerTest, SameConfigAndSeedGiveIdenticalResults) {
   EXPECT_EQ(again->wall_s, ra->wall_s);
 }
 
+// EngineOptions::policy_threads: the policy's work runs on a team of threads between steps, and
+// the run is the same run whatever their number: per head (8 groups), every allocation, naive and
+// vtoken, 1 thread against 3 (more than this machine's cores: the scheduling varies).
+TEST(SimRunnerTest, PolicyThreadsDoNotChangeTheRun) {
+  for (BudgetAllocation allocation :
+       {BudgetAllocation::kUniform, BudgetAllocation::kPyramid, BudgetAllocation::kAdaptive}) {
+    for (Mode mode : {Mode::kNaive, Mode::kVtoken}) {
+      SCOPED_TRACE(std::string(BudgetAllocationName(allocation)) + " " + ModeName(mode));
+      engine::EngineOptions o = Options(mode);
+      const model::ModelConfig c = SmallConfig();
+      o.evictor.granularity = Granularity::kHead;
+      o.evictor.num_layers = static_cast<int32_t>(c.num_hidden_layers);
+      o.evictor.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads);
+      o.evictor.allocation = allocation;
+      o.evictor.pyramid_beta = 4;
+      const int32_t groups =
+          NumKvGroups(Granularity::kHead, c.num_hidden_layers, c.num_key_value_heads);
+      o.pool.num_blocks *= groups;
+      o.pool.headroom_blocks *= groups;
+      const std::vector<engine::Request> reqs = Requests(10);
+      std::vector<engine::EngineResult> results;
+      for (int32_t threads : {1, 3}) {
+        o.policy_threads = threads;
+        SimOptions so;
+        so.granularity = Granularity::kHead;
+        std::unique_ptr<SimRunner> runner = MakeRunner(o, so);
+        StatusOr<engine::EngineResult> r = engine::RunEngine(o, *runner, reqs);
+        ASSERT_TRUE(r.ok()) << r.status().ToString();
+        EXPECT_EQ(r->violations, 0);
+        results.push_back(*std::move(r));
+      }
+      const engine::EngineResult& a = results[0];
+      const engine::EngineResult& b = results[1];
+      EXPECT_GT(a.evictions, 1000);
+      EXPECT_EQ(a.evictions, b.evictions);
+      EXPECT_EQ(a.moves, b.moves);
+      ASSERT_EQ(a.steps.size(), b.steps.size());
+      for (size_t i = 0; i < a.steps.size(); ++i) {
+        EXPECT_EQ(a.steps[i].time_s, b.steps[i].time_s) << "step " << i;
+        EXPECT_EQ(a.steps[i].live_slots, b.steps[i].live_slots) << "step " << i;
+        EXPECT_EQ(a.steps[i].allocated_blocks, b.steps[i].allocated_blocks) << "step " << i;
+      }
+      ASSERT_EQ(a.requests.size(), b.requests.size());
+      for (size_t i = 0; i < a.requests.size(); ++i) {
+        EXPECT_EQ(a.requests[i].output_tokens, b.requests[i].output_tokens) << "request " << i;
+      }
+    }
+  }
+}
+
 TEST(SimRunnerTest, ClockChargesForwardHostAndCopies) {
   engine::EngineOptions o = Options(Mode::kVtoken);
   std::unique_ptr<SimRunner> runner = MakeRunner(o);
