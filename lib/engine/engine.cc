@@ -5,6 +5,7 @@
 #include <climits>
 #include <deque>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "lib/core/reclaimer.h"
@@ -446,14 +447,15 @@ class Engine {
   static constexpr size_t kTeamMinTokens = size_t{1} << 12;
 
   // The policy's part of a step for every planned sequence whose tokens are now all in the cache:
-  // observe its signals, pick its victims (per group; empty lists for the others). Independent
-  // across sequences, so on the task team; the caller evicts the victims in the step's order,
-  // and nothing here touches the cache, so the results do not depend on the thread count. The
-  // first error in the step's order wins.
-  StatusOr<std::vector<GroupVictimLists>> PolicyWork(
+  // observe its signals, pick its victims (per group); nullopt for the sequences it does not
+  // observe (no policy, or a prefill chunk before the last). Independent across sequences, so on
+  // the task team; the caller evicts the victims in the step's order, and nothing here touches
+  // the cache, so the results do not depend on the thread count. The first error in the step's
+  // order wins.
+  StatusOr<std::vector<std::optional<GroupVictimLists>>> PolicyWork(
       const std::vector<Planned>& planned, const std::vector<model::RunnerInput>& inputs,
       const std::vector<model::RunnerOutput>& outputs) {
-    std::vector<GroupVictimLists> victims(planned.size(), GroupVictimLists(groups_));
+    std::vector<std::optional<GroupVictimLists>> victims(planned.size());
     if (!evictor_) return victims;
     std::vector<size_t> observed;  // Indices into planned.
     for (size_t i = 0; i < planned.size(); ++i) {
@@ -525,7 +527,7 @@ class Engine {
     result_.forward_s += clock_.Now() - forward_start;
 
     const auto policy_start = Clock::now();
-    VTOKEN_ASSIGN_OR_RETURN(const std::vector<GroupVictimLists> victims,
+    VTOKEN_ASSIGN_OR_RETURN(const std::vector<std::optional<GroupVictimLists>> victims,
                             PolicyWork(planned, inputs, outputs));
     std::vector<size_t> done;
     for (size_t i = 0; i < planned.size(); ++i) {
@@ -537,12 +539,12 @@ class Engine {
           VTOKEN_RETURN_IF_ERROR(ForkMembers(planned[i].index));
         }
       }
-      const bool complete = s.num_computed == static_cast<int64_t>(s.tokens.size());
-      if (evictor_ && complete) {
+      if (victims[i].has_value()) {
         s.observed = true;
         for (int32_t g = 0; g < groups_; ++g) {
-          for (TokenId t : victims[i][g]) VTOKEN_RETURN_IF_ERROR(cache_.EvictToken(s.seq, g, t));
-          result_.evictions += static_cast<int64_t>(victims[i][g].size());
+          const std::vector<TokenId>& group = (*victims[i])[g];
+          for (TokenId t : group) VTOKEN_RETURN_IF_ERROR(cache_.EvictToken(s.seq, g, t));
+          result_.evictions += static_cast<int64_t>(group.size());
         }
       }
       if (inputs[i].sample) {

@@ -160,9 +160,9 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
   for (const RunnerInput& in : inputs) {
     PagedSeqView& view = paged.emplace_back(ViewOf(in));
     // Greedy sampling needs the argmax alone, which a GPU takes where the logits are.
-    view.logits = !in.sample                       ? LogitsOut::kNone
-                  : in.sampling.temperature <= 0.0 ? LogitsOut::kArgMax
-                                                   : LogitsOut::kFull;
+    view.logits = !in.sample                          ? LogitsOut::kNone
+                  : IsGreedy(in.sampling.temperature) ? LogitsOut::kArgMax
+                                                      : LogitsOut::kFull;
   }
   VTOKEN_ASSIGN_OR_RETURN(std::vector<PagedSeqOutput> outs,
                           static_decode_ != nullptr && static_decode_->Eligible(paged)

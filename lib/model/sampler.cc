@@ -31,7 +31,7 @@ int32_t Sampler::Sample(const torch::Tensor& logits) {
   const torch::Tensor t = HostLogits(logits);
   const int64_t n = t.numel();
   const bool doubles = t.scalar_type() == torch::kDouble;
-  if (options_.temperature <= 0) {
+  if (IsGreedy(options_.temperature)) {
     if (doubles) {
       const double* v = t.data_ptr<double>();
       return static_cast<int32_t>(std::max_element(v, v + n) - v);

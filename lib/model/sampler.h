@@ -27,6 +27,10 @@ struct SamplerOptions {
   uint64_t seed = 0;         // Seed of the sampler's own random stream.
 };
 
+// Whether sampling at `temperature` is greedy (the argmax, lowest id on ties): the rule Sampler
+// applies, and LlamaRunner when it has the forward take the argmax instead (LogitsOut::kArgMax).
+inline bool IsGreedy(double temperature) { return temperature <= 0; }
+
 class Sampler {
  public:
   explicit Sampler(const SamplerOptions& options = {});
