@@ -16,7 +16,10 @@
 // ForwardPaged's scattered time / static time. Where graphs are captured, a fourth step runs the
 // same static body with capture off: graph_speedup = that eager static time / replay time (> 1:
 // the graph is faster), reported only when graphs were really replayed (counter graphs = 1,
-// `replays` the replay count; 0 when the capture failed or the device has none). `warmup`
+// `replays` the replay count; 0 when the capture failed or the device has none). At batch 32 a
+// fifth step runs the static step (replayed where graphs are) with every sequence sampling at
+// temperature 0.8 and top_p 0.9 where the logits are (LogitsOut::kSample, SampleRows after the
+// body): sampled_ms, and sample_cost = its time / the greedy static step's. `warmup`
 // untimed steps of each come first (the first static one also captures), then `iterations` timed
 // ones (defaults 3 and 10). Times are wall time: every path returns host outputs, so each step
 // ends with the device idle. A failing static step leaves the eager figures and says so in the
@@ -78,6 +81,8 @@
 
 namespace vtoken::model {
 namespace {
+
+constexpr int64_t kSampledBatch = 32;  // The cells that also time the sampled static step.
 
 struct Flags {
   std::string model = "synthetic:llama-3.1-8b";
@@ -177,6 +182,18 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   std::string error, static_error;  // The static steps' failures keep the eager figures.
   const std::vector<PagedSeqView> scattered_views = ViewsOf(scattered);
   const bool fits = (*graphs)->Eligible(scattered_views);
+  // At batch 32 also the static step with every sequence sampling (temperature 0.8, top_p 0.9)
+  // where the logits are: its cost over the greedy step. Fixed uniforms: the work is the same.
+  std::vector<PagedSeqView> sampled_views;
+  if (batch == kSampledBatch) {
+    sampled_views = scattered_views;
+    for (size_t i = 0; i < sampled_views.size(); ++i) {
+      sampled_views[i].logits = LogitsOut::kSample;
+      sampled_views[i].draw = {.temperature = 0.8,
+                               .top_p = 0.9,
+                               .uniform = static_cast<double>(i) / sampled_views.size()};
+    }
+  }
   auto timed = [&](std::string& failure, auto&& run) {
     const double begin = Seconds();
     StatusOr<std::vector<PagedSeqOutput>> out = run();
@@ -188,29 +205,41 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   auto step = [&](const std::vector<PagedSeqInput>& inputs) {
     return timed(error, [&] { return model.ForwardPaged(inputs, *kv); });
   };
-  auto static_step = [&](internal::StaticDecode* decode) {
-    return fits && decode != nullptr && static_error.empty()
-               ? timed(static_error, [&] { return decode->Step(scattered_views); })
+  auto static_step = [&](internal::StaticDecode* decode, const std::vector<PagedSeqView>& views) {
+    return fits && decode != nullptr && static_error.empty() && !views.empty()
+               ? timed(static_error, [&] { return decode->Step(views); })
                : 0.0;
   };
   for (int64_t i = 0; i < warmup; ++i) {
     step(scattered);
     step(contiguous);
-    static_step(graphs->get());
-    static_step(static_eager.get());
+    static_step(graphs->get(), scattered_views);
+    static_step(static_eager.get(), scattered_views);
+    static_step(graphs->get(), sampled_views);
   }
   if (!error.empty()) return state.SkipWithError(error.c_str());
-  double scattered_s = 0, contiguous_s = 0, static_s = 0, static_eager_s = 0;
+  double scattered_s = 0, contiguous_s = 0, static_s = 0, static_eager_s = 0, sampled_s = 0;
   std::vector<double> paired;  // Per iteration: scattered / contiguous, measured side by side.
   int64_t turn = 0;
   for (auto _ : state) {
-    double s = 0, c = 0, g = 0, e = 0;
-    for (int64_t k = 0; k < 4; ++k) {  // The four steps in rotating order.
-      switch ((turn + k) % 4) {
-        case 0: s = step(scattered); break;
-        case 1: c = step(contiguous); break;
-        case 2: g = static_step(graphs->get()); break;
-        default: e = static_step(static_eager.get()); break;
+    double s = 0, c = 0, g = 0, e = 0, d = 0;
+    for (int64_t k = 0; k < 5; ++k) {  // The five steps in rotating order.
+      switch ((turn + k) % 5) {
+        case 0:
+          s = step(scattered);
+          break;
+        case 1:
+          c = step(contiguous);
+          break;
+        case 2:
+          g = static_step(graphs->get(), scattered_views);
+          break;
+        case 3:
+          e = static_step(static_eager.get(), scattered_views);
+          break;
+        default:
+          d = static_step(graphs->get(), sampled_views);
+          break;
       }
     }
     ++turn;
@@ -218,6 +247,7 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
     contiguous_s += c;
     static_s += g;
     static_eager_s += e;
+    sampled_s += d;
     paired.push_back(s / c);
     state.SetIterationTime(s);
   }
@@ -241,6 +271,10 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
     state.counters["replays"] = static_cast<double>(stats.replays);
     state.counters["static_ms"] = 1e3 * static_s / n;
     state.counters["static_speedup"] = scattered_s / static_s;
+    if (!sampled_views.empty()) {
+      state.counters["sampled_ms"] = 1e3 * sampled_s / n;
+      state.counters["sample_cost"] = sampled_s / static_s;
+    }
     if (replayed && static_eager != nullptr) {
       state.counters["static_eager_ms"] = 1e3 * static_eager_s / n;
       state.counters["graph_speedup"] = static_eager_s / static_s;

@@ -55,7 +55,7 @@ STAGES=(
   "bench-cuda|25|full|vtoken-cuda-bench: relocation vs cudaMemcpy, copy engine, hash, paged attention"
   "bench-cuda-quick|25|quick|vtoken-cuda-bench --quick: the same benchmarks on smaller shapes"
   "build-eval|125|full|ninja: vtoken-cli, bench/torch_gpu_bench and the model's CUDA tests, with libtorch and lib/cuda"
-  "test-model-cuda|45|full|ctest CudaAttentionTest + TorchDeviceTest + StaticDecodeCudaTest + GreedyArgMax: ForwardPaged on CUDA vs the CPU reference, device and dtype handling, CUDA graph replay vs eager, greedy argmax on the device; a skip fails"
+  "test-model-cuda|45|full|ctest CudaAttentionTest + TorchDeviceTest + StaticDecodeCudaTest + ForwardTokenCudaTest: ForwardPaged on CUDA vs the CPU reference, device and dtype handling, CUDA graph replay vs eager, argmax and sampling on the device; a skip fails"
   "bench-model|40|full|torch_gpu_bench: synthetic 8B bf16 decode step, batch x context, scattered vs contiguous slots"
   "eval-quickstart|25|full|vtoken-cli run experiments/gpu/quickstart.toml (vt-tiny, 16 requests, 3 modes)"
   "eval-8b|40|full|vtoken-cli run experiments/gpu/synthetic_8b.toml (synthetic weights, 16 requests, 3 modes)"
@@ -276,7 +276,7 @@ if [[ "$MODE" == full ]]; then
       for t in llama_cuda_attention_test torch_device_test llama_static_decode_test; do
         [[ -x "$B/tests/$t" ]] || { echo "$t did not build (see build-eval)"; return 1; }
       done
-      out="$(ctest --test-dir "$B" -R 'CudaAttentionTest|TorchDeviceTest|StaticDecodeCudaTest|GreedyArgMaxCudaTest|GreedyArgMaxRowsTest' \
+      out="$(ctest --test-dir "$B" -R 'CudaAttentionTest|TorchDeviceTest|StaticDecodeCudaTest|ForwardTokenCudaTest|GreedyArgMaxRowsTest' \
                -E 'CudaWithoutADeviceIsFailedPrecondition' --no-tests=error -j 8 \
                --output-on-failure --timeout 60 2>&1)"
       rc=$?
@@ -284,7 +284,7 @@ if [[ "$MODE" == full ]]; then
       ((rc == 0)) || return 1
       if grep -q 'Skipped' <<<"$out"; then echo "tests were SKIPPED (no usable GPU?)"; return 1; fi
     }
-    stage test-model-cuda --label "ctest -R 'CudaAttentionTest|TorchDeviceTest|StaticDecodeCudaTest|GreedyArgMaxCudaTest|GreedyArgMaxRowsTest' (a skip fails)" \
+    stage test-model-cuda --label "ctest -R 'CudaAttentionTest|TorchDeviceTest|StaticDecodeCudaTest|ForwardTokenCudaTest|GreedyArgMaxRowsTest' (a skip fails)" \
       bash -c "$(declare -f model_cuda_tests); $(declare -p B); model_cuda_tests"
     if [[ -x "$B/bench/torch_gpu_bench" ]]; then
       stage bench-model --label "torch_gpu_bench > model-bench.json" \

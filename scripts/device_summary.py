@@ -104,13 +104,16 @@ if os.path.exists(model):
     p()
     p(f"### torch_gpu_bench: decode step, {ctx.get('model', '?')}, {ctx.get('dtype', '?')} on "
       f"{ctx.get('device', '?')} (wall ms per step; ratio = scattered / contiguous slots: of the "
-      f"summed times, and the median (min-max) of the per-iteration pairs)")
+      f"summed times, and the median (min-max) of the per-iteration pairs; sample cost = the "
+      f"static step with every sequence sampling, temperature 0.8 / top_p 0.9 on the device, "
+      f"over the greedy static step, batch-32 cells)")
     p()
     p(f"Cells skipped for KV memory: {ctx.get('skipped_cells', '?')}")
     p()
     p("| cell | scattered ms | contiguous ms | ratio | paired ratio median (min-max) | tokens/s | "
-      "static ms | static speedup | graphs (replays) | static eager ms | graph speedup | error |")
-    p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+      "static ms | static speedup | graphs (replays) | static eager ms | graph speedup | "
+      "sampled ms | sample cost | error |")
+    p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     benches = doc.get("benchmarks", [])
     for b in benches:
         if not b.get("name", "").startswith("BM_DecodeStep/"): continue
@@ -124,7 +127,8 @@ if os.path.exists(model):
         err = b.get("error_message", "") or b.get("label", "")
         p(f"| {cell} | {f('scattered_ms')} | {f('contiguous_ms')} | {f('ratio')} | {spread} | "
           f"{f('tok_per_s')} | {f('static_ms')} | {f('static_speedup')} | {graphs} | "
-          f"{f('static_eager_ms')} | {f('graph_speedup')} | {err} |")
+          f"{f('static_eager_ms')} | {f('graph_speedup')} | {f('sampled_ms')} | "
+          f"{f('sample_cost')} | {err} |")
     p()
     p(f"### torch_gpu_bench: one layer's decode attention, paged kernel vs torch "
       f"({ctx.get('attention_reference', '?')}) on dense K/V (ms per call; ratio = paged / torch; "

@@ -24,6 +24,7 @@
 #include "lib/core/status.h"
 #include "lib/model/io/hf_config.h"
 #include "lib/model/kv_tensors.h"
+#include "lib/model/sampler.h"
 
 namespace vtoken::model {
 
@@ -44,8 +45,11 @@ struct LlamaOptions {
 // What a paged step returns of a sequence's last-token logits.
 enum class LogitsOut : uint8_t {
   kFull,    // PagedSeqOutput::last_logits, the [vocab] fp32 row.
-  kArgMax,  // PagedSeqOutput::argmax only (greedy sampling): on a GPU the argmax is taken there
-            // and one id per sequence comes back instead of the row (128K floats for Llama 3).
+  kArgMax,  // PagedSeqOutput::token only, the argmax (greedy sampling): on a GPU the argmax is
+            // taken there and one id per sequence comes back instead of the row (128K floats for
+            // Llama 3).
+  kSample,  // PagedSeqOutput::token only, drawn by Sampler's rule with the input's `draw`
+            // (sampler.h): on a GPU where the logits are (SampleRows), on the host otherwise.
   kNone,    // Nothing (a prefill chunk that samples no token).
 };
 
@@ -71,6 +75,7 @@ struct PagedSeqInput {
   // zero (both vectors keep their full length).
   uint8_t signals = kAttnSignal | kKeyNormSignal;
   LogitsOut logits = LogitsOut::kFull;
+  SampleDraw draw{};  // LogitsOut::kSample's parameters and uniform.
 };
 
 // PagedSeqInput's contents as views into storage the caller keeps alive for the call: how
@@ -83,10 +88,12 @@ struct PagedSeqView {
   std::span<const int64_t> context_offsets;
   uint8_t signals = kAttnSignal | kKeyNormSignal;
   LogitsOut logits = LogitsOut::kFull;
+  SampleDraw draw{};
 };
 
 // A view of `in`, any struct with PagedSeqInput's fields (PagedSeqInput, runner.h's
-// RunnerInput, which has no `logits`: the view then asks for kFull), valid while it is.
+// RunnerInput, which has no `logits` and `draw`: the view then asks for kFull), valid while it
+// is.
 template <class Input>
 PagedSeqView ViewOf(const Input& in) {
   PagedSeqView view{.tokens = in.tokens,
@@ -99,6 +106,7 @@ PagedSeqView ViewOf(const Input& in) {
                     .context_offsets = in.context_offsets,
                     .signals = in.signals};
   if constexpr (requires { in.logits; }) view.logits = in.logits;
+  if constexpr (requires { in.draw; }) view.draw = in.draw;
   return view;
 }
 
@@ -109,8 +117,8 @@ struct PagedSeqOutput {
   // LogitsOut::kFull: [vocab] fp32 logits of the last new token; else undefined.
   torch::Tensor last_logits;
   // LogitsOut::kArgMax: the id of the largest of those logits, the lowest id on ties (as
-  // Sampler's greedy mode picks it); else -1.
-  int32_t argmax = -1;
+  // Sampler's greedy mode picks it); kSample: the token drawn from them; else -1.
+  int32_t token = -1;
   // Group-major: per group g, per token of g's context then the new tokens (ctx_g + n values from
   // context_offsets[g] + g * n): the attention mass it received, averaged over the query heads
   // that read the group (token: every layer's; layer: that layer's; head: that KV head's) and the
@@ -219,6 +227,11 @@ class LlamaModel {
     // Per batch row (new token): token id and position; writes [G * N]: group g's write slot of
     // row t at g * N + t.
     std::vector<int64_t> tokens, positions, writes;
+    // When the step samples where the logits are: per sequence its SampleDraw's three doubles as
+    // int64 words (else empty), which go up with the step's indexes; the torch path leaves them
+    // there as device_draws ([num_seqs, 3] double).
+    std::vector<int64_t> draws;
+    torch::Tensor device_draws;
   };
 
   // ForwardPaged's checks of input `s` against the model and `kv`; returns its context_offsets

@@ -1,6 +1,7 @@
 // LlamaModel::ForwardPaged: one batched inference step over the paged KV store (llama.h), on
 // the fused CPU path (fp32 on the CPU) or the torch reference path (any device and dtype).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -36,6 +37,18 @@ namespace {
 // fused kernel's per-query loop wins for decode, GEMMs win for long query blocks
 // (BM_PrefillFusedVsReference in bench/torch_model_bench.cc).
 constexpr int64_t kBlasAttentionMinQueries = 16;
+
+// PagedBatch::draws of `inputs`: per sequence its draw (temperature, top_p, uniform) as the int64
+// words of the doubles; temperature 0 (the argmax) for a sequence that does not sample.
+std::vector<int64_t> DrawWords(std::span<const PagedSeqView> inputs) {
+  std::vector<int64_t> words;
+  words.reserve(3 * inputs.size());
+  for (const PagedSeqView& in : inputs) {
+    const SampleDraw d = in.logits == LogitsOut::kSample ? in.draw : SampleDraw{};
+    for (double v : {d.temperature, d.top_p, d.uniform}) words.push_back(std::bit_cast<int64_t>(v));
+  }
+  return words;
+}
 
 }  // namespace
 
@@ -202,6 +215,17 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
   auto idx = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
   const bool fused = options_.fused_cpu_attention && options_.device.is_cpu() &&
                      options_.compute_dtype == torch::kFloat32 && kvo.dtype == torch::kFloat32;
+  // What comes back of the last rows' logits: the rows when a sequence wants its row; else each
+  // row's token (the argmax, or the draw of a sampling sequence), taken where the logits are.
+  bool full_logits = c.vocab_size > kMaxFloatExactVocab, sample = false, nucleus = false;
+  for (const PagedSeqView& in : inputs) {
+    full_logits |= in.logits == LogitsOut::kFull;
+    if (in.logits == LogitsOut::kSample && !IsGreedy(in.draw.temperature)) {
+      sample = true;
+      nucleus |= in.draw.top_p < 1;
+    }
+  }
+  if (sample && !full_logits && !fused) batch.draws = DrawWords(inputs);
   std::vector<int64_t> last_rows;
   for (size_t s = 0; s < inputs.size(); ++s) last_rows.push_back(batch.q_offsets[s + 1] - 1);
   torch::Tensor last;
@@ -212,10 +236,8 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
   } else {
     last = PagedStepTorch(batch, last_rows, kv);
   }
-  bool full_logits = false;
-  for (const PagedSeqView& in : inputs) full_logits |= in.logits == LogitsOut::kFull;
-  torch::Tensor logits;       // [rows, vocab] fp32 on the host, or undefined (argmax only).
-  std::vector<float> argmax;  // [rows] ids taken where the logits are (argmax only).
+  torch::Tensor logits;    // [rows, vocab] fp32 on the host, or undefined (tokens only).
+  std::vector<float> ids;  // [rows] tokens taken where the logits are (tokens only).
   if (fused && static_cast<int64_t>(last_rows.size()) <= kCpuLinearMaxRows) {
     auto normed = RmsNorm(last, norm_, c.rms_norm_eps).contiguous();
     logits = torch::empty({last.size(0), c.vocab_size}, torch::kFloat32);
@@ -228,11 +250,14 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
     TorchThreadsPool()->ParallelFor(
         c.vocab_size, [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); }, 64);
   } else {
-    // One copy back: the logits, or their argmax when no sequence wants the row, and the
-    // device's signal sums.
+    // One copy back: the logits, or the tokens when no sequence wants its row (sampled ones only
+    // when the draws went up with the step), and the device's signal sums.
     logits = LmHead(last).to(torch::kFloat32);
-    const bool argmax_only = !full_logits && c.vocab_size <= kMaxFloatExactVocab;
-    torch::Tensor payload = argmax_only ? ArgMaxRows(logits) : logits;
+    const bool tokens_only = !full_logits && (!sample || batch.device_draws.defined());
+    torch::Tensor payload = !tokens_only ? logits
+                            : batch.device_draws.defined()
+                                ? SampleRows(logits, batch.device_draws, nucleus)
+                                : ArgMaxRows(logits);
     const int64_t count = payload.numel();
     if (batch.device_sums.defined()) {
       payload = torch::cat({payload.flatten(), batch.device_sums.flatten()}).cpu();
@@ -242,8 +267,8 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
     } else {
       payload = payload.cpu().contiguous();
     }
-    if (argmax_only) {
-      argmax.assign(payload.data_ptr<float>(), payload.data_ptr<float>() + count);
+    if (tokens_only) {
+      ids.assign(payload.data_ptr<float>(), payload.data_ptr<float>() + count);
       logits = torch::Tensor();
     } else {
       logits = payload.view({last.size(0), c.vocab_size});
@@ -255,10 +280,13 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
         outputs[s].last_logits = logits[s];
         break;
       case LogitsOut::kArgMax:
-        outputs[s].argmax =
-            argmax.empty()
-                ? static_cast<int32_t>(CpuArgMax(logits[s].data_ptr<float>(), c.vocab_size))
-                : static_cast<int32_t>(argmax[s]);
+        outputs[s].token =
+            ids.empty() ? static_cast<int32_t>(CpuArgMax(logits[s].data_ptr<float>(), c.vocab_size))
+                        : static_cast<int32_t>(ids[s]);
+        break;
+      case LogitsOut::kSample:
+        outputs[s].token =
+            ids.empty() ? SampleRow(logits[s], inputs[s].draw) : static_cast<int32_t>(ids[s]);
         break;
       case LogitsOut::kNone:
         break;
@@ -334,6 +362,7 @@ torch::Tensor LlamaModel::PagedStepTorch(PagedBatch& b, const std::vector<int64_
   const int64_t writes_at = upload.Add(b.writes);
   const int64_t slots_at = upload.Add(b.key_slots);
   const int64_t key_positions_at = upload.Add(b.key_positions);
+  const int64_t draws_at = upload.Add(b.draws);
   // The signal sums: b.sums itself on the CPU, one zeroed tensor on another device.
   torch::Tensor sums;
   if (std::any_of(b.want_signals.begin(), b.want_signals.end(), [](uint8_t w) { return w != 0; })) {
@@ -362,6 +391,11 @@ torch::Tensor LlamaModel::PagedStepTorch(PagedBatch& b, const std::vector<int64_
   }
 #endif
   const torch::Tensor uploaded = upload.Send(device);
+  if (!b.draws.empty()) {
+    b.device_draws = uploaded.narrow(0, draws_at, static_cast<int64_t>(b.draws.size()))
+                         .view(torch::kDouble)
+                         .view({num_seqs, 3});
+  }
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
   if (cuda_attention) cuda_attention->Bind(uploaded);
 #endif

@@ -159,10 +159,27 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
   paged.reserve(inputs.size());
   for (const RunnerInput& in : inputs) {
     PagedSeqView& view = paged.emplace_back(ViewOf(in));
-    // Greedy sampling needs the argmax alone, which a GPU takes where the logits are.
-    view.logits = !in.sample                          ? LogitsOut::kNone
-                  : IsGreedy(in.sampling.temperature) ? LogitsOut::kArgMax
-                                                      : LogitsOut::kFull;
+    // The forward takes the token where the logits are (on a GPU only the ids come back): the
+    // argmax for greedy sampling, else the draw with the uniform from the request's stream.
+    if (!in.sample) {
+      view.logits = LogitsOut::kNone;
+    } else if (IsGreedy(in.sampling.temperature)) {
+      view.logits = LogitsOut::kArgMax;
+    } else {
+      auto it = samplers_.find(in.request);
+      if (it == samplers_.end()) {
+        const SamplingParams& sp = in.sampling;
+        it = samplers_
+                 .emplace(in.request,
+                          Sampler(SamplerOptions{
+                              .temperature = sp.temperature, .top_p = sp.top_p, .seed = sp.seed}))
+                 .first;
+      }
+      view.logits = LogitsOut::kSample;
+      view.draw = {.temperature = in.sampling.temperature,
+                   .top_p = in.sampling.top_p,
+                   .uniform = it->second.NextUniform()};
+    }
   }
   VTOKEN_ASSIGN_OR_RETURN(std::vector<PagedSeqOutput> outs,
                           static_decode_ != nullptr && static_decode_->Eligible(paged)
@@ -173,21 +190,7 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
     RunnerOutput& r = results[i];
     r.attn = std::move(outs[i].attn);
     r.key_norm = std::move(outs[i].key_norm);
-    if (!inputs[i].sample) continue;
-    if (paged[i].logits == LogitsOut::kArgMax) {
-      r.next_token = outs[i].argmax;  // Sampler's greedy rule, applied by the forward.
-      continue;
-    }
-    auto it = samplers_.find(inputs[i].request);
-    if (it == samplers_.end()) {
-      const SamplingParams& sp = inputs[i].sampling;
-      it = samplers_
-               .emplace(inputs[i].request,
-                        Sampler(SamplerOptions{
-                            .temperature = sp.temperature, .top_p = sp.top_p, .seed = sp.seed}))
-               .first;
-    }
-    r.next_token = it->second.Sample(outs[i].last_logits);
+    if (inputs[i].sample) r.next_token = outs[i].token;
   }
   return results;
 }

@@ -26,6 +26,16 @@ torch::Tensor HostLogits(const torch::Tensor& logits) {
 }  // namespace
 
 int32_t Sampler::Sample(const torch::Tensor& logits) {
+  return Draw(logits, IsGreedy(options_.temperature) ? 0.0 : NextUniform());
+}
+
+double Sampler::NextUniform() {
+  // What std::uniform_real_distribution<double>(0, b) scales by b: the streams of the earlier
+  // single-step Sample are unchanged.
+  return std::generate_canonical<double, std::numeric_limits<double>::digits>(rng_);
+}
+
+int32_t Sampler::Draw(const torch::Tensor& logits, double uniform) {
   // Both modes read the host logits where they lie: no double copy of the vocabulary per token
   // (128K entries for Llama 3).
   const torch::Tensor t = HostLogits(logits);
@@ -91,12 +101,52 @@ int32_t Sampler::Sample(const torch::Tensor& logits) {
       if (kept >= target || lowest == 0) break;
     }
   }
-  double r = std::uniform_real_distribution<double>(0.0, kept)(rng_);
+  double r = uniform * kept;
   for (size_t i = 0; i < num_kept; ++i) {
     r -= probs_[order_[i]];
     if (r < 0) return order_[i];
   }
   return order_[num_kept - 1];
+}
+
+int32_t SampleRow(const torch::Tensor& logits, const SampleDraw& draw) {
+  return Sampler({.temperature = draw.temperature, .top_p = draw.top_p}).Draw(logits, draw.uniform);
+}
+
+torch::Tensor SampleRows(const torch::Tensor& logits, const torch::Tensor& draws, bool nucleus) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const torch::Tensor x = logits.to(torch::kDouble);
+  const torch::Tensor key = x.nan_to_num(-inf, inf, -inf);  // NaN: never the largest.
+  const torch::Tensor temperature = draws.select(1, 0), top_p = draws.select(1, 1);
+  const torch::Tensor max = key.amax(1, /*keepdim=*/true);
+  // Sampler::Probabilities: 1 for the largest logit, exp((x - max) / temperature) for the others,
+  // 0 for a NaN.
+  torch::Tensor p = ((x - max) * temperature.reciprocal().unsqueeze(1)).exp();
+  p = torch::where(x == max, torch::ones_like(p), p);
+  p = torch::where(p >= 0, p, torch::zeros_like(p));
+  const torch::Tensor total = p.sum(1);
+  // The walk's order: id order for top_p >= 1, else by logit descending, ties by id (stable).
+  const torch::Tensor whole = top_p >= 1;
+  torch::Tensor order;
+  torch::Tensor walked = p;
+  if (nucleus) {
+    order = std::get<1>(key.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
+    order = torch::where(whole.unsqueeze(1),
+                         torch::arange(x.size(1), order.options()).unsqueeze(0).expand_as(order),
+                         order);
+    walked = p.gather(1, order);
+  }
+  const torch::Tensor cum = walked.cumsum(1);
+  // The nucleus: one token, then more while the mass walked is below top_p of the total.
+  const torch::Tensor target = torch::where(whole, torch::full_like(total, inf), top_p * total);
+  const torch::Tensor kept_count = ((cum < target.unsqueeze(1)).sum(1) + 1).clamp_max(x.size(1));
+  const torch::Tensor kept = cum.gather(1, (kept_count - 1).unsqueeze(1)).squeeze(1);
+  // r = u * mass; the token where the running mass first exceeds r.
+  const torch::Tensor r = draws.select(1, 2) * kept;
+  torch::Tensor pick = torch::minimum((cum <= r.unsqueeze(1)).sum(1), kept_count - 1);
+  if (order.defined()) pick = order.gather(1, pick.unsqueeze(1)).squeeze(1);
+  pick = torch::where(total > 0, pick, torch::zeros_like(pick));  // Every logit NaN: token 0.
+  return torch::where(temperature > 0, pick, key.argmax(1)).to(torch::kFloat32);
 }
 
 int Sampler::ProbabilityBucket(double p) {

@@ -30,7 +30,7 @@ struct StaticDecode::Layout {
   bool signals = false;
   // int64 offsets into index_.
   int64_t tokens = 0, positions = 0, writes = 0, q_offsets = 0, key_offsets = 0, num_signal = 0;
-  int64_t head_group = 0, want = 0, slots = 0, key_positions = 0, index_size = 0;
+  int64_t head_group = 0, want = 0, draws = 0, slots = 0, key_positions = 0, index_size = 0;
   // fp32 offsets into out_.
   int64_t logits = 0, argmax = 0, attn = 0, norm = 0, out_size = 0;
 };
@@ -67,6 +67,7 @@ StaticDecode::Layout StaticDecode::MakeLayout(int64_t rows, int64_t key_bucket, 
   t.num_signal = take(rows);
   t.head_group = take(head_groups);
   t.want = take((rows + 7) / 8);
+  t.draws = take(3 * rows);
   t.slots = take(key_capacity);
   t.key_positions = take(key_capacity);
   t.index_size = at;
@@ -242,6 +243,25 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
   model_.WritePagedKeys(inputs, batch, p + t.slots, p + t.key_positions);
   std::fill(p + t.slots + keys, p + t.slots + padded_keys, scratch);
   std::fill(p + t.key_positions + keys, p + t.key_positions + padded_keys, 0);
+  // The tokens: the logits when a sequence wants its row (else the tokens alone, taken here).
+  bool full = c.vocab_size > kMaxFloatExactVocab, sample = false, nucleus = false;
+  for (const PagedSeqView& in : inputs) {
+    full |= in.logits == LogitsOut::kFull;
+    if (in.logits == LogitsOut::kSample && !IsGreedy(in.draw.temperature)) {
+      sample = true;
+      nucleus |= in.draw.top_p < 1;
+    }
+  }
+  const bool draw_here = sample && !full;
+  if (draw_here) {  // Per row its draw's doubles (padding rows: the argmax).
+    for (int64_t s = 0; s < rows; ++s) {
+      const SampleDraw d =
+          s < b && inputs[s].logits == LogitsOut::kSample ? inputs[s].draw : SampleDraw{};
+      p[t.draws + 3 * s] = std::bit_cast<int64_t>(d.temperature);
+      p[t.draws + 3 * s + 1] = std::bit_cast<int64_t>(d.top_p);
+      p[t.draws + 3 * s + 2] = std::bit_cast<int64_t>(d.uniform);
+    }
+  }
   if (index_.is_cuda()) {
     // Everything up to the last slot in one copy; the key positions only where a sliding window
     // makes the kernel read them.
@@ -270,11 +290,17 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
   RunBody(*body);
 #endif
   ++stats_.static_steps;
+  if (draw_here) {
+    // Sampling, after the body (eagerly, outside any graph): its rows' draws replace their argmax.
+    const torch::Tensor logits =
+        out_.narrow(0, t.logits, rows * c.vocab_size).view({rows, c.vocab_size});
+    const torch::Tensor draws =
+        index_.narrow(0, t.draws, 3 * rows).view(torch::kDouble).view({rows, 3});
+    out_.narrow(0, t.argmax, rows).copy_(SampleRows(logits, draws, nucleus));
+  }
 
-  // One copy back: the logits when a sequence wants its row (else only their argmax), then the
+  // One copy back: the logits when a sequence wants its row (else only the tokens), then the
   // signal sums when asked for.
-  bool full = c.vocab_size > kMaxFloatExactVocab;
-  for (const PagedSeqView& in : inputs) full |= in.logits == LogitsOut::kFull;
   const int64_t from = full ? t.logits : t.argmax;
   const int64_t end = !signals ? t.argmax + rows : norms ? t.norm + keys : t.attn + keys;
   // (A copy on the CPU too: the outputs must not alias out_, which the next step overwrites.)
@@ -288,8 +314,14 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
         outputs[s].last_logits = host.narrow(0, t.logits - from + s * c.vocab_size, c.vocab_size);
         break;
       case LogitsOut::kArgMax:
-        outputs[s].argmax =
+        outputs[s].token =
             full ? static_cast<int32_t>(CpuArgMax(at(t.logits + s * c.vocab_size), c.vocab_size))
+                 : static_cast<int32_t>(*at(t.argmax + s));
+        break;
+      case LogitsOut::kSample:
+        outputs[s].token =
+            full ? SampleRow(host.narrow(0, t.logits - from + s * c.vocab_size, c.vocab_size),
+                             inputs[s].draw)
                  : static_cast<int32_t>(*at(t.argmax + s));
         break;
       case LogitsOut::kNone:

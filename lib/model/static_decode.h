@@ -8,11 +8,13 @@
 // the step reads or writes lives in three buffers that outlive it:
 //   index  int64 [tokens Bp | positions Bp | writes G x Bp | q_offsets Bp + 1 |
 //          key_offsets Bp x G + 1 | num_signal Bp | head_group L x KVH | want_signals (bytes) |
-//          slots Kc | key_positions Kc], the step's inputs in the attention kernel's CSR form;
+//          draws 3 x Bp (doubles) | slots Kc | key_positions Kc], the step's inputs in the
+//          attention kernel's CSR form and the sampling sequences' draws;
 //          it goes up in one copy from a pinned twin (two with a sliding window, whose key
 //          positions the kernel reads);
-//   out    fp32 [logits Bp x vocab | argmax Bp | attn_sum Kc | norm_sum Kc], down in one copy
-//          (from argmax on when every sequence samples greedily, LogitsOut::kArgMax);
+//   out    fp32 [logits Bp x vocab | tokens Bp | attn_sum Kc | norm_sum Kc], down in one copy
+//          (from the tokens on when no sequence wants its logits row: LogitsOut::kArgMax,
+//          kSample, kNone);
 //   workspace  the attention kernel's split-K and signal scratch (CUDA).
 // Kc is the capacity in keys, grown to a power of two when a step needs more (the buffers are
 // reallocated and every graph is dropped, to be captured again). A graph is keyed by (Bp, the
@@ -26,7 +28,9 @@
 // initialisation), captures it with at::cuda::CUDAGraph, and every step replays the graph on the
 // current stream after uploading the index: no allocation and no host sync inside the step, one
 // host-to-device and one device-to-host copy around it. The body also takes each row's argmax
-// (greedy sampling) where the logits are; other sampling runs on the host. A capture that throws
+// (greedy sampling) where the logits are; when a sequence samples (LogitsOut::kSample),
+// SampleRows runs after the body, eagerly on the same stream, and its tokens replace the argmax
+// of the sampling rows (every row's, padding included, is sampled then). A capture that throws
 // turns capture off for good (one line on stderr, stats().capture_failures).
 //
 // Not thread-safe (one LlamaRunner, one thread).

@@ -129,46 +129,63 @@ INSTANTIATE_TEST_SUITE_P(
 
 // LogitsOut: every decode step of the scenario runs on two stores from one prefill, once asking
 // for every row's logits and once with per-sequence modes (all kArgMax: only the argmax comes
-// back; mixed with kFull: the rows come back and the argmax is taken on the host; kNone). The
-// argmax must be the greedy choice over the row the first run returned, bit for bit the same
-// computation. Paths: ForwardPaged (fused CPU kernel or torch ops / the CUDA kernel), the static
-// step, and its CUDA graphs; on the CPU, and on CUDA where there is one (else skipped;
-// scripts/device-check.sh runs them).
-enum class GreedyPath { kForwardFused, kForwardTorch, kStatic, kGraphs };
+// back; all kSample: only the draws; mixed with kFull: the rows come back and the tokens are
+// taken on the host; kNone). A token must be the Sampler's choice over the row the first run
+// returned: bit for bit the same computation for the argmax; for a draw, the same rule and
+// uniform, in the device's arithmetic (SampleRows). Paths: ForwardPaged (fused CPU kernel or
+// torch ops / the CUDA kernel), the static step, and its CUDA graphs; on the CPU, and on CUDA
+// where there is one (else skipped; scripts/device-check.sh runs them).
+enum class TokenPath { kForwardFused, kForwardTorch, kStatic, kGraphs };
 
-std::string GreedyPathName(GreedyPath p) {
+std::string TokenPathName(TokenPath p) {
   switch (p) {
-    case GreedyPath::kForwardFused:
+    case TokenPath::kForwardFused:
       return "ForwardFused";
-    case GreedyPath::kForwardTorch:
+    case TokenPath::kForwardTorch:
       return "ForwardTorch";
-    case GreedyPath::kStatic:
+    case TokenPath::kStatic:
       return "Static";
-    case GreedyPath::kGraphs:
+    case TokenPath::kGraphs:
       return "Graphs";
   }
   return "?";
 }
 
-LogitsOut GreedyMode(int64_t step, size_t seq) {
-  switch (step % 3) {
+LogitsOut TokenMode(int64_t step, size_t seq) {
+  switch (step % 5) {
     case 0:
       return LogitsOut::kArgMax;
     case 1:
       return seq % 3 == 0 ? LogitsOut::kArgMax : seq % 3 == 1 ? LogitsOut::kNone : LogitsOut::kFull;
-    default:
+    case 2:
       return seq == 0 ? LogitsOut::kNone : LogitsOut::kArgMax;
+    case 3:
+      return LogitsOut::kSample;
+    default:
+      return seq % 3 == 0   ? LogitsOut::kSample
+             : seq % 3 == 1 ? LogitsOut::kArgMax
+                            : LogitsOut::kFull;
   }
 }
 
-void ExpectArgMaxIsTheGreedyChoice(GreedyPath path, const Case& param, torch::Device device) {
+// A sampling sequence's parameters: a nucleus, every token, a sharp one; the uniform from `rng`.
+SampleDraw TokenDraw(int64_t step, size_t seq, std::mt19937_64& rng) {
+  static constexpr double kTemperature[] = {0.8, 1.0, 0.3}, kTopP[] = {0.9, 1.0, 0.5};
+  const size_t k = (seq + static_cast<size_t>(step)) % 3;
+  return {.temperature = kTemperature[k],
+          .top_p = kTopP[k],
+          .uniform = std::uniform_real_distribution<double>(0.0, 1.0)(rng)};
+}
+
+void ExpectTokenIsTheSamplersChoice(TokenPath path, const Case& param, torch::Device device) {
   const uint64_t seed = 20261203;
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   const ModelConfig config = SmallConfig();
   StatusOr<LlamaModel> model = LlamaModel::RandomInit(
-      config, 5, {.device = device, .fused_cpu_attention = path == GreedyPath::kForwardFused});
+      config, 5, {.device = device, .fused_cpu_attention = path == TokenPath::kForwardFused});
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   Scenario scenario(config, param, seed);
+  std::mt19937_64 rng(seed);
   std::vector<KvTensors> kv;
   std::vector<std::unique_ptr<StaticDecode>> step;
   for (int i = 0; i < 2; ++i) {
@@ -178,19 +195,22 @@ void ExpectArgMaxIsTheGreedyChoice(GreedyPath path, const Case& param, torch::De
   }
   const std::vector<PagedSeqInput> prefill = scenario.Prefill();
   for (KvTensors& store : kv) {
-    if (path == GreedyPath::kStatic || path == GreedyPath::kGraphs) {
+    if (path == TokenPath::kStatic || path == TokenPath::kGraphs) {
       StatusOr<std::unique_ptr<StaticDecode>> s =
-          StaticDecode::Create(*model, store, {.capture = path == GreedyPath::kGraphs});
+          StaticDecode::Create(*model, store, {.capture = path == TokenPath::kGraphs});
       ASSERT_TRUE(s.ok()) << s.status().ToString();
       step.push_back(std::move(*s));
     }
     ASSERT_TRUE(model->ForwardPaged(prefill, store).ok());
   }
-  int64_t argmax_rows = 0;
+  int64_t argmax_rows = 0, sampled_rows = 0, sampled_off_argmax = 0;
   for (int64_t s = 0; s < Scenario::kSteps; ++s) {
     std::vector<PagedSeqInput> full = scenario.Decode(s);
     std::vector<PagedSeqInput> modes = full;
-    for (size_t i = 0; i < modes.size(); ++i) modes[i].logits = GreedyMode(s, i);
+    for (size_t i = 0; i < modes.size(); ++i) {
+      modes[i].logits = TokenMode(s, i);
+      if (modes[i].logits == LogitsOut::kSample) modes[i].draw = TokenDraw(s, i, rng);
+    }
     auto run = [&](int which, const std::vector<PagedSeqInput>& in) {
       return step.empty() ? model->ForwardPaged(in, kv[which]) : step[which]->Step(ViewsOf(in));
     };
@@ -203,23 +223,31 @@ void ExpectArgMaxIsTheGreedyChoice(GreedyPath path, const Case& param, torch::De
       const PagedSeqOutput& w = (*want)[i];
       const PagedSeqOutput& g = (*got)[i];
       ASSERT_TRUE(w.last_logits.defined());
-      EXPECT_EQ(w.argmax, -1);
+      EXPECT_EQ(w.token, -1);
       const torch::Tensor row = w.last_logits.to(torch::kCPU).contiguous();
+      const int64_t argmax = CpuArgMax(row.data_ptr<float>(), row.numel());
       switch (modes[i].logits) {
         case LogitsOut::kFull:
           ASSERT_TRUE(g.last_logits.defined());
           EXPECT_TRUE(torch::equal(g.last_logits.to(torch::kCPU), row)) << "step " << s;
-          EXPECT_EQ(g.argmax, -1);
+          EXPECT_EQ(g.token, -1);
           break;
         case LogitsOut::kArgMax:
           EXPECT_FALSE(g.last_logits.defined());
-          EXPECT_EQ(g.argmax, CpuArgMax(row.data_ptr<float>(), row.numel()))
-              << "step " << s << " seq " << i;
+          EXPECT_EQ(g.token, argmax) << "step " << s << " seq " << i;
           ++argmax_rows;
+          break;
+        case LogitsOut::kSample:
+          EXPECT_FALSE(g.last_logits.defined());
+          EXPECT_EQ(g.token, SampleRow(row, modes[i].draw))
+              << "step " << s << " seq " << i << " top_p " << modes[i].draw.top_p << " u "
+              << modes[i].draw.uniform;
+          ++sampled_rows;
+          sampled_off_argmax += g.token != argmax;
           break;
         case LogitsOut::kNone:
           EXPECT_FALSE(g.last_logits.defined());
-          EXPECT_EQ(g.argmax, -1);
+          EXPECT_EQ(g.token, -1);
           break;
       }
       ASSERT_EQ(g.attn.size(), w.attn.size());
@@ -231,56 +259,62 @@ void ExpectArgMaxIsTheGreedyChoice(GreedyPath path, const Case& param, torch::De
     }
   }
   EXPECT_GT(argmax_rows, Scenario::kSteps);
+  EXPECT_GT(sampled_rows, 3);
+  // The draws are not all the argmax: the sampling really ran (a random model's logits are flat).
+  EXPECT_GT(sampled_off_argmax, 0);
+  std::printf("%lld argmax rows, %lld sampled (%lld not the argmax)\n",
+              static_cast<long long>(argmax_rows), static_cast<long long>(sampled_rows),
+              static_cast<long long>(sampled_off_argmax));
   if (!step.empty()) {
     EXPECT_EQ(step[1]->stats().static_steps, Scenario::kSteps);
-    if (path == GreedyPath::kGraphs) EXPECT_EQ(step[1]->stats().replays, Scenario::kSteps);
+    if (path == TokenPath::kGraphs) EXPECT_EQ(step[1]->stats().replays, Scenario::kSteps);
   }
 }
 
-std::string GreedyCaseName(const ::testing::TestParamInfo<std::tuple<GreedyPath, Case>>& info) {
+std::string TokenCaseName(const ::testing::TestParamInfo<std::tuple<TokenPath, Case>>& info) {
   const Case& c = std::get<1>(info.param);
-  return GreedyPathName(std::get<0>(info.param)) + "_" +
+  return TokenPathName(std::get<0>(info.param)) + "_" +
          std::string(GranularityName(c.granularity)) + (c.signals ? "_signals" : "");
 }
 
-const auto kGreedyCases =
+const auto kTokenCases =
     ::testing::Values(Case{Granularity::kToken, true}, Case{Granularity::kHead, true},
                       Case{Granularity::kLayer, false});
 // On CUDA two of them: the device check's time is scarce (scripts/device-check.sh).
-const auto kGreedyCudaCases =
+const auto kTokenCudaCases =
     ::testing::Values(Case{Granularity::kToken, true}, Case{Granularity::kHead, true});
 
-class GreedyArgMaxTest : public ::testing::TestWithParam<std::tuple<GreedyPath, Case>> {};
+class ForwardTokenTest : public ::testing::TestWithParam<std::tuple<TokenPath, Case>> {};
 
-TEST_P(GreedyArgMaxTest, IsTheGreedyChoiceOverTheLogitsItStandsFor) {
-  ExpectArgMaxIsTheGreedyChoice(std::get<0>(GetParam()), std::get<1>(GetParam()), torch::kCPU);
+TEST_P(ForwardTokenTest, IsTheSamplersChoiceOverTheLogitsItStandsFor) {
+  ExpectTokenIsTheSamplersChoice(std::get<0>(GetParam()), std::get<1>(GetParam()), torch::kCPU);
 }
 
-INSTANTIATE_TEST_SUITE_P(PathsAndGranularities, GreedyArgMaxTest,
-                         ::testing::Combine(::testing::Values(GreedyPath::kForwardFused,
-                                                              GreedyPath::kForwardTorch,
-                                                              GreedyPath::kStatic),
-                                            kGreedyCases),
-                         GreedyCaseName);
+INSTANTIATE_TEST_SUITE_P(PathsAndGranularities, ForwardTokenTest,
+                         ::testing::Combine(::testing::Values(TokenPath::kForwardFused,
+                                                              TokenPath::kForwardTorch,
+                                                              TokenPath::kStatic),
+                                            kTokenCases),
+                         TokenCaseName);
 
-class GreedyArgMaxCudaTest : public ::testing::TestWithParam<std::tuple<GreedyPath, Case>> {};
+class ForwardTokenCudaTest : public ::testing::TestWithParam<std::tuple<TokenPath, Case>> {};
 
-TEST_P(GreedyArgMaxCudaTest, IsTheGreedyChoiceOverTheLogitsItStandsFor) {
+TEST_P(ForwardTokenCudaTest, IsTheSamplersChoiceOverTheLogitsItStandsFor) {
 #ifndef VTOKEN_TORCH_CUDA
   GTEST_SKIP() << "libtorch without CUDA (VTOKEN_TORCH_CUDA)";
 #else
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  ExpectArgMaxIsTheGreedyChoice(std::get<0>(GetParam()), std::get<1>(GetParam()),
-                                torch::Device(torch::kCUDA));
+  ExpectTokenIsTheSamplersChoice(std::get<0>(GetParam()), std::get<1>(GetParam()),
+                                 torch::Device(torch::kCUDA));
 #endif
 }
 
-INSTANTIATE_TEST_SUITE_P(PathsAndGranularities, GreedyArgMaxCudaTest,
-                         ::testing::Combine(::testing::Values(GreedyPath::kForwardTorch,
-                                                              GreedyPath::kStatic,
-                                                              GreedyPath::kGraphs),
-                                            kGreedyCudaCases),
-                         GreedyCaseName);
+INSTANTIATE_TEST_SUITE_P(PathsAndGranularities, ForwardTokenCudaTest,
+                         ::testing::Combine(::testing::Values(TokenPath::kForwardTorch,
+                                                              TokenPath::kStatic,
+                                                              TokenPath::kGraphs),
+                                            kTokenCudaCases),
+                         TokenCaseName);
 
 TEST(GreedyArgMaxRowsTest, TakesTheLowestIdOnTies) {
   const torch::Tensor logits =
@@ -315,6 +349,9 @@ std::vector<engine::Request> Requests(int n, int64_t prompt, int64_t max_tokens)
   return test_configs::Requests(n, prompt, 11, max_tokens, 41);
 }
 
+// Sampling at temperature 0.8 (each request has its own stream, seeded from the run's seed).
+SamplingParams Sampled(double top_p) { return {.temperature = 0.8, .top_p = top_p, .seed = 100}; }
+
 struct EngineRun {
   engine::EngineResult result;
   DecodeStats stats;
@@ -322,8 +359,10 @@ struct EngineRun {
 
 StatusOr<EngineRun> RunEngine(Mode mode, DecodeMode decode,
                               const std::vector<engine::Request>& requests,
-                              const LlamaOptions& options = {}) {
-  const engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 96, 64);
+                              const LlamaOptions& options = {},
+                              const SamplingParams& sampling = {}) {
+  engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 96, 64);
+  o.sampling = sampling;
   VTOKEN_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::RandomInit(SmallConfig(), 3, options));
   VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaRunner> runner,
                           LlamaRunner::Create(std::move(m), {.num_slots = 96 * 16,
@@ -333,11 +372,15 @@ StatusOr<EngineRun> RunEngine(Mode mode, DecodeMode decode,
   return EngineRun{std::move(result), runner->decode_stats()};
 }
 
-TEST(StaticDecodeEngineTest, GivesTheEagerRunnersGreedyTokensInNaiveAndVtoken) {
+// Greedy and sampled: the static step takes the tokens in its buffers (SampleRows for draws),
+// the eager fused step on the host (Sampler), with the same uniforms.
+TEST(StaticDecodeEngineTest, GivesTheEagerRunnersTokensInNaiveAndVtoken) {
   const std::vector<engine::Request> requests = Requests(5, 120, 20);
-  for (Mode mode : {Mode::kNaive, Mode::kVtoken}) {
-    StatusOr<EngineRun> eager = RunEngine(mode, DecodeMode::kEager, requests);
-    StatusOr<EngineRun> fixed = RunEngine(mode, DecodeMode::kStatic, requests);
+  for (const auto& [sampling, mode] :
+       {std::pair{SamplingParams{}, Mode::kNaive}, std::pair{SamplingParams{}, Mode::kVtoken},
+        std::pair{Sampled(0.9), Mode::kNaive}, std::pair{Sampled(1.0), Mode::kVtoken}}) {
+    StatusOr<EngineRun> eager = RunEngine(mode, DecodeMode::kEager, requests, {}, sampling);
+    StatusOr<EngineRun> fixed = RunEngine(mode, DecodeMode::kStatic, requests, {}, sampling);
     ASSERT_TRUE(eager.ok()) << eager.status().ToString();
     ASSERT_TRUE(fixed.ok()) << fixed.status().ToString();
     EXPECT_EQ(eager->stats.static_steps, 0);
@@ -346,21 +389,37 @@ TEST(StaticDecodeEngineTest, GivesTheEagerRunnersGreedyTokensInNaiveAndVtoken) {
     EXPECT_EQ(fixed->result.evictions, eager->result.evictions);
     for (size_t i = 0; i < requests.size(); ++i) {
       EXPECT_EQ(fixed->result.requests[i].output_tokens, eager->result.requests[i].output_tokens)
-          << "request " << i << " in " << ModeName(mode);
+          << "request " << i << " in " << ModeName(mode) << " temperature " << sampling.temperature
+          << " top_p " << sampling.top_p;
     }
   }
 }
 
-TEST(StaticDecodeCudaTest, EngineWithCudaGraphsGivesTheEagerRunnersGreedyTokens) {
+// Sampling really samples there: the draws are not the greedy tokens.
+TEST(StaticDecodeEngineTest, SampledRequestsDrawOtherTokensThanGreedyOnes) {
+  const std::vector<engine::Request> requests = Requests(5, 120, 20);
+  StatusOr<EngineRun> a = RunEngine(Mode::kVtoken, DecodeMode::kStatic, requests);
+  StatusOr<EngineRun> b = RunEngine(Mode::kVtoken, DecodeMode::kStatic, requests, {}, Sampled(0.9));
+  ASSERT_TRUE(a.ok() && b.ok());
+  int differ = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    differ += a->result.requests[i].output_tokens != b->result.requests[i].output_tokens;
+  }
+  EXPECT_GE(differ, 4);
+}
+
+TEST(StaticDecodeCudaTest, EngineWithCudaGraphsGivesTheEagerRunnersTokens) {
 #ifndef VTOKEN_TORCH_CUDA
   GTEST_SKIP() << "libtorch without CUDA (VTOKEN_TORCH_CUDA): no CUDA graphs";
 #else
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const std::vector<engine::Request> requests = Requests(5, 120, 20);
   const LlamaOptions cuda{.device = torch::Device(torch::kCUDA)};
-  for (Mode mode : {Mode::kNaive, Mode::kVtoken}) {
-    StatusOr<EngineRun> eager = RunEngine(mode, DecodeMode::kEager, requests, cuda);
-    StatusOr<EngineRun> graphs = RunEngine(mode, DecodeMode::kCudaGraphs, requests, cuda);
+  for (const auto& [sampling, mode] :
+       {std::pair{SamplingParams{}, Mode::kNaive}, std::pair{SamplingParams{}, Mode::kVtoken},
+        std::pair{Sampled(0.9), Mode::kNaive}, std::pair{Sampled(1.0), Mode::kVtoken}}) {
+    StatusOr<EngineRun> eager = RunEngine(mode, DecodeMode::kEager, requests, cuda, sampling);
+    StatusOr<EngineRun> graphs = RunEngine(mode, DecodeMode::kCudaGraphs, requests, cuda, sampling);
     ASSERT_TRUE(eager.ok()) << eager.status().ToString();
     ASSERT_TRUE(graphs.ok()) << graphs.status().ToString();
     EXPECT_EQ(graphs->stats.capture_failures, 0);

@@ -195,5 +195,93 @@ TEST(SamplerTest, LowTemperatureIsGreedy) {
   for (int i = 0; i < 50; ++i) EXPECT_EQ(sampler.Sample(torch::tensor({0.0f, 1.0f, 0.5f})), 1);
 }
 
+// Sample is NextUniform then Draw: the stream a forward that samples on the device (one
+// NextUniform per token, the Draw there) consumes is the one Sample consumes.
+TEST(SamplerTest, NextUniformThenDrawIsSample) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (double top_p : {0.5, 0.95, 1.0}) {
+    Sampler whole({0.7, top_p, 99}), split({0.7, top_p, 99});
+    for (int t = 0; t < 200; ++t) {
+      std::vector<float> x(50);
+      for (float& v : x) v = normal(rng);
+      const torch::Tensor logits = torch::tensor(x);
+      const double u = split.NextUniform();
+      ASSERT_TRUE(u >= 0 && u < 1) << u;
+      ASSERT_EQ(whole.Sample(logits), split.Draw(logits, u)) << "top_p " << top_p << " token " << t;
+    }
+  }
+  // Greedy takes nothing from the stream: a greedy Draw ignores the uniform.
+  Sampler greedy;
+  EXPECT_EQ(greedy.Draw(torch::tensor({0.0f, 2.0f, 1.0f}), 0.999), 1);
+}
+
+// SampleRows (the device's sampling, run here in torch's CPU ops) draws what Sampler draws with
+// the same uniform, row by row in one call: rows of every temperature / top_p regime (greedy
+// rows included), lengths up to Llama 3's vocabulary, ties, and non-finite logits.
+TEST(SamplerTest, SampleRowsDrawsWhatTheSamplerDraws) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  int rows_checked = 0, not_argmax = 0;
+  for (int64_t n : {1, 2, 7, 97, 1000, 128256}) {
+    const int64_t rows = n > 1000 ? 6 : 40;
+    std::vector<float> x(static_cast<size_t>(rows * n));
+    std::vector<double> draws;
+    bool nucleus = false;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = x.data() + r * n;
+      std::normal_distribution<float> normal(0.0f, std::vector<float>{0.01f, 1.0f, 4.0f}[r % 3]);
+      for (int64_t i = 0; i < n; ++i) row[i] = normal(rng);
+      for (int t = 0; t < 3; ++t) row[rng() % n] = row[rng() % n];  // Ties.
+      if (r % 7 == 5) row[rng() % n] = nan;
+      if (r % 11 == 6) row[rng() % n] = -inf;
+      if (r % 13 == 7) row[rng() % n] = inf;
+      if (r % 17 == 8) std::fill(row, row + n, nan);
+      const double temperature = std::vector<double>{0.0, 0.3, 0.8, 1.0, 1.7}[rng() % 5];
+      const double top_p = std::vector<double>{0.05, 0.5, 0.9, 0.999, 1.0}[rng() % 5];
+      nucleus |= temperature > 0 && top_p < 1;
+      draws.insert(draws.end(),
+                   {temperature, top_p, std::uniform_real_distribution<double>(0, 1)(rng)});
+    }
+    const torch::Tensor logits = torch::tensor(x).view({rows, n});
+    const torch::Tensor got =
+        SampleRows(logits, torch::tensor(draws, torch::kDouble).view({rows, 3}), nucleus);
+    ASSERT_EQ(got.scalar_type(), torch::kFloat32);
+    ASSERT_EQ(got.numel(), rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      const SampleDraw d{draws[3 * r], draws[3 * r + 1], draws[3 * r + 2]};
+      const int32_t want = SampleRow(logits[r], d);
+      ASSERT_EQ(got[r].item<float>(), want)
+          << "n " << n << " row " << r << " temperature " << d.temperature << " top_p " << d.top_p
+          << " u " << d.uniform;
+      not_argmax += want != Sampler().Sample(logits[r]);
+      ++rows_checked;
+    }
+  }
+  EXPECT_EQ(rows_checked, 5 * 40 + 6);
+  EXPECT_GT(not_argmax, 20);  // Most rows are really sampled, not greedy in disguise.
+}
+
+// Without a nucleus row nothing is sorted: every sampling row walks its tokens in id order, and
+// a token of probability 0 is never the one the running mass exceeds r at, even at r = 0.
+TEST(SamplerTest, SampleRowsWithoutANucleusWalksIdOrder) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  // Equal logits: p = 1 each, r = u * 4 lands in token floor(u * 4).
+  const torch::Tensor logits =
+      torch::cat({torch::zeros({4, 4}), torch::tensor({-inf, nan, 1.0f, 1.0f}).view({1, 4})});
+  std::vector<double> draws;
+  for (double u : {0.0, 0.3, 0.6, 0.99, 0.0}) draws.insert(draws.end(), {1.0, 1.0, u});
+  const torch::Tensor got =
+      SampleRows(logits, torch::tensor(draws, torch::kDouble).view({5, 3}), false);
+  EXPECT_TRUE(torch::equal(got, torch::tensor({0.0f, 1.0f, 2.0f, 3.0f, 2.0f}))) << got;
+  for (int64_t r = 0; r < 5; ++r) {
+    EXPECT_EQ(SampleRow(logits[r], {1.0, 1.0, draws[3 * r + 2]}), got[r].item<float>()) << r;
+  }
+}
 }  // namespace
 }  // namespace vtoken::model

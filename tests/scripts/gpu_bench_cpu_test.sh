@@ -35,6 +35,11 @@ for name, b in cells.items():
     assert b["ratio_min"] <= b["ratio_median"] <= b["ratio_max"], name
     assert b["graphs"] == 0 and b["replays"] == 0, (name, "no CUDA graphs on the CPU")
     assert "graph_speedup" not in b and "static_eager_ms" not in b, (name, "nothing replayed")
+    sampled = "/batch:32/" in name  # The cells that time the sampled static step too.
+    assert ("sampled_ms" in b) == sampled and ("sample_cost" in b) == sampled, name
+    if sampled:
+        assert b["sampled_ms"] > 0, name
+        assert abs(b["sample_cost"] - b["sampled_ms"] / b["static_ms"]) < 1e-6 * b["sample_cost"], name
 ctx = doc["context"]
 assert ctx["device"] == "cpu" and ctx["dtype"] == "float32" and ctx["blas"], ctx
 assert ctx["skipped_cells"] == "none", ctx
