@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <string_view>
 
@@ -49,18 +50,33 @@ StatusOr<std::unique_ptr<CopyEngine>> MakeCudaCopyEngine(KvTensors& kv) {
   return std::unique_ptr<CopyEngine>(std::move(engine));
 }
 
+// DeviceHashes' device buffers, grown to the largest call so far and reused: a verified run
+// hashes every relocation twice, and cudaMalloc / cudaFree would synchronise the device each time.
+struct HashBuffers {
+  cuda::DeviceBuffer slots, hashes;
+};
+
+// Makes `buffer` hold at least `bytes`.
+Status Reserve(cuda::DeviceBuffer& buffer, size_t bytes) {
+  if (buffer.size() >= bytes) return Status::Ok();
+  buffer = cuda::DeviceBuffer();  // Free the old one first: the device may be nearly full.
+  VTOKEN_ASSIGN_OR_RETURN(buffer, cuda::DeviceBuffer::Allocate(bytes));
+  return Status::Ok();
+}
+
 // TokenKvHash of `slots` on the device: the engine's view has the same distinct tensors in the
 // same order (K then V per tensor), so the kernel's hash equals TokenKvHash's. It runs on the
 // legacy default stream, after the forward's KV writes.
 StatusOr<std::vector<uint64_t>> DeviceHashes(const cuda::KvLayersView& view,
-                                             std::span<const SlotIndex> slots) {
+                                             std::span<const SlotIndex> slots,
+                                             HashBuffers& buffers) {
   std::vector<uint64_t> hashes(slots.size());
   if (slots.empty()) return hashes;
   static_assert(sizeof(SlotIndex) == sizeof(int64_t));
-  VTOKEN_ASSIGN_OR_RETURN(cuda::DeviceBuffer device_slots,
-                          cuda::DeviceBuffer::Allocate(slots.size_bytes()));
-  VTOKEN_ASSIGN_OR_RETURN(cuda::DeviceBuffer device_hashes,
-                          cuda::DeviceBuffer::Allocate(hashes.size() * sizeof(uint64_t)));
+  VTOKEN_RETURN_IF_ERROR(Reserve(buffers.slots, slots.size_bytes()));
+  VTOKEN_RETURN_IF_ERROR(Reserve(buffers.hashes, hashes.size() * sizeof(uint64_t)));
+  cuda::DeviceBuffer& device_slots = buffers.slots;
+  const cuda::DeviceBuffer& device_hashes = buffers.hashes;
   VTOKEN_RETURN_IF_ERROR(device_slots.CopyFromHost(slots.data(), slots.size_bytes()));
   VTOKEN_RETURN_IF_ERROR(cuda::HashTokenRows(view, device_slots.as<int64_t>(),
                                              static_cast<int64_t>(slots.size()),
@@ -124,9 +140,10 @@ StatusOr<std::unique_ptr<LlamaRunner>> LlamaRunner::Create(LlamaModel model,
     runner->copy_engine_kind_ = "cuda";
     const cuda::KvLayersView view =
         static_cast<cuda::CudaCopyEngine&>(*runner->copy_engine_).view();
-    runner->device_hashes_ = [view](std::span<const SlotIndex> slots) {
-      return DeviceHashes(view, slots);
-    };
+    runner->device_hashes_ =
+        [view, buffers = std::make_shared<HashBuffers>()](std::span<const SlotIndex> slots) {
+          return DeviceHashes(view, slots, *buffers);
+        };
     return runner;
   }
 #endif
@@ -146,7 +163,11 @@ int64_t LlamaRunner::kv_bytes_per_token() const {
 std::vector<uint64_t> LlamaRunner::TokenKvHashes(std::span<const SlotIndex> slots) {
   if (device_hashes_) {
     StatusOr<std::vector<uint64_t>> hashes = device_hashes_(slots);
-    if (hashes.ok()) return *std::move(hashes);
+    if (hashes.ok()) {
+      ++device_hash_calls_;
+      return *std::move(hashes);
+    }
+    ++device_hash_failures_;
     std::fprintf(stderr, "vtoken: device KV hashing failed (%s); hashing on the host\n",
                  hashes.status().ToString().c_str());
   }

@@ -91,6 +91,9 @@ class LlamaRunner final : public ModelRunner {
   const char* copy_engine_kind() const { return copy_engine_kind_; }
   // What the static decode step did (all zero in kEager).
   DecodeStats decode_stats() const;
+  // TokenKvHashes calls that hashed on the device / fell back to the host after a device failure.
+  int64_t device_hash_calls() const { return device_hash_calls_; }
+  int64_t device_hash_failures() const { return device_hash_failures_; }
 
  private:
   LlamaRunner(LlamaModel model, KvTensors kv) : model_(std::move(model)), kv_(std::move(kv)) {}
@@ -102,6 +105,7 @@ class LlamaRunner final : public ModelRunner {
   const char* copy_engine_kind_ = "torch";
   // Set with the CudaCopyEngine: hashes slots on the device.
   std::function<StatusOr<std::vector<uint64_t>>(std::span<const SlotIndex>)> device_hashes_;
+  int64_t device_hash_calls_ = 0, device_hash_failures_ = 0;
   std::map<int64_t, Sampler> samplers_;
 };
 

@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
+#include <string>
+
 #include "lib/engine/engine.h"
 #include "lib/model/llama_runner.h"
 #include "tests/model/small_model_config.h"
@@ -178,8 +181,10 @@ TEST(TorchDeviceTest, SyntheticWeightsAreSeededOnCuda) {
   ExpectSeededWeightsOn(torch::Device(torch::kCUDA, 0));
 }
 
+// `device_hashes`: the runner's [device_hash_calls, device_hash_failures].
 StatusOr<engine::EngineResult> RunMode(Mode mode, const LlamaOptions& options,
-                                       Granularity granularity, std::string* copy_engine) {
+                                       Granularity granularity, std::string* copy_engine,
+                                       std::array<int64_t, 2>* device_hashes) {
   const ModelConfig c = SmallConfig();
   const int32_t groups = NumKvGroups(granularity, c.num_hidden_layers, c.num_key_value_heads);
   engine::EngineOptions o;
@@ -208,7 +213,9 @@ StatusOr<engine::EngineResult> RunMode(Mode mode, const LlamaOptions& options,
     r.max_tokens = 16;
     requests.push_back(std::move(r));
   }
-  return engine::RunEngine(o, *runner, requests);
+  StatusOr<engine::EngineResult> result = engine::RunEngine(o, *runner, requests);
+  *device_hashes = {runner->device_hash_calls(), runner->device_hash_failures()};
+  return result;
 }
 
 // naive and vtoken: the same greedy tokens in `dtype` on `device`, with verified relocations.
@@ -216,13 +223,24 @@ void ExpectNaiveEqualsVtoken(const LlamaOptions& options, const std::string& exp
   for (Granularity g : {Granularity::kToken, Granularity::kHead}) {
     SCOPED_TRACE(GranularityName(g));
     std::string engine_kind;
-    StatusOr<engine::EngineResult> naive = RunMode(Mode::kNaive, options, g, &engine_kind);
+    std::array<int64_t, 2> device_hashes{};
+    StatusOr<engine::EngineResult> naive =
+        RunMode(Mode::kNaive, options, g, &engine_kind, &device_hashes);
     ASSERT_TRUE(naive.ok()) << naive.status().ToString();
-    StatusOr<engine::EngineResult> vt = RunMode(Mode::kVtoken, options, g, &engine_kind);
+    StatusOr<engine::EngineResult> vt =
+        RunMode(Mode::kVtoken, options, g, &engine_kind, &device_hashes);
     ASSERT_TRUE(vt.ok()) << vt.status().ToString();
     EXPECT_EQ(engine_kind, expected_engine);
     EXPECT_GT(vt->moves, 0);
     EXPECT_EQ(vt->hash_checks, vt->moves);
+    // With the CUDA copy engine the hashes are the device's (lib/cuda's kernel), none falling
+    // back to the host; else the host's.
+    EXPECT_EQ(device_hashes[1], 0) << "device hashing failed (the run's stderr says why)";
+    if (expected_engine == "cuda") {
+      EXPECT_GT(device_hashes[0], 0);
+    } else {
+      EXPECT_EQ(device_hashes[0], 0);
+    }
     EXPECT_EQ(vt->violations, 0) << vt->first_violations[0];
     EXPECT_EQ(vt->evictions, naive->evictions);
     for (size_t i = 0; i < vt->requests.size(); ++i) {
