@@ -25,6 +25,9 @@
 // ends with the device idle. A failing static step leaves the eager figures and says so in the
 // cell's label; a cell that throws reports the exception as its error.
 //
+// BM_DecodeGroups (one cell: batch 8 x context 4096, 1024 with --quick) is the price of per-head
+// KV groups: GroupsCell below.
+//
 // BM_Attention cells time one layer's decode attention alone in the model's shape (heads, KV
 // heads, head_dim, dtype), batch x context keys per sequence on contiguous slots: the batched
 // paged kernel (lib/cuda's PagedBatchAttention on CUDA, CpuPagedAttention on the CPU in fp32)
@@ -282,6 +285,105 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   }
 }
 
+// Per-head KV groups on the device: one decode step of `batch` sequences of `context` live tokens
+// at token granularity and at head granularity (layers x KV heads groups, each holding the same
+// live tokens: what a per-head policy at equal budget leaves, slots scattered), as eager
+// ForwardPaged and as the static step (graph replays where graphs are captured), the four in
+// rotating order, returning what greedy H2O needs (the argmax, the attention signal). The head
+// step reads the same K/V bytes through groups times as many slot entries: head_ms / token_ms
+// (ratio, static_ratio) is what per-head liveness costs a step; keys is the head step's key
+// count and index_mib the slot list it uploads (8 bytes a key), signal_mib the attention signal
+// it brings back (4 bytes a key).
+void GroupsCell(benchmark::State& state, const LlamaModel& model, int64_t batch, int64_t context,
+                int64_t warmup) {
+  const ModelConfig& c = model.config();
+  const int64_t groups =
+      NumKvGroups(Granularity::kHead, c.num_hidden_layers, c.num_key_value_heads);
+  std::optional<KvTensors> token_kv =
+      FilledKv(model, batch * (context + 1), state, Granularity::kToken, /*scratch_slots=*/1);
+  if (!token_kv) return;
+  std::optional<KvTensors> head_kv = FilledKv(model, groups * batch * (context + 1), state,
+                                              Granularity::kHead, /*scratch_slots=*/1);
+  if (!head_kv) return;
+#ifdef VTOKEN_TORCH_CUDA
+  const bool capture = model.options().device.is_cuda();
+#else
+  const bool capture = false;
+#endif
+  StatusOr<std::unique_ptr<internal::StaticDecode>> token_static =
+      internal::StaticDecode::Create(model, *token_kv, {.capture = capture});
+  StatusOr<std::unique_ptr<internal::StaticDecode>> head_static =
+      internal::StaticDecode::Create(model, *head_kv, {.capture = capture});
+  if (!token_static.ok()) return state.SkipWithError(token_static.status().ToString().c_str());
+  if (!head_static.ok()) return state.SkipWithError(head_static.status().ToString().c_str());
+  const int64_t vocab = c.vocab_size;
+  auto token_inputs = DecodeInputs(batch, context, vocab, /*scattered=*/true, 5);
+  auto head_inputs = DecodeInputs(batch, context, vocab, /*scattered=*/true, 5, groups);
+  for (auto* inputs : {&token_inputs, &head_inputs}) {
+    for (PagedSeqInput& in : *inputs) {
+      in.logits = LogitsOut::kArgMax;
+      in.signals = kAttnSignal;
+    }
+  }
+  const std::vector<PagedSeqView> token_views = ViewsOf(token_inputs);
+  const std::vector<PagedSeqView> head_views = ViewsOf(head_inputs);
+  std::string error;
+  auto timed = [&](auto&& run) {
+    const double begin = Seconds();
+    StatusOr<std::vector<PagedSeqOutput>> out = run();
+    const double took = Seconds() - begin;
+    if (!out.ok() && error.empty()) error = out.status().ToString();
+    benchmark::DoNotOptimize(out);
+    return took;
+  };
+  const bool fits = (*token_static)->Eligible(token_views) && (*head_static)->Eligible(head_views);
+  auto steps = [&](int64_t which) {
+    switch (which) {
+      case 0:
+        return timed([&] { return model.ForwardPaged(token_inputs, *token_kv); });
+      case 1:
+        return timed([&] { return model.ForwardPaged(head_inputs, *head_kv); });
+      case 2:
+        return fits ? timed([&] { return (*token_static)->Step(token_views); }) : 0.0;
+      default:
+        return fits ? timed([&] { return (*head_static)->Step(head_views); }) : 0.0;
+    }
+  };
+  for (int64_t i = 0; i < warmup; ++i) {
+    for (int64_t k = 0; k < 4; ++k) steps(k);
+  }
+  if (!error.empty()) return state.SkipWithError(error.c_str());
+  double sums[4] = {0, 0, 0, 0};
+  int64_t turn = 0;
+  for (auto _ : state) {
+    double head = 0;
+    for (int64_t k = 0; k < 4; ++k) {  // Rotating order.
+      const int64_t which = (turn + k) % 4;
+      const double took = steps(which);
+      sums[which] += took;
+      if (which == 1) head = took;
+    }
+    ++turn;
+    state.SetIterationTime(head);
+  }
+  if (!error.empty()) return state.SkipWithError(error.c_str());
+  const double n = static_cast<double>(state.iterations());
+  const double keys = static_cast<double>(groups * batch * (context + 1));
+  state.counters["groups"] = static_cast<double>(groups);
+  state.counters["token_ms"] = 1e3 * sums[0] / n;
+  state.counters["head_ms"] = 1e3 * sums[1] / n;
+  state.counters["ratio"] = sums[1] / sums[0];
+  if (fits) {
+    state.counters["static_token_ms"] = 1e3 * sums[2] / n;
+    state.counters["static_head_ms"] = 1e3 * sums[3] / n;
+    state.counters["static_ratio"] = sums[3] / sums[2];
+    state.counters["replays"] = static_cast<double>((*head_static)->stats().replays);
+  }
+  state.counters["keys"] = keys;
+  state.counters["index_mib"] = 8 * keys / (1 << 20);
+  state.counters["signal_mib"] = 4 * keys / (1 << 20);
+}
+
 // SDPA with GQA needs torch >= 2.5; older ones get the math reference.
 #define VTOKEN_TORCH_HAS_GQA_SDPA \
   (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
@@ -494,6 +596,31 @@ int main(int argc, char** argv) {
             ->UseManualTime();
       }
     }
+  }
+  // Per-head groups at one shape (batch 8 x 4K; 8 x 1K with --quick): token and head KV stores.
+  const int64_t groups_batch = 8, groups_context = flags.quick ? 1024 : 4096;
+  const double groups_gib = 2.0 * static_cast<double>(groups_batch * (groups_context + 1)) *
+                            kv_bytes_per_token / (1 << 30);
+  if (groups_gib > flags.kv_gib) {
+    skipped += std::string(skipped.empty() ? "" : ", ") + "groups " + std::to_string(groups_batch) +
+               " x " + std::to_string(groups_context);
+  } else {
+    const std::string name = "BM_DecodeGroups/batch:" + std::to_string(groups_batch) +
+                             "/context:" + std::to_string(groups_context);
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [&model, batch = groups_batch, context = groups_context,
+         warmup = flags.warmup](benchmark::State& state) {
+          try {
+            GroupsCell(state, *model, batch, context, warmup);
+          } catch (const std::exception& e) {
+            const std::string what = e.what();
+            state.SkipWithError(("exception: " + what.substr(0, what.find('\n'))).c_str());
+          }
+        })
+        ->Iterations(flags.iterations)
+        ->Unit(benchmark::kMillisecond)
+        ->UseManualTime();
   }
   benchmark::AddCustomContext("skipped_cells", skipped.empty() ? "none" : skipped);
   benchmark::Initialize(&argc, argv);

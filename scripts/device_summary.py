@@ -144,6 +144,26 @@ if os.path.exists(model):
         size = "" if mib is None else f"{mib:.0f}" + (" (L2-resident)" if mib < L2_RESIDENT_MIB else "")
         p(f"| {cell} | {f('paged_ms')} | {f('reference_ms')} | {f('ratio')} | "
           f"{f('kv_gb_per_s')} | {size} | {b.get('error_message', '')} |")
+    groups = [b for b in benches if b.get("name", "").startswith("BM_DecodeGroups/")]
+    if groups:
+        p()
+        p("### torch_gpu_bench: per-head KV groups, the decode step at token vs head granularity "
+          "(same live tokens and K/V bytes; ms per step; ratio = head / token; eager ForwardPaged "
+          "and the static step, replayed when graphs are; index / signal MiB = the head step's "
+          "slot list up and attention signal down)")
+        p()
+        p("| batch x context | groups | token ms | head ms | ratio | static token ms | "
+          "static head ms | static ratio | replays | index MiB | signal MiB | error |")
+        p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for b in groups:
+            parts = b.get("name", "?").split("/")
+            shape = " x ".join(x.split(":")[1] for x in parts[1:3] if ":" in x)
+            f = lambda k: f"{b[k]:.3f}" if k in b else ""
+            n = lambda k: f"{b[k]:.0f}" if k in b else ""
+            p(f"| {shape} | {n('groups')} | {f('token_ms')} | {f('head_ms')} | {f('ratio')} | "
+              f"{f('static_token_ms')} | {f('static_head_ms')} | {f('static_ratio')} | "
+              f"{n('replays')} | {f('index_mib')} | {f('signal_mib')} | "
+              f"{b.get('error_message', '')} |")
 
 # The GPU-runtime issue's targets, each from this run's figures; every target gets a row.
 targets = []

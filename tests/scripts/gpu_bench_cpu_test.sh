@@ -19,10 +19,21 @@ doc = json.load(open(sys.argv[1]))
 cells = {b["name"]: b for b in doc["benchmarks"]}
 want = {f"BM_{kind}/batch:{b}/context:{c}/iterations:2/manual_time"
         for kind in ("DecodeStep", "Attention") for b in (1, 32) for c in (1024, 4096)}
+want.add("BM_DecodeGroups/batch:8/context:1024/iterations:2/manual_time")
 assert set(cells) == want, sorted(cells)
 for name, b in cells.items():
     assert "error_message" not in b, (name, b.get("error_message"))
     assert b["iterations"] == 2, name
+    if name.startswith("BM_DecodeGroups"):
+        # vt-tiny: 6 layers x 1 KV head = 6 head groups, 8 x 1025 keys each.
+        assert b["groups"] == 6 and b["keys"] == 6 * 8 * 1025, (name, b["groups"], b["keys"])
+        for key in ("token_ms", "head_ms", "ratio", "static_token_ms", "static_head_ms",
+                    "static_ratio", "index_mib", "signal_mib"):
+            assert b[key] > 0, (name, key, b[key])
+        assert abs(b["ratio"] - b["head_ms"] / b["token_ms"]) < 1e-6 * b["ratio"], name
+        assert abs(b["index_mib"] - 8 * b["keys"] / 2**20) < 1e-9, name
+        assert b["replays"] == 0, (name, "no CUDA graphs on the CPU")
+        continue
     if name.startswith("BM_Attention"):
         for key in ("paged_ms", "reference_ms", "ratio", "kv_gb_per_s"):
             assert b[key] > 0, (name, key, b[key])
@@ -58,11 +69,13 @@ cp "$out" "$dir/model-bench.json"
 echo "bench-model|ok|1|40" >"$dir/status"
 python3 "$src/scripts/device_summary.py" "$dir/status" "$dir" full 1 >"$dir/summary.md"
 python3 - "$dir/summary.md" <<'PY'
-import sys
+import re, sys
 text = open(sys.argv[1]).read()
 assert "| bench-model | ok | 1 | 40 |" in text, text
 assert "### torch_gpu_bench: decode step" in text, text
 assert "one layer's decode attention, paged kernel vs torch (math)" in text, text
+assert "### torch_gpu_bench: per-head KV groups" in text, text
+assert re.search(r"^\| 8 x 1024 \| 6 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \|", text, re.M), text
 rows = [l for l in text.splitlines() if l.startswith("| batch:")]
 assert len(rows) == 8, rows
 import re
