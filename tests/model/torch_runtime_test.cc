@@ -78,8 +78,10 @@ std::vector<engine::Request> Requests(int n, int64_t prompt, int64_t max_tokens)
 }
 
 StatusOr<engine::EngineResult> RunMode(Mode mode, bool async,
-                                       const std::vector<engine::Request>& requests) {
-  const engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, 96);
+                                       const std::vector<engine::Request>& requests,
+                                       const SamplingParams& sampling = {}) {
+  engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, 96);
+  o.sampling = sampling;
   VTOKEN_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::RandomInit(SmallConfig(), 3));
   VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaRunner> runner,
                           LlamaRunner::Create(std::move(m), {.num_slots = 160 * 16,
@@ -112,6 +114,31 @@ TEST(TorchRuntimeTest, LoadModelErrorsNameTheProblem) {
   StatusOr<LlamaModel> missing = LoadModel("/nonexistent/model-dir", 1);
   EXPECT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("/nonexistent/model-dir"), std::string::npos);
+}
+
+// Sampling (temperature and nucleus) through relocations: each request draws from its own stream,
+// so naive and vtoken, which compute the same logits, draw the same tokens; and the draws are not
+// the greedy tokens.
+TEST(TorchRuntimeTest, NaiveAndVtokenSampleIdenticalTokens) {
+  const std::vector<engine::Request> requests = Requests(5, 180, 24);
+  StatusOr<engine::EngineResult> greedy = RunMode(Mode::kNaive, false, requests);
+  ASSERT_TRUE(greedy.ok()) << greedy.status().ToString();
+  for (double top_p : {0.9, 1.0}) {
+    const SamplingParams sampling{.temperature = 0.8, .top_p = top_p, .seed = 7};
+    StatusOr<engine::EngineResult> naive = RunMode(Mode::kNaive, false, requests, sampling);
+    StatusOr<engine::EngineResult> vt = RunMode(Mode::kVtoken, true, requests, sampling);
+    ASSERT_TRUE(naive.ok()) << naive.status().ToString();
+    ASSERT_TRUE(vt.ok()) << vt.status().ToString();
+    EXPECT_GT(vt->moves, 0);
+    EXPECT_EQ(vt->violations, 0) << vt->first_violations[0];
+    int not_greedy = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(vt->requests[i].output_tokens, naive->requests[i].output_tokens)
+          << "request " << i << " top_p " << top_p;
+      not_greedy += naive->requests[i].output_tokens != greedy->requests[i].output_tokens;
+    }
+    EXPECT_GE(not_greedy, 4) << "top_p " << top_p;
+  }
 }
 
 }  // namespace
