@@ -244,6 +244,58 @@ BENCHMARK(BM_DecodeTokenVsGroups)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
+// The decode step at Llama-3.1-8B's KV group count (32 layers x 8 KV heads at head granularity:
+// 256 groups) on a SYNTHETIC model of those counts and the smallest widths (one query head per KV
+// head, head_dim 4, hidden 32; random weights): the weight GEMMs cost next to nothing and
+// attention reads 32 bytes a key, so the step's work per key outside attention (checking and
+// laying out every group's slot list, the signals: host work a GPU step pays too at head
+// granularity) is a visible part of the time. batch x 256 x (context + 1) keys a step,
+// contiguous slots (scattered ones would make it a cache-miss benchmark), the attention signal
+// on. Wall time; ns_per_key = time / keys.
+void BM_DecodeManyGroups(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  static const StatusOr<LlamaModel> model = [] {
+    ModelConfig c;
+    c.vocab_size = 64;
+    c.hidden_size = 32;
+    c.intermediate_size = 32;
+    c.num_hidden_layers = 32;
+    c.num_attention_heads = 8;
+    c.num_key_value_heads = 8;
+    c.head_dim = 4;
+    c.max_position_embeddings = 1 << 20;
+    return LlamaModel::RandomInit(c, 1);
+  }();
+  if (!model.ok()) return state.SkipWithError(model.status().ToString().c_str());
+  const ModelConfig& c = model->config();
+  const int64_t groups =
+      NumKvGroups(Granularity::kHead, c.num_hidden_layers, c.num_key_value_heads);
+  std::optional<KvTensors> kv =
+      FilledKv(*model, groups * batch * (context + 1), state, Granularity::kHead);
+  if (!kv) return;
+  auto inputs = DecodeInputs(batch, context, c.vocab_size, false, 8, groups);
+  for (PagedSeqInput& in : inputs) {
+    in.signals = kAttnSignal;
+    in.logits = LogitsOut::kArgMax;
+  }
+  const std::vector<PagedSeqView> views = ViewsOf(inputs);
+  for (auto _ : state) {
+    auto out = model->ForwardPaged(std::span<const PagedSeqView>(views), *kv);
+    if (!out.ok()) return state.SkipWithError(out.status().ToString().c_str());
+    benchmark::DoNotOptimize(out);
+  }
+  state.counters["keys"] = static_cast<double>(groups * batch * (context + 1));
+  state.counters["ns_per_key"] = benchmark::Counter(
+      static_cast<double>(groups * batch * (context + 1)),
+      benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_DecodeManyGroups)
+    ->ArgNames({"batch", "context"})
+    ->Args({16, 512})
+    ->Args({1, 4096})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // vt-tiny on the per-sequence torch path (the reference of the fused benchmarks).
 const StatusOr<LlamaModel>& VtTinyReference() {
   static const StatusOr<LlamaModel> model =

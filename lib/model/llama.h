@@ -249,6 +249,11 @@ class LlamaModel {
   // Sequence s's output signals from the sums over the layers (indexed like b.key_slots).
   void SeqSignals(const PagedBatch& b, int64_t s, const float* attn_sum, const float* norm_sum,
                   PagedSeqOutput& out) const;
+  // SeqSignals of every input that wants signals, into outputs[s] (on the CPU pool's threads for
+  // a large step).
+  void BatchSignals(std::span<const PagedSeqView> inputs, const PagedBatch& b,
+                    const float* attn_sum, const float* norm_sum,
+                    std::vector<PagedSeqOutput>& outputs) const;
   // [num_layers * num_kv_heads]: the KV group (key range) KV head h of layer l reads, at
   // l * num_kv_heads + h.
   std::vector<int64_t> HeadGroups(Granularity gran) const;

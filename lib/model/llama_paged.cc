@@ -38,6 +38,11 @@ namespace {
 // (BM_PrefillFusedVsReference in bench/torch_model_bench.cc).
 constexpr int64_t kBlasAttentionMinQueries = 16;
 
+// A step with at least this many keys lays out its key lists and its signals on the CPU pool's
+// threads (per (sequence, group) and per sequence): at head granularity a GPU step's host work
+// is one pass per key over every group's list (8B model: 256 groups).
+constexpr int64_t kParallelKeys = int64_t{1} << 16;
+
 // PagedBatch::draws of `inputs`: per sequence its draw (temperature, top_p, uniform) as the int64
 // words of the doubles; temperature 0 (the argmax) for a sequence that does not sample.
 std::vector<int64_t> DrawWords(std::span<const PagedSeqView> inputs) {
@@ -151,15 +156,16 @@ StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(
 void LlamaModel::WritePagedKeys(std::span<const PagedSeqView> inputs, const PagedBatch& b,
                                 int64_t* slots, int64_t* positions) const {
   const int64_t groups = b.num_groups;
-  for (size_t s = 0; s < inputs.size(); ++s) {
-    const PagedSeqView& in = inputs[s];
-    const int64_t n = static_cast<int64_t>(in.tokens.size());
-    const bool has_positions = in.context_positions.size() == in.context_slots.size();
-    const int64_t seq_keys = b.key_offsets[s * groups];
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t u = static_cast<int64_t>(s) * groups + g;
+  // Unit u = (sequence s, group g): its keys go to [key_offsets[u], key_offsets[u + 1]).
+  auto write = [&](int64_t begin, int64_t end) {
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t s = u / groups, g = u % groups;
+      const PagedSeqView& in = inputs[s];
+      const int64_t n = static_cast<int64_t>(in.tokens.size());
+      const bool has_positions = in.context_positions.size() == in.context_slots.size();
       const int64_t k0 = b.key_offsets[u], ctx = b.key_offsets[u + 1] - k0 - n;
-      const int64_t c0 = k0 - seq_keys - g * n;  // Where the group's context starts in the input.
+      // Where the group's context starts in the input.
+      const int64_t c0 = k0 - b.key_offsets[s * groups] - g * n;
       std::copy_n(in.context_slots.begin() + c0, ctx, slots + k0);
       std::copy_n(in.write_slots.begin() + g * n, n, slots + k0 + ctx);
       if (has_positions) {
@@ -169,7 +175,23 @@ void LlamaModel::WritePagedKeys(std::span<const PagedSeqView> inputs, const Page
       }
       std::copy_n(in.positions.begin(), n, positions + k0 + ctx);
     }
-  }
+  };
+  const int64_t units = static_cast<int64_t>(inputs.size()) * groups;
+  if (b.key_offsets.back() < kParallelKeys) return write(0, units);
+  TorchThreadsPool()->ParallelFor(units, write);
+}
+
+void LlamaModel::BatchSignals(std::span<const PagedSeqView> inputs, const PagedBatch& b,
+                              const float* attn_sum, const float* norm_sum,
+                              std::vector<PagedSeqOutput>& outputs) const {
+  auto signals = [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) {
+      if (inputs[s].want_signals) SeqSignals(b, s, attn_sum, norm_sum, outputs[s]);
+    }
+  };
+  const auto num_seqs = static_cast<int64_t>(inputs.size());
+  if (b.key_offsets.back() < kParallelKeys) return signals(0, num_seqs);
+  TorchThreadsPool()->ParallelFor(num_seqs, signals);
 }
 
 void LlamaModel::SeqSignals(const PagedBatch& b, int64_t s, const float* attn_sum,
@@ -291,10 +313,8 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
       case LogitsOut::kNone:
         break;
     }
-    if (inputs[s].want_signals) {
-      SeqSignals(batch, static_cast<int64_t>(s), batch.attn_sum(), batch.norm_sum(), outputs[s]);
-    }
   }
+  BatchSignals(inputs, batch, batch.attn_sum(), batch.norm_sum(), outputs);
   return outputs;
 }
 

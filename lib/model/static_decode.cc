@@ -327,10 +327,8 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
       case LogitsOut::kNone:
         break;
     }
-    if (inputs[s].want_signals) {
-      model_.SeqSignals(batch, s, at(t.attn), norms ? at(t.norm) : nullptr, outputs[s]);
-    }
   }
+  model_.BatchSignals(inputs, batch, at(t.attn), norms ? at(t.norm) : nullptr, outputs);
   return outputs;
 }
 
