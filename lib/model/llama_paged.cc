@@ -282,9 +282,14 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
                                 : ArgMaxRows(logits);
     const int64_t count = payload.numel();
     if (batch.device_sums.defined()) {
-      payload = torch::cat({payload.flatten(), batch.device_sums.flatten()}).cpu();
-      const float* sums = payload.data_ptr<float>() + count;
-      std::copy(sums, sums + batch.sums.size(), batch.sums.begin());
+      // The key norms' row only when a sequence wants them (H2O and most policies read the
+      // attention alone): at head granularity each row is 4 bytes per key of every group.
+      const bool norms = std::any_of(batch.want_signals.begin(), batch.want_signals.end(),
+                                     [](uint8_t w) { return (w & kKeyNormSignal) != 0; });
+      const torch::Tensor sums = norms ? batch.device_sums.flatten() : batch.device_sums[0];
+      payload = torch::cat({payload.flatten(), sums}).cpu();
+      const float* back = payload.data_ptr<float>() + count;
+      std::copy(back, back + sums.numel(), batch.sums.begin());  // The norms' stay zero.
       payload = payload.narrow(0, 0, count);
     } else {
       payload = payload.cpu().contiguous();

@@ -84,12 +84,15 @@ struct Case {
   Granularity granularity;
   torch::Dtype dtype;
   int64_t sliding_window;
+  // The signals every sequence asks for: both, or the attention alone (as H2O does; on a GPU the
+  // step then brings back no key norms).
+  uint8_t signals = kAttnSignal | kKeyNormSignal;
 };
 
 // Keeps ctest's listing readable (gtest would print the struct's bytes).
 void PrintTo(const Case& c, std::ostream* os) {
   *os << GranularityName(c.granularity) << " " << c10::toString(c.dtype) << " window "
-      << c.sliding_window;
+      << c.sliding_window << ((c.signals & kKeyNormSignal) != 0 ? "" : " attention only");
 }
 
 class CudaAttentionTest : public ::testing::TestWithParam<Case> {};
@@ -122,7 +125,8 @@ TEST_P(CudaAttentionTest, MatchesTheCpuTorchReference) {
   ASSERT_TRUE(gpu.ok()) << gpu.status().ToString();
   int64_t num_slots = 0;
   const int32_t groups = NumKvGroups(p.granularity, c.num_hidden_layers, c.num_key_value_heads);
-  const std::vector<PagedSeqInput> inputs = Inputs(groups, c, rng, &num_slots);
+  std::vector<PagedSeqInput> inputs = Inputs(groups, c, rng, &num_slots);
+  for (PagedSeqInput& in : inputs) in.signals = p.signals;
   auto kv_cpu = KvTensors::Create(cpu->KvOptions(num_slots, p.granularity));
   auto kv_gpu = KvTensors::Create(gpu->KvOptions(num_slots, p.granularity));
   ASSERT_TRUE(kv_cpu.ok() && kv_gpu.ok());
@@ -157,7 +161,14 @@ TEST_P(CudaAttentionTest, MatchesTheCpuTorchReference) {
     const torch::Tensor& b = (*want)[s].last_logits;
     EXPECT_LT((a - b).abs().max().item<double>() / b.abs().max().item<double>(), logit_tol);
     ASSERT_EQ((*got)[s].attn.size(), (*want)[s].attn.size());
+    ASSERT_EQ((*got)[s].key_norm.size(), (*want)[s].attn.size());
+    double attn_total = 0;
+    for (float v : (*got)[s].attn) attn_total += v;
+    EXPECT_GT(attn_total, 0.5) << "the attention signal came back";
     for (size_t j = 0; j < (*got)[s].attn.size(); ++j) {
+      if ((p.signals & kKeyNormSignal) == 0) {
+        ASSERT_EQ((*got)[s].key_norm[j], 0.0f) << "a key norm not asked for, key " << j;
+      }
       EXPECT_NEAR((*got)[s].attn[j], (*want)[s].attn[j], attn_tol) << j;
       EXPECT_NEAR((*got)[s].key_norm[j], (*want)[s].key_norm[j],
                   attn_tol * (1.0 + (*want)[s].key_norm[j]))
@@ -172,13 +183,16 @@ TEST_P(CudaAttentionTest, MatchesTheCpuTorchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(GranularityDtypeWindow, CudaAttentionTest,
-                         ::testing::Values(Case{Granularity::kToken, torch::kFloat32, 0},
-                                           Case{Granularity::kHead, torch::kFloat32, 0},
-                                           Case{Granularity::kToken, torch::kFloat32, 24},
-                                           Case{Granularity::kLayer, torch::kFloat32, 0},
-                                           Case{Granularity::kToken, torch::kBFloat16, 0},
-                                           Case{Granularity::kHead, torch::kBFloat16, 24}));
+INSTANTIATE_TEST_SUITE_P(
+    GranularityDtypeWindow, CudaAttentionTest,
+    ::testing::Values(Case{Granularity::kToken, torch::kFloat32, 0},
+                      Case{Granularity::kHead, torch::kFloat32, 0},
+                      Case{Granularity::kToken, torch::kFloat32, 24},
+                      Case{Granularity::kLayer, torch::kFloat32, 0},
+                      Case{Granularity::kToken, torch::kBFloat16, 0},
+                      Case{Granularity::kHead, torch::kBFloat16, 24},
+                      Case{Granularity::kHead, torch::kFloat32, 0, kAttnSignal},
+                      Case{Granularity::kToken, torch::kBFloat16, 0, kAttnSignal}));
 
 }  // namespace
 }  // namespace vtoken::model
