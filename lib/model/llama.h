@@ -216,13 +216,13 @@ class LlamaModel {
     std::vector<int64_t> q_offsets, key_offsets, key_slots, key_positions, num_signal;
     std::vector<uint8_t> want_signals;  // Per sequence: the signal bits to compute (0: none).
     // The signals summed over the layers, fp32 [2, num keys] indexed like key_slots: attention
-    // mass, then key norms.
+    // mass, then key norms. Only for a store on the CPU (empty otherwise).
     std::vector<float> sums;
     float* attn_sum() { return sums.data(); }
     float* norm_sum() { return sums.data() + key_slots.size(); }
     // The torch path off the CPU: the sums on the device ([2, num keys] fp32; undefined when no
-    // sequence wants signals), which ForwardPaged brings back into `sums` with the logits in one
-    // copy.
+    // sequence wants signals), which ForwardPaged brings back with the logits in one copy (the
+    // key norms only when a sequence wants them).
     torch::Tensor device_sums;
     // Per batch row (new token): token id and position; writes [G * N]: group g's write slot of
     // row t at g * N + t.

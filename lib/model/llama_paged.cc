@@ -148,7 +148,9 @@ StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(
     b.key_slots.resize(num_keys);
     b.key_positions.resize(num_keys);
     WritePagedKeys(inputs, b, b.key_slots.data(), b.key_positions.data());
-    b.sums.assign(2 * num_keys, 0.0f);
+    // The signal sums, zeroed for the CPU paths to sum into; a device step sums on the device and
+    // its outputs read the copy that comes back (ForwardPaged).
+    if (options_.device.is_cpu()) b.sums.assign(2 * num_keys, 0.0f);
   }
   return b;
 }
@@ -258,6 +260,11 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
   } else {
     last = PagedStepTorch(batch, last_rows, kv);
   }
+  // The signal sums the outputs read: the batch's own on the CPU; elsewhere the copy that comes
+  // back with the logits, kept alive by `back`.
+  const float* attn_sum = batch.sums.empty() ? nullptr : batch.attn_sum();
+  const float* norm_sum = batch.sums.empty() ? nullptr : batch.norm_sum();
+  torch::Tensor back;
   torch::Tensor logits;    // [rows, vocab] fp32 on the host, or undefined (tokens only).
   std::vector<float> ids;  // [rows] tokens taken where the logits are (tokens only).
   if (fused && static_cast<int64_t>(last_rows.size()) <= kCpuLinearMaxRows) {
@@ -287,10 +294,10 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
       const bool norms = std::any_of(batch.want_signals.begin(), batch.want_signals.end(),
                                      [](uint8_t w) { return (w & kKeyNormSignal) != 0; });
       const torch::Tensor sums = norms ? batch.device_sums.flatten() : batch.device_sums[0];
-      payload = torch::cat({payload.flatten(), sums}).cpu();
-      const float* back = payload.data_ptr<float>() + count;
-      std::copy(back, back + sums.numel(), batch.sums.begin());  // The norms' stay zero.
-      payload = payload.narrow(0, 0, count);
+      back = torch::cat({payload.flatten(), sums}).cpu();
+      attn_sum = back.data_ptr<float>() + count;
+      norm_sum = norms ? attn_sum + batch.key_slots.size() : nullptr;
+      payload = back.narrow(0, 0, count);
     } else {
       payload = payload.cpu().contiguous();
     }
@@ -319,7 +326,7 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
         break;
     }
   }
-  BatchSignals(inputs, batch, batch.attn_sum(), batch.norm_sum(), outputs);
+  BatchSignals(inputs, batch, attn_sum, norm_sum, outputs);
   return outputs;
 }
 
