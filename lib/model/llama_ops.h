@@ -4,7 +4,12 @@
 
 #include <torch/torch.h>
 
+#include <bit>
+#include <cstdint>
 #include <limits>
+#include <span>
+
+#include "lib/model/llama.h"
 
 namespace vtoken::model::internal {
 
@@ -34,6 +39,39 @@ inline constexpr int64_t kMaxFloatExactVocab = int64_t{1} << 24;
 inline torch::Tensor ArgMaxRows(const torch::Tensor& logits) {
   const double inf = std::numeric_limits<double>::infinity();
   return logits.nan_to_num(-inf, inf, -inf).argmax(1).to(torch::kFloat32);
+}
+
+// What a paged step's inputs ask of their last-token logits (LogitsOut): `rows`, whether one wants
+// its logits row back (or the vocabulary is too large for fp32 ids, and every row comes back);
+// `draws`, whether one samples at a temperature > 0; `nucleus`, whether such a one has
+// top_p < 1 (SampleRows sorts only then).
+struct LogitsAsked {
+  bool rows = false, draws = false, nucleus = false;
+};
+inline LogitsAsked AskedOfLogits(std::span<const PagedSeqView> inputs, int64_t vocab) {
+  LogitsAsked a{.rows = vocab > kMaxFloatExactVocab};
+  for (const PagedSeqView& in : inputs) {
+    a.rows |= in.logits == LogitsOut::kFull;
+    if (in.logits == LogitsOut::kSample && !IsGreedy(in.draw.temperature)) {
+      a.draws = true;
+      a.nucleus |= in.draw.top_p < 1;
+    }
+  }
+  return a;
+}
+
+// SampleRows' draws [rows, 3] as int64 words (the doubles' bits) at `words`: per row its draw
+// (temperature, top_p, uniform), temperature 0 (the argmax) for a row that does not sample and
+// for the rows past the inputs (padding).
+inline void WriteDrawWords(std::span<const PagedSeqView> inputs, int64_t rows, int64_t* words) {
+  for (int64_t s = 0; s < rows; ++s) {
+    const bool draws =
+        s < static_cast<int64_t>(inputs.size()) && inputs[s].logits == LogitsOut::kSample;
+    const SampleDraw d = draws ? inputs[s].draw : SampleDraw{};
+    words[3 * s] = std::bit_cast<int64_t>(d.temperature);
+    words[3 * s + 1] = std::bit_cast<int64_t>(d.top_p);
+    words[3 * s + 2] = std::bit_cast<int64_t>(d.uniform);
+  }
 }
 
 }  // namespace vtoken::model::internal

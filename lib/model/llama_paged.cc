@@ -1,7 +1,6 @@
 // LlamaModel::ForwardPaged: one batched inference step over the paged KV store (llama.h), on
 // the fused CPU path (fp32 on the CPU) or the torch reference path (any device and dtype).
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <numeric>
 #include <optional>
@@ -42,18 +41,6 @@ constexpr int64_t kBlasAttentionMinQueries = 16;
 // threads (per (sequence, group) and per sequence): at head granularity a GPU step's host work
 // is one pass per key over every group's list (8B model: 256 groups).
 constexpr int64_t kParallelKeys = int64_t{1} << 16;
-
-// PagedBatch::draws of `inputs`: per sequence its draw (temperature, top_p, uniform) as the int64
-// words of the doubles; temperature 0 (the argmax) for a sequence that does not sample.
-std::vector<int64_t> DrawWords(std::span<const PagedSeqView> inputs) {
-  std::vector<int64_t> words;
-  words.reserve(3 * inputs.size());
-  for (const PagedSeqView& in : inputs) {
-    const SampleDraw d = in.logits == LogitsOut::kSample ? in.draw : SampleDraw{};
-    for (double v : {d.temperature, d.top_p, d.uniform}) words.push_back(std::bit_cast<int64_t>(v));
-  }
-  return words;
-}
 
 }  // namespace
 
@@ -241,15 +228,11 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
                      options_.compute_dtype == torch::kFloat32 && kvo.dtype == torch::kFloat32;
   // What comes back of the last rows' logits: the rows when a sequence wants its row; else each
   // row's token (the argmax, or the draw of a sampling sequence), taken where the logits are.
-  bool full_logits = c.vocab_size > kMaxFloatExactVocab, sample = false, nucleus = false;
-  for (const PagedSeqView& in : inputs) {
-    full_logits |= in.logits == LogitsOut::kFull;
-    if (in.logits == LogitsOut::kSample && !IsGreedy(in.draw.temperature)) {
-      sample = true;
-      nucleus |= in.draw.top_p < 1;
-    }
+  const internal::LogitsAsked asked = internal::AskedOfLogits(inputs, c.vocab_size);
+  if (asked.draws && !asked.rows && !fused) {
+    batch.draws.resize(3 * inputs.size());
+    internal::WriteDrawWords(inputs, static_cast<int64_t>(inputs.size()), batch.draws.data());
   }
-  if (sample && !full_logits && !fused) batch.draws = DrawWords(inputs);
   std::vector<int64_t> last_rows;
   for (size_t s = 0; s < inputs.size(); ++s) last_rows.push_back(batch.q_offsets[s + 1] - 1);
   torch::Tensor last;
@@ -282,10 +265,10 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
     // One copy back: the logits, or the tokens when no sequence wants its row (sampled ones only
     // when the draws went up with the step), and the device's signal sums.
     logits = LmHead(last).to(torch::kFloat32);
-    const bool tokens_only = !full_logits && (!sample || batch.device_draws.defined());
+    const bool tokens_only = !asked.rows && (!asked.draws || batch.device_draws.defined());
     torch::Tensor payload = !tokens_only ? logits
                             : batch.device_draws.defined()
-                                ? SampleRows(logits, batch.device_draws, nucleus)
+                                ? SampleRows(logits, batch.device_draws, asked.nucleus)
                                 : ArgMaxRows(logits);
     const int64_t count = payload.numel();
     if (batch.device_sums.defined()) {

@@ -244,24 +244,9 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
   std::fill(p + t.slots + keys, p + t.slots + padded_keys, scratch);
   std::fill(p + t.key_positions + keys, p + t.key_positions + padded_keys, 0);
   // The tokens: the logits when a sequence wants its row (else the tokens alone, taken here).
-  bool full = c.vocab_size > kMaxFloatExactVocab, sample = false, nucleus = false;
-  for (const PagedSeqView& in : inputs) {
-    full |= in.logits == LogitsOut::kFull;
-    if (in.logits == LogitsOut::kSample && !IsGreedy(in.draw.temperature)) {
-      sample = true;
-      nucleus |= in.draw.top_p < 1;
-    }
-  }
-  const bool draw_here = sample && !full;
-  if (draw_here) {  // Per row its draw's doubles (padding rows: the argmax).
-    for (int64_t s = 0; s < rows; ++s) {
-      const SampleDraw d =
-          s < b && inputs[s].logits == LogitsOut::kSample ? inputs[s].draw : SampleDraw{};
-      p[t.draws + 3 * s] = std::bit_cast<int64_t>(d.temperature);
-      p[t.draws + 3 * s + 1] = std::bit_cast<int64_t>(d.top_p);
-      p[t.draws + 3 * s + 2] = std::bit_cast<int64_t>(d.uniform);
-    }
-  }
+  const LogitsAsked asked = AskedOfLogits(inputs, c.vocab_size);
+  const bool full = asked.rows, draw_here = asked.draws && !asked.rows;
+  if (draw_here) WriteDrawWords(inputs, rows, p + t.draws);
   if (index_.is_cuda()) {
     // Everything up to the last slot in one copy; the key positions only where a sliding window
     // makes the kernel read them.
@@ -296,7 +281,7 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
         out_.narrow(0, t.logits, rows * c.vocab_size).view({rows, c.vocab_size});
     const torch::Tensor draws =
         index_.narrow(0, t.draws, 3 * rows).view(torch::kDouble).view({rows, 3});
-    out_.narrow(0, t.argmax, rows).copy_(SampleRows(logits, draws, nucleus));
+    out_.narrow(0, t.argmax, rows).copy_(SampleRows(logits, draws, asked.nucleus));
   }
 
   // One copy back: the logits when a sequence wants its row (else only the tokens), then the
