@@ -130,7 +130,9 @@ torch::Tensor SampleRows(const torch::Tensor& logits, const torch::Tensor& draws
   torch::Tensor order;
   torch::Tensor walked = p;
   if (nucleus) {
-    order = std::get<1>(key.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
+    // The logits in their own dtype (fp32: half the bytes of the doubles, the same order).
+    order = std::get<1>(
+        logits.nan_to_num(-inf, inf, -inf).sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
     order = torch::where(whole.unsqueeze(1),
                          torch::arange(x.size(1), order.options()).unsqueeze(0).expand_as(order),
                          order);
