@@ -31,8 +31,8 @@ struct StaticDecode::Layout {
   // int64 offsets into index_.
   int64_t tokens = 0, positions = 0, writes = 0, q_offsets = 0, key_offsets = 0, num_signal = 0;
   int64_t head_group = 0, want = 0, draws = 0, slots = 0, key_positions = 0, index_size = 0;
-  // fp32 offsets into out_.
-  int64_t logits = 0, argmax = 0, attn = 0, norm = 0, out_size = 0;
+  // fp32 offsets into out_ (ids: each row's token, the argmax or a draw).
+  int64_t logits = 0, ids = 0, attn = 0, norm = 0, out_size = 0;
 };
 
 struct StaticDecode::Body {
@@ -72,8 +72,8 @@ StaticDecode::Layout StaticDecode::MakeLayout(int64_t rows, int64_t key_bucket, 
   t.key_positions = take(key_capacity);
   t.index_size = at;
   t.logits = 0;
-  t.argmax = rows * vocab;
-  t.attn = t.argmax + rows;
+  t.ids = rows * vocab;
+  t.attn = t.ids + rows;
   t.norm = t.attn + key_capacity;
   t.out_size = t.norm + key_capacity;
   return t;
@@ -281,13 +281,13 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
         out_.narrow(0, t.logits, rows * c.vocab_size).view({rows, c.vocab_size});
     const torch::Tensor draws =
         index_.narrow(0, t.draws, 3 * rows).view(torch::kDouble).view({rows, 3});
-    out_.narrow(0, t.argmax, rows).copy_(SampleRows(logits, draws, asked.nucleus));
+    out_.narrow(0, t.ids, rows).copy_(SampleRows(logits, draws, asked.nucleus));
   }
 
   // One copy back: the logits when a sequence wants its row (else only the tokens), then the
   // signal sums when asked for.
-  const int64_t from = full ? t.logits : t.argmax;
-  const int64_t end = !signals ? t.argmax + rows : norms ? t.norm + keys : t.attn + keys;
+  const int64_t from = full ? t.logits : t.ids;
+  const int64_t end = !signals ? t.ids + rows : norms ? t.norm + keys : t.attn + keys;
   // (A copy on the CPU too: the outputs must not alias out_, which the next step overwrites.)
   const torch::Tensor host = out_.is_cpu() ? out_.narrow(0, from, end - from).clone()
                                            : out_.narrow(0, from, end - from).cpu();
@@ -301,13 +301,13 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
       case LogitsOut::kArgMax:
         outputs[s].token =
             full ? static_cast<int32_t>(CpuArgMax(at(t.logits + s * c.vocab_size), c.vocab_size))
-                 : static_cast<int32_t>(*at(t.argmax + s));
+                 : static_cast<int32_t>(*at(t.ids + s));
         break;
       case LogitsOut::kSample:
         outputs[s].token =
             full ? SampleRow(host.narrow(0, t.logits - from + s * c.vocab_size, c.vocab_size),
                              inputs[s].draw)
-                 : static_cast<int32_t>(*at(t.argmax + s));
+                 : static_cast<int32_t>(*at(t.ids + s));
         break;
       case LogitsOut::kNone:
         break;
@@ -429,7 +429,7 @@ void StaticDecode::RunBody(Body& body) {
   const torch::Tensor logits =
       out_.narrow(0, t.logits, rows * c.vocab_size).view({rows, c.vocab_size});
   logits.copy_(m.LmHead(x).to(torch::kFloat32));
-  if (c.vocab_size <= kMaxFloatExactVocab) out_.narrow(0, t.argmax, rows).copy_(ArgMaxRows(logits));
+  if (c.vocab_size <= kMaxFloatExactVocab) out_.narrow(0, t.ids, rows).copy_(ArgMaxRows(logits));
 }
 
 }  // namespace vtoken::model::internal
