@@ -9,7 +9,9 @@
 #include <limits>
 #include <span>
 
+#include "lib/model/cpu_ops.h"
 #include "lib/model/llama.h"
+#include "lib/model/sampler.h"
 
 namespace vtoken::model::internal {
 
@@ -58,6 +60,27 @@ inline LogitsAsked AskedOfLogits(std::span<const PagedSeqView> inputs, int64_t v
     }
   }
   return a;
+}
+
+// Sets in `out` what `in` asked of its last-token logits: the row (kFull: `row`, then defined), or
+// the token: `*id` when the step took it where the logits are (id non-null), else taken on the
+// host from `row` (a contiguous fp32 [vocab]) by Sampler's rule.
+inline void TakeLogitsOut(const PagedSeqView& in, const torch::Tensor& row, const float* id,
+                          PagedSeqOutput& out) {
+  switch (in.logits) {
+    case LogitsOut::kFull:
+      out.last_logits = row;
+      break;
+    case LogitsOut::kArgMax:
+      out.token =
+          static_cast<int32_t>(id != nullptr ? *id : CpuArgMax(row.data_ptr<float>(), row.numel()));
+      break;
+    case LogitsOut::kSample:
+      out.token = id != nullptr ? static_cast<int32_t>(*id) : SampleRow(row, in.draw);
+      break;
+    case LogitsOut::kNone:
+      break;
+  }
 }
 
 // SampleRows' draws [rows, 3] as int64 words (the doubles' bits) at `words`: per row its draw

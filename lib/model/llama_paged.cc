@@ -292,22 +292,8 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
     }
   }
   for (size_t s = 0; s < inputs.size(); ++s) {
-    switch (inputs[s].logits) {
-      case LogitsOut::kFull:
-        outputs[s].last_logits = logits[s];
-        break;
-      case LogitsOut::kArgMax:
-        outputs[s].token =
-            ids.empty() ? static_cast<int32_t>(CpuArgMax(logits[s].data_ptr<float>(), c.vocab_size))
-                        : static_cast<int32_t>(ids[s]);
-        break;
-      case LogitsOut::kSample:
-        outputs[s].token =
-            ids.empty() ? SampleRow(logits[s], inputs[s].draw) : static_cast<int32_t>(ids[s]);
-        break;
-      case LogitsOut::kNone:
-        break;
-    }
+    internal::TakeLogitsOut(inputs[s], logits.defined() ? logits[s] : torch::Tensor(),
+                            ids.empty() ? nullptr : &ids[s], outputs[s]);
   }
   BatchSignals(inputs, batch, attn_sum, norm_sum, outputs);
   return outputs;

@@ -116,9 +116,11 @@ int32_t SampleRow(const torch::Tensor& logits, const SampleDraw& draw) {
 torch::Tensor SampleRows(const torch::Tensor& logits, const torch::Tensor& draws, bool nucleus) {
   const double inf = std::numeric_limits<double>::infinity();
   const torch::Tensor x = logits.to(torch::kDouble);
-  const torch::Tensor key = x.nan_to_num(-inf, inf, -inf);  // NaN: never the largest.
+  // The logits with NaN never the largest, in their own dtype (fp32: half the bytes of doubles,
+  // the same order): the max, the sort and the argmax read it.
+  const torch::Tensor key = logits.nan_to_num(-inf, inf, -inf);
   const torch::Tensor temperature = draws.select(1, 0), top_p = draws.select(1, 1);
-  const torch::Tensor max = key.amax(1, /*keepdim=*/true);
+  const torch::Tensor max = key.amax(1, /*keepdim=*/true).to(torch::kDouble);
   // Sampler::Probabilities: 1 for the largest logit, exp((x - max) / temperature) for the others,
   // 0 for a NaN.
   torch::Tensor p = ((x - max) * temperature.reciprocal().unsqueeze(1)).exp();
@@ -130,9 +132,7 @@ torch::Tensor SampleRows(const torch::Tensor& logits, const torch::Tensor& draws
   torch::Tensor order;
   torch::Tensor walked = p;
   if (nucleus) {
-    // The logits in their own dtype (fp32: half the bytes of the doubles, the same order).
-    order = std::get<1>(
-        logits.nan_to_num(-inf, inf, -inf).sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
+    order = std::get<1>(key.sort(/*stable=*/true, /*dim=*/1, /*descending=*/true));
     order = torch::where(whole.unsqueeze(1),
                          torch::arange(x.size(1), order.options()).unsqueeze(0).expand_as(order),
                          order);

@@ -8,7 +8,6 @@
 #include <optional>
 #include <string>
 
-#include "lib/model/cpu_ops.h"
 #include "lib/model/cpu_paged_attention.h"
 #include "lib/model/llama_ops.h"
 #include "lib/model/paged_cuda_attention.h"
@@ -294,24 +293,10 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
   auto at = [&](int64_t offset) { return host.data_ptr<float>() + (offset - from); };
   std::vector<PagedSeqOutput> outputs(inputs.size());
   for (int64_t s = 0; s < b; ++s) {
-    switch (inputs[s].logits) {
-      case LogitsOut::kFull:
-        outputs[s].last_logits = host.narrow(0, t.logits - from + s * c.vocab_size, c.vocab_size);
-        break;
-      case LogitsOut::kArgMax:
-        outputs[s].token =
-            full ? static_cast<int32_t>(CpuArgMax(at(t.logits + s * c.vocab_size), c.vocab_size))
-                 : static_cast<int32_t>(*at(t.ids + s));
-        break;
-      case LogitsOut::kSample:
-        outputs[s].token =
-            full ? SampleRow(host.narrow(0, t.logits - from + s * c.vocab_size, c.vocab_size),
-                             inputs[s].draw)
-                 : static_cast<int32_t>(*at(t.ids + s));
-        break;
-      case LogitsOut::kNone:
-        break;
-    }
+    TakeLogitsOut(
+        inputs[s],
+        full ? host.narrow(0, t.logits - from + s * c.vocab_size, c.vocab_size) : torch::Tensor(),
+        full ? nullptr : at(t.ids + s), outputs[s]);
   }
   model_.BatchSignals(inputs, batch, at(t.attn), norms ? at(t.norm) : nullptr, outputs);
   return outputs;
