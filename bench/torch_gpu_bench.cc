@@ -154,17 +154,35 @@ double Median(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// Whether the static decode step captures CUDA graphs for `model` (libtorch with CUDA, a CUDA
+// device).
+bool CapturesGraphs(const LlamaModel& model) {
+#ifdef VTOKEN_TORCH_CUDA
+  return model.options().device.is_cuda();
+#else
+  (void)model;
+  return false;
+#endif
+}
+
+// Wall seconds of run() (a step returning StatusOr<outputs>); its first error goes to `failure`.
+template <class Run>
+double TimedStep(std::string& failure, Run&& run) {
+  const double begin = Seconds();
+  StatusOr<std::vector<PagedSeqOutput>> out = run();
+  const double took = Seconds() - begin;
+  if (!out.ok() && failure.empty()) failure = out.status().ToString();
+  benchmark::DoNotOptimize(out);
+  return took;
+}
+
 void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch, int64_t context,
                 int64_t warmup) {
   const int64_t slots = batch * (context + 1);
   std::optional<KvTensors> kv =
       FilledKv(model, slots, state, Granularity::kToken, /*scratch_slots=*/1);  // Static step's.
   if (!kv) return;
-#ifdef VTOKEN_TORCH_CUDA
-  const bool capture = model.options().device.is_cuda();
-#else
-  const bool capture = false;
-#endif
+  const bool capture = CapturesGraphs(model);
   StatusOr<std::unique_ptr<internal::StaticDecode>> graphs =
       internal::StaticDecode::Create(model, *kv, {.capture = capture});
   if (!graphs.ok()) return state.SkipWithError(graphs.status().ToString().c_str());
@@ -197,20 +215,12 @@ void DecodeCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
                                .uniform = static_cast<double>(i) / sampled_views.size()};
     }
   }
-  auto timed = [&](std::string& failure, auto&& run) {
-    const double begin = Seconds();
-    StatusOr<std::vector<PagedSeqOutput>> out = run();
-    const double took = Seconds() - begin;
-    if (!out.ok() && failure.empty()) failure = out.status().ToString();
-    benchmark::DoNotOptimize(out);
-    return took;
-  };
   auto step = [&](const std::vector<PagedSeqInput>& inputs) {
-    return timed(error, [&] { return model.ForwardPaged(inputs, *kv); });
+    return TimedStep(error, [&] { return model.ForwardPaged(inputs, *kv); });
   };
   auto static_step = [&](internal::StaticDecode* decode, const std::vector<PagedSeqView>& views) {
     return fits && decode != nullptr && static_error.empty() && !views.empty()
-               ? timed(static_error, [&] { return decode->Step(views); })
+               ? TimedStep(static_error, [&] { return decode->Step(views); })
                : 0.0;
   };
   for (int64_t i = 0; i < warmup; ++i) {
@@ -305,11 +315,7 @@ void GroupsCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   std::optional<KvTensors> head_kv = FilledKv(model, groups * batch * (context + 1), state,
                                               Granularity::kHead, /*scratch_slots=*/1);
   if (!head_kv) return;
-#ifdef VTOKEN_TORCH_CUDA
-  const bool capture = model.options().device.is_cuda();
-#else
-  const bool capture = false;
-#endif
+  const bool capture = CapturesGraphs(model);
   StatusOr<std::unique_ptr<internal::StaticDecode>> token_static =
       internal::StaticDecode::Create(model, *token_kv, {.capture = capture});
   StatusOr<std::unique_ptr<internal::StaticDecode>> head_static =
@@ -328,14 +334,7 @@ void GroupsCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   const std::vector<PagedSeqView> token_views = ViewsOf(token_inputs);
   const std::vector<PagedSeqView> head_views = ViewsOf(head_inputs);
   std::string error;
-  auto timed = [&](auto&& run) {
-    const double begin = Seconds();
-    StatusOr<std::vector<PagedSeqOutput>> out = run();
-    const double took = Seconds() - begin;
-    if (!out.ok() && error.empty()) error = out.status().ToString();
-    benchmark::DoNotOptimize(out);
-    return took;
-  };
+  auto timed = [&](auto&& run) { return TimedStep(error, run); };
   const bool fits = (*token_static)->Eligible(token_views) && (*head_static)->Eligible(head_views);
   auto steps = [&](int64_t which) {
     switch (which) {

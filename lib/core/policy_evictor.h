@@ -116,10 +116,10 @@ class PolicyEvictor {
   // Per group (result[g]), the tokens to evict now, as Victims does for one group. Every group
   // of the sequence must have been observed this step (FailedPrecondition otherwise).
   StatusOr<std::vector<std::vector<TokenId>>> GroupVictims(SeqId seq);
-  // Drops everything kept for `seq` (no-op for an unknown seq).
   // Makes `seq` known, as its first Observe would (no-op for a known sequence), so that calls
   // for it may run concurrently with calls for other known sequences.
   void Track(SeqId seq);
+  // Drops everything kept for `seq` (no-op for an unknown seq).
   void Forget(SeqId seq);
 
   bool HasSequence(SeqId seq) const { return seqs_.count(seq) > 0; }

@@ -75,13 +75,12 @@ StatusOr<std::vector<uint64_t>> DeviceHashes(const cuda::KvLayersView& view,
   static_assert(sizeof(SlotIndex) == sizeof(int64_t));
   VTOKEN_RETURN_IF_ERROR(Reserve(buffers.slots, slots.size_bytes()));
   VTOKEN_RETURN_IF_ERROR(Reserve(buffers.hashes, hashes.size() * sizeof(uint64_t)));
-  cuda::DeviceBuffer& device_slots = buffers.slots;
-  const cuda::DeviceBuffer& device_hashes = buffers.hashes;
-  VTOKEN_RETURN_IF_ERROR(device_slots.CopyFromHost(slots.data(), slots.size_bytes()));
-  VTOKEN_RETURN_IF_ERROR(cuda::HashTokenRows(view, device_slots.as<int64_t>(),
+  VTOKEN_RETURN_IF_ERROR(buffers.slots.CopyFromHost(slots.data(), slots.size_bytes()));
+  VTOKEN_RETURN_IF_ERROR(cuda::HashTokenRows(view, buffers.slots.as<int64_t>(),
                                              static_cast<int64_t>(slots.size()),
-                                             device_hashes.as<uint64_t>(), nullptr));
-  VTOKEN_RETURN_IF_ERROR(device_hashes.CopyToHost(hashes.data(), hashes.size() * sizeof(uint64_t)));
+                                             buffers.hashes.as<uint64_t>(), nullptr));
+  VTOKEN_RETURN_IF_ERROR(
+      buffers.hashes.CopyToHost(hashes.data(), hashes.size() * sizeof(uint64_t)));
   return hashes;
 }
 #endif
