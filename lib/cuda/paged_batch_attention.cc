@@ -39,9 +39,10 @@ void StoreElement(void* base, int64_t index, double value, AttnDtype dtype) {
 
 // The first key of [0, hi) inside the window of the query at position `query_pos`
 // (CpuPagedAttention's rule: positions nondecreasing, keys with query_pos - p < window).
-int64_t WindowStart(const int64_t* kpos, int64_t hi, int64_t query_pos, int64_t window) {
+// The query is key hi - 1; kpos is read only with a window (it may be null without one).
+int64_t WindowStart(const int64_t* kpos, int64_t hi, int64_t window) {
   if (window <= 0) return 0;
-  return std::upper_bound(kpos, kpos + hi, query_pos - window) - kpos;
+  return std::upper_bound(kpos, kpos + hi, kpos[hi - 1] - window) - kpos;
 }
 
 int64_t SignalRows(const PagedBatchArgs& a, int64_t s, int64_t n) {
@@ -86,8 +87,8 @@ Status CheckContents(const PagedBatchArgs& a) {
         return ArgError("key range " + Str(u) + " has " + Str(keys) + " keys, past max_keys " +
                         Str(a.max_keys));
       }
-      const int64_t* kpos = a.key_positions + a.key_offsets[u];
-      if (a.sliding_window > 0 && !std::is_sorted(kpos, kpos + keys)) {
+      const int64_t* kpos = a.sliding_window > 0 ? a.key_positions + a.key_offsets[u] : nullptr;
+      if (kpos != nullptr && !std::is_sorted(kpos, kpos + keys)) {
         return ArgError("key_positions decrease within key range " + Str(u));
       }
     }
@@ -142,10 +143,11 @@ Status ValidatePagedBatchArgs(const PagedBatchArgs& a) {
     return ArgError("max_signal_rows must be positive when attention signals are wanted");
   }
   if (a.q == nullptr || a.k_cache == nullptr || a.v_cache == nullptr || a.out == nullptr ||
-      a.q_offsets == nullptr || a.key_offsets == nullptr || a.slots == nullptr ||
-      a.key_positions == nullptr) {
-    return ArgError("q, k_cache, v_cache, out, q_offsets, key_offsets, slots and key_positions " +
-                    std::string("must not be null"));
+      a.q_offsets == nullptr || a.key_offsets == nullptr || a.slots == nullptr) {
+    return ArgError("q, k_cache, v_cache, out, q_offsets, key_offsets and slots must not be null");
+  }
+  if (a.sliding_window > 0 && a.key_positions == nullptr) {
+    return ArgError("a sliding window requires key_positions");
   }
   if (a.want_signals != nullptr && a.num_signal == nullptr) {
     return ArgError("want_signals requires num_signal");
@@ -204,13 +206,13 @@ Status PagedBatchAttentionReference(const PagedBatchArgs& a) {
     for (int64_t g = 0; g < a.num_kv_heads; ++g) {
       const int64_t u = s * a.groups_per_seq + (a.head_group != nullptr ? a.head_group[g] : 0);
       const int64_t k0 = a.key_offsets[u], keys = a.key_offsets[u + 1] - k0, ctx = keys - n;
-      const int64_t* kpos = a.key_positions + k0;
+      const int64_t* kpos = a.sliding_window > 0 ? a.key_positions + k0 : nullptr;
       auto row_of = [&](int64_t j) {
         return a.slots[k0 + j] * a.slot_stride + g * a.kv_head_stride;
       };
       for (int64_t i = 0; i < n; ++i) {
         const int64_t hi = ctx + i + 1;
-        const int64_t lo = WindowStart(kpos, hi, kpos[ctx + i], a.sliding_window);
+        const int64_t lo = WindowStart(kpos, hi, a.sliding_window);
         for (int64_t h = g * group; h < (g + 1) * group; ++h) {
           const int64_t q_at = ((q0 + i) * a.num_heads + h) * dim;
           scores.assign(static_cast<size_t>(hi - lo), 0.0);

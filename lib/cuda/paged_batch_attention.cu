@@ -80,9 +80,10 @@ __device__ __forceinline__ float WarpMax(float v) {
 
 // The first key of [0, hi) inside query row i's window (CpuPagedAttention's upper_bound):
 // the first position > query_position - window, positions nondecreasing.
-__device__ int64_t WindowStart(const int64_t* kpos, int64_t hi, int64_t query_pos, int64_t window) {
+// The query is key hi - 1. kpos is read only with a window (it may be null without one).
+__device__ int64_t WindowStart(const int64_t* kpos, int64_t hi, int64_t window) {
   if (window <= 0) return 0;
-  const int64_t bound = query_pos - window;
+  const int64_t bound = kpos[hi - 1] - window;
   int64_t lo = 0;
   int64_t count = hi;
   while (count > 0) {
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t keys = a.key_offsets[u + 1] - k0;
   const int64_t ctx = keys - n;
   const int64_t* slots = a.slots + k0;
-  const int64_t* kpos = a.key_positions + k0;
+  const int64_t* kpos = a.sliding_window > 0 ? a.key_positions + k0 : nullptr;
   const int64_t signal_rows = SignalRows(a, seq, n);
   const int64_t first_signal = n - signal_rows;
   const bool signals = a.want_signals != nullptr && a.want_signals[seq] != 0;
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(kThreads)
   if (tid < rows) {
     const int64_t i = r0 + tid;
     hi_s[tid] = ctx + i + 1;
-    lo_s[tid] = WindowStart(kpos, ctx + i + 1, kpos[ctx + i], a.sliding_window);
+    lo_s[tid] = WindowStart(kpos, ctx + i + 1, a.sliding_window);
   }
   if (tid < num_q) {
     m_s[tid] = -INFINITY;
@@ -419,7 +420,7 @@ __global__ void __launch_bounds__(256)
   const int64_t k0 = a.key_offsets[u];
   const int64_t keys = a.key_offsets[u + 1] - k0;
   const int64_t ctx = keys - n;
-  const int64_t* kpos = a.key_positions + k0;
+  const int64_t* kpos = a.sliding_window > 0 ? a.key_positions + k0 : nullptr;
   const int64_t scored = keys < a.max_keys ? keys : a.max_keys;
   for (int64_t rb = 0; rb < signal_rows; rb += kRowBatch) {
     const int batch = static_cast<int>(signal_rows - rb < kRowBatch ? signal_rows - rb : kRowBatch);
@@ -427,7 +428,7 @@ __global__ void __launch_bounds__(256)
     if (threadIdx.x < batch) {
       const int64_t i = first_signal + rb + threadIdx.x;
       hi_s[threadIdx.x] = ctx + i + 1;
-      lo_s[threadIdx.x] = WindowStart(kpos, ctx + i + 1, kpos[ctx + i], a.sliding_window);
+      lo_s[threadIdx.x] = WindowStart(kpos, ctx + i + 1, a.sliding_window);
     }
     __syncthreads();
     for (int64_t j = threadIdx.x; j < scored; j += blockDim.x) {

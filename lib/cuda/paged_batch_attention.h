@@ -37,8 +37,9 @@ namespace vtoken::cuda {
 // slot_stride >= head_dim and kv_head_stride >= 0 with KV head num_kv_heads - 1 inside the slot;
 // groups_per_seq >= 1; norm_heads >= 1; sliding_window >= 0; num_rows, num_keys >= 0;
 // max_query_rows in [1, 65535] and max_keys >= 1 when num_seqs > 0; max_signal_rows >= 1 when
-// want_signals and attn_sum are set; q, k_cache, v_cache, out, q_offsets, key_offsets, slots and
-// key_positions non-null; num_signal non-null when want_signals is. Contents are the caller's
+// want_signals and attn_sum are set; q, k_cache, v_cache, out, q_offsets, key_offsets and slots
+// non-null; key_positions non-null with a sliding window (without one the kernels never read
+// it); num_signal non-null when want_signals is. Contents are the caller's
 // contract (the reference checks them).
 Status ValidatePagedBatchArgs(const PagedBatchArgs& args);
 

@@ -78,7 +78,8 @@ struct PagedBatchArgs {
   const int64_t* head_group = nullptr;     // [num_kv_heads] in [0, groups_per_seq); null: all 0
   const int64_t* key_offsets = nullptr;    // [num_seqs * groups_per_seq + 1], [0] = 0
   const int64_t* slots = nullptr;          // [num_keys], each in [0, num_slots)
-  const int64_t* key_positions = nullptr;  // [num_keys]; nondecreasing per range with a window
+  const int64_t* key_positions = nullptr;  // [num_keys], nondecreasing per range; read (and
+                                           // required) only with a sliding window
   const int64_t* num_signal = nullptr;     // [num_seqs]: signal query rows (the last ones)
   const uint8_t* want_signals = nullptr;   // [num_seqs] or null (no signals)
   float* attn_sum = nullptr;               // [num_keys] or null

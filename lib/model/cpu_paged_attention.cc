@@ -144,7 +144,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   const int64_t first_signal = n - SignalRows(b, s, n);
   const int64_t a = c * C, e = std::min(a + C, r.keys);
   const int64_t* slots = b.slots + r.k0;
-  const int64_t* kpos = b.key_positions + r.k0;
+  const int64_t* kpos = b.sliding_window > 0 ? b.key_positions + r.k0 : nullptr;
   const float* kg = b.k_cache + g * b.kv_head_stride;
   const float* vg = b.v_cache + g * b.kv_head_stride;
   scratch.resize(static_cast<size_t>(group * C));
@@ -228,7 +228,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     const HeadPlan& hp = ws.heads[(s - ws.seq_begin) * kvh + g];
     const KeyRange r = RangeOf(b, s, g);
     const int64_t ctx = r.keys - n;
-    const int64_t* kpos = b.key_positions + r.k0;
+    const int64_t* kpos = b.sliding_window > 0 ? b.key_positions + r.k0 : nullptr;
     const float* parts = ws.partials.data() + hp.partials;
     float* attn_sum = hp.scores >= 0 ? b.attn_sum + r.k0 : nullptr;
     for (int64_t i = 0; i < n; ++i) {

@@ -56,7 +56,8 @@ struct CpuAttentionBatch {
   const int64_t* head_group = nullptr;     // [num_kv_heads]: the range each KV head reads; null: 0.
   const int64_t* key_offsets = nullptr;    // [num_seqs * G + 1]
   const int64_t* slots = nullptr;          // [key_offsets[num_seqs * G]]: context, then new tokens
-  const int64_t* key_positions = nullptr;  // Same shape: RoPE positions of the keys.
+  const int64_t* key_positions = nullptr;  // Same shape: RoPE positions; read (and required)
+                                           // only with a sliding window.
   const int64_t* num_signal = nullptr;     // [num_seqs]: signal query rows (the last ones).
   const uint8_t* want_signals = nullptr;   // [num_seqs]: signal bits (kAttnSignal | ...)
   float* attn_sum = nullptr;               // [key_offsets[num_seqs * G]] or null

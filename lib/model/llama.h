@@ -213,6 +213,7 @@ class LlamaModel {
   struct PagedBatch {
     Granularity granularity = Granularity::kToken;
     int64_t num_groups = 1;
+    // key_positions only with a sliding window (nothing else reads them; empty otherwise).
     std::vector<int64_t> q_offsets, key_offsets, key_slots, key_positions, num_signal;
     std::vector<uint8_t> want_signals;  // Per sequence: the signal bits to compute (0: none).
     // The signals summed over the layers, fp32 [2, num keys] indexed like key_slots: attention
@@ -243,7 +244,8 @@ class LlamaModel {
   StatusOr<PagedBatch> BuildPagedBatch(std::span<const PagedSeqView> inputs,
                                        const KvTensors& kv, bool with_keys = true) const;
   // The keys of `inputs`, laid out by b.key_offsets, into slots / positions [num keys]
-  // (BuildPagedBatch's key_slots / key_positions). REQUIRES: b = BuildPagedBatch(inputs, ...).
+  // (BuildPagedBatch's key_slots / key_positions; `positions` may be null: not written).
+  // REQUIRES: b = BuildPagedBatch(inputs, ...).
   void WritePagedKeys(std::span<const PagedSeqView> inputs, const PagedBatch& b,
                       int64_t* slots, int64_t* positions) const;
   // Sequence s's output signals from the sums over the layers (indexed like b.key_slots).

@@ -133,8 +133,10 @@ StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(
   if (with_keys) {
     const auto num_keys = static_cast<size_t>(b.key_offsets.back());
     b.key_slots.resize(num_keys);
-    b.key_positions.resize(num_keys);
-    WritePagedKeys(inputs, b, b.key_slots.data(), b.key_positions.data());
+    // Key positions only order the keys for a sliding window: without one nothing reads them.
+    if (c.sliding_window > 0) b.key_positions.resize(num_keys);
+    WritePagedKeys(inputs, b, b.key_slots.data(),
+                   c.sliding_window > 0 ? b.key_positions.data() : nullptr);
     // The signal sums, zeroed for the CPU paths to sum into; a device step sums on the device and
     // its outputs read the copy that comes back (ForwardPaged).
     if (options_.device.is_cpu()) b.sums.assign(2 * num_keys, 0.0f);
@@ -157,6 +159,7 @@ void LlamaModel::WritePagedKeys(std::span<const PagedSeqView> inputs, const Page
       const int64_t c0 = k0 - b.key_offsets[s * groups] - g * n;
       std::copy_n(in.context_slots.begin() + c0, ctx, slots + k0);
       std::copy_n(in.write_slots.begin() + g * n, n, slots + k0 + ctx);
+      if (positions == nullptr) continue;
       if (has_positions) {
         std::copy_n(in.context_positions.begin() + c0, ctx, positions + k0);
       } else {  // No window: positions only order the keys.
@@ -362,7 +365,8 @@ torch::Tensor LlamaModel::PagedStepTorch(PagedBatch& b, const std::vector<int64_
   const int64_t positions_at = upload.Add(b.positions);
   const int64_t writes_at = upload.Add(b.writes);
   const int64_t slots_at = upload.Add(b.key_slots);
-  const int64_t key_positions_at = upload.Add(b.key_positions);
+  // -1: no sliding window, no key positions (nothing reads them).
+  const int64_t key_positions_at = c.sliding_window > 0 ? upload.Add(b.key_positions) : -1;
   const int64_t draws_at = upload.Add(b.draws);
   // The signal sums: b.sums itself on the CPU, one zeroed tensor on another device.
   torch::Tensor sums;
@@ -401,7 +405,8 @@ torch::Tensor LlamaModel::PagedStepTorch(PagedBatch& b, const std::vector<int64_
   if (cuda_attention) cuda_attention->Bind(uploaded);
 #endif
   const torch::Tensor key_slots = uploaded.narrow(0, slots_at, num_keys);
-  const torch::Tensor key_positions = uploaded.narrow(0, key_positions_at, num_keys);
+  const torch::Tensor key_positions =
+      key_positions_at >= 0 ? uploaded.narrow(0, key_positions_at, num_keys) : torch::Tensor();
   std::vector<torch::Tensor> write_index;  // Per group: [N] slots of the batch rows.
   for (int64_t g = 0; g < groups; ++g) {
     write_index.push_back(uploaded.narrow(0, writes_at + g * total, total));
@@ -605,7 +610,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
       .groups_per_seq = groups,
       .key_offsets = b.key_offsets.data(),
       .slots = b.key_slots.data(),
-      .key_positions = b.key_positions.data(),
+      .key_positions = c.sliding_window > 0 ? b.key_positions.data() : nullptr,
       .num_signal = b.num_signal.data(),
       .want_signals = b.want_signals.data(),
       .attn_sum = b.attn_sum(),
@@ -621,7 +626,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   const int64_t num_keys = static_cast<int64_t>(b.key_slots.size());
   const torch::Tensor key_slots = torch::from_blob(b.key_slots.data(), {num_keys}, torch::kInt64);
   const torch::Tensor key_positions =
-      torch::from_blob(b.key_positions.data(), {num_keys}, torch::kInt64);
+      c.sliding_window > 0 ? torch::from_blob(b.key_positions.data(), {num_keys}, torch::kInt64)
+                           : torch::Tensor();
   const torch::Tensor sums = torch::from_blob(b.sums.data(), {2, num_keys}, torch::kFloat32);
   for (int64_t s = 0; s < num_seqs; ++s) {
     if (b.q_offsets[s + 1] - b.q_offsets[s] < kBlasAttentionMinQueries) continue;

@@ -150,7 +150,7 @@ void CudaPagedAttention::Bind(const torch::Tensor& uploaded) {
   a.q_offsets = dev + at_.q;
   a.key_offsets = dev + at_.keys;
   a.slots = dev + at_.slots;
-  a.key_positions = dev + at_.positions;
+  a.key_positions = at_.positions >= 0 ? dev + at_.positions : nullptr;
   a.num_signal = dev + at_.num_signal;
   // No signals asked of the kernel's sequences: it reads no flags and writes no sums.
   a.want_signals = a.attn_sum != nullptr ? reinterpret_cast<const uint8_t*>(dev + at_.want)

@@ -48,9 +48,9 @@ class CudaPagedAttention {
   // [num_seqs] (sequences another path attends), head_group [num_layers * num_kv_heads] (the key
   // range KV head h of layer l reads at l * num_kv_heads + h). Adds the kernel's arrays to
   // `upload`, where the caller has put b.key_slots at slots_at and b.key_positions at
-  // positions_at; `sums` is the step's device fp32 [2, num keys] (attention mass, key norms),
-  // undefined when no sequence wants signals. REQUIRES: the arrays outlive upload.Send; Bind to
-  // its tensor before Attend.
+  // positions_at (-1: none, without a sliding window); `sums` is the step's device fp32 [2, num
+  // keys] (attention mass, key norms), undefined when no sequence wants signals. REQUIRES: the
+  // arrays outlive upload.Send; Bind to its tensor before Attend.
   CudaPagedAttention(const BatchView& b, int64_t num_seqs, const int64_t* num_signal,
                      const uint8_t* want_signals, const std::vector<uint8_t>& skip,
                      const std::vector<int64_t>& head_group, int64_t num_heads,

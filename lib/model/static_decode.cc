@@ -239,9 +239,11 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
   auto* want = reinterpret_cast<uint8_t*>(p + t.want);
   std::fill(want, want + (rows + 7) / 8 * 8, uint8_t{0});
   std::copy(batch.want_signals.begin(), batch.want_signals.end(), want);
-  model_.WritePagedKeys(inputs, batch, p + t.slots, p + t.key_positions);
+  // Key positions only where a sliding window makes the attention read them.
+  const bool window = c.sliding_window > 0;
+  model_.WritePagedKeys(inputs, batch, p + t.slots, window ? p + t.key_positions : nullptr);
   std::fill(p + t.slots + keys, p + t.slots + padded_keys, scratch);
-  std::fill(p + t.key_positions + keys, p + t.key_positions + padded_keys, 0);
+  if (window) std::fill(p + t.key_positions + keys, p + t.key_positions + padded_keys, 0);
   // The tokens: the logits when a sequence wants its row (else the tokens alone, taken here).
   const LogitsAsked asked = AskedOfLogits(inputs, c.vocab_size);
   const bool full = asked.rows, draw_here = asked.draws && !asked.rows;

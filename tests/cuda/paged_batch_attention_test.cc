@@ -128,6 +128,13 @@ TEST(PagedBatchAttentionTest, ValidationNamesTheFieldAtFault) {
   a.max_query_rows = 70000;
   EXPECT_EQ(ValidatePagedBatchArgs(a).message(),
             "PagedBatchArgs: max_query_rows 70000 not in [1, 65535]");
+  // Key positions: without a window the kernels never read them, with one they need them.
+  a = p.args;
+  ASSERT_EQ(a.key_positions, nullptr);
+  EXPECT_TRUE(ValidatePagedBatchArgs(a).ok());
+  a.sliding_window = 4;
+  EXPECT_EQ(ValidatePagedBatchArgs(a).message(),
+            "PagedBatchArgs: a sliding window requires key_positions");
 }
 
 TEST(PagedBatchAttentionTest, ReferenceChecksTheContents) {
@@ -214,7 +221,7 @@ void ExpectKernelMatchesReference(BatchProblem& p, const std::string& label, flo
   d.q_offsets = q_offsets.as<int64_t>();
   d.key_offsets = key_offsets.as<int64_t>();
   d.slots = slots.as<int64_t>();
-  d.key_positions = positions.as<int64_t>();
+  if (p.args.key_positions != nullptr) d.key_positions = positions.as<int64_t>();
   // Optional arrays stay null where the problem leaves them null.
   if (p.args.head_group != nullptr) d.head_group = head_group.as<int64_t>();
   if (p.args.num_signal != nullptr) d.num_signal = num_signal.as<int64_t>();

@@ -173,7 +173,8 @@ struct BatchProblem {
     args.head_group = head_group.data();
     args.key_offsets = key_offsets.data();
     args.slots = slots.data();
-    args.key_positions = key_positions.data();
+    // As lib/model passes them: positions only where a sliding window makes the kernels read them.
+    args.key_positions = shape.sliding_window > 0 ? key_positions.data() : nullptr;
     args.num_signal = num_signal.data();
     args.want_signals = shape.want_signals_list ? want_signals.data() : nullptr;
     args.attn_sum = shape.attn_signals ? attn_sum.data() : nullptr;
