@@ -327,6 +327,12 @@ Status ParseSim(const toml::table* t, const std::string& file, ExperimentConfig&
     return sim.Error("planner_time", "must be \"none\" or \"measured\"");
   }
   s.measured_planner_time = planner_time == "measured";
+  std::string policy_time = s.measured_policy_time ? "measured" : "none";
+  VTOKEN_RETURN_IF_ERROR(sim.String("policy_time", policy_time));
+  if (policy_time != "none" && policy_time != "measured") {
+    return sim.Error("policy_time", "must be \"none\" or \"measured\"");
+  }
+  s.measured_policy_time = policy_time == "measured";
   VTOKEN_RETURN_IF_ERROR(sim.Uint("seed", s.seed));
   VTOKEN_RETURN_IF_ERROR(sim.Int("profile_tokens", s.profile_tokens));
   if (s.profile_tokens < 1) return sim.Error("profile_tokens", "must be >= 1");
@@ -775,6 +781,8 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
     if (c.granularity != Granularity::kToken) {
       resolved["sim"]["parametric"].as_table()->insert("group_sigma", p.group_sigma);
     }
+    // Only when measured: the configs from before the key keep their hashes.
+    if (s.measured_policy_time) resolved["sim"].as_table()->insert("policy_time", "measured");
   }
   // Native mode neither evicts nor reclaims: its run does not depend on [policy] or [reclaim],
   // so the points of a sweep that differ only there share one native run (one config hash).

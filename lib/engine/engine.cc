@@ -29,7 +29,7 @@ class WallClock final : public model::RunClock {
   void WaitUntil(double t) override {
     std::this_thread::sleep_for(std::chrono::duration<double>(t - Now()));
   }
-  void HostWork(double) override {}  // Already on the wall clock.
+  void HostWork(HostPhase, double) override {}  // Already on the wall clock.
 
  private:
   Clock::time_point start_;
@@ -561,12 +561,15 @@ class Engine {
         }
       }
     }
-    result_.policy_s += Since(policy_start);
+    const double policy_s = Since(policy_start);
+    result_.policy_s += policy_s;
+    clock_.HostWork(model::RunClock::HostPhase::kPolicy, policy_s);
     for (size_t index : done) Finish(index);
     if (o_.mode == Mode::kVtoken && !o_.indirection_only) {
       const double planner_before = reclaimer_.stats().planner_seconds;
       VTOKEN_RETURN_IF_ERROR(reclaimer_.Step().status());
-      clock_.HostWork(reclaimer_.stats().planner_seconds - planner_before);
+      clock_.HostWork(model::RunClock::HostPhase::kPlanner,
+                      reclaimer_.stats().planner_seconds - planner_before);
     }
     VTOKEN_RETURN_IF_ERROR(reclaimer_.Poll());
     if (o_.verify) {

@@ -98,8 +98,9 @@ class RunClock {
   virtual double Now() = 0;
   // There is nothing to run before `t` (waiting for the next arrival).
   virtual void WaitUntil(double t) = 0;
-  // The host spent `measured_s` seconds of real CPU time planning relocations.
-  virtual void HostWork(double measured_s) = 0;
+  // The host spent `measured_s` seconds of real time in `phase` of a step.
+  enum class HostPhase { kPolicy, kPlanner };
+  virtual void HostWork(HostPhase phase, double measured_s) = 0;
 };
 
 class ModelRunner {

@@ -36,8 +36,10 @@ class SimRunner::Timeline final : public model::RunClock {
     Charge();
     now_ = std::max(now_, t);
   }
-  void HostWork(double measured_s) override {
-    if (o_.measured_planner_time) pending_host_ += measured_s;
+  void HostWork(HostPhase phase, double measured_s) override {
+    const bool measured =
+        phase == HostPhase::kPlanner ? o_.measured_planner_time : o_.measured_policy_time;
+    if (measured) pending_host_ += measured_s;
   }
 
   void Charge() {

@@ -46,6 +46,10 @@ struct SimOptions {
   // Add the planner's measured CPU time to the host timeline (makes latencies vary slightly
   // between runs); off: the planner costs no virtual time.
   bool measured_planner_time = false;
+  // Add the engine's measured policy time (observe, score, pick, evict: this host's wall time,
+  // on the engine's policy threads) to the host timeline after each forward, on top of
+  // host_overhead_s; off: host_overhead_s is the host's whole work per step.
+  bool measured_policy_time = false;
   // Fault injection for tests: every n-th relocated token lands with the wrong tag (0: never).
   int64_t corrupt_every_nth_copy = 0;
 };

@@ -38,6 +38,7 @@ StatusOr<std::unique_ptr<SimRunner>> MakeSimRunner(const std::string& spec, cons
   o.seed = sim.seed;
   o.force_sync = force_sync;
   o.measured_planner_time = sim.measured_planner_time;
+  o.measured_policy_time = sim.measured_policy_time;
   o.granularity = granularity;
   std::unique_ptr<SignalSource> signals;
   if (sim.attention == "parametric") {
