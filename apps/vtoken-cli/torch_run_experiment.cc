@@ -214,6 +214,9 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
   // Everything that can fail on bad input fails here, before the database is touched.
   std::optional<model::Tokenizer> tokenizer;
   if (!IsSynthetic(c.model)) {
+    if (!std::filesystem::is_directory(c.model)) {
+      return NotFoundError("model directory " + c.model + " not found");
+    }
     VTOKEN_ASSIGN_OR_RETURN(model::Tokenizer t, model::Tokenizer::Load(c.model + "/tokenizer.json"));
     tokenizer = std::move(t);
   }
