@@ -1,6 +1,7 @@
 #include "lib/core/policy_evictor.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <limits>
 
@@ -93,21 +94,22 @@ PolicyEvictor::PolicyEvictor(std::string name, std::unique_ptr<Policy> policy,
 
 std::span<const TokenView> PolicyEvictor::Views(SeqState& s) {
   thread_local std::vector<TokenView> views;  // One allocation per thread, not one per call.
-  views.resize(s.live.size());
-  for (size_t i = 0; i < s.live.size(); ++i) {
-    const TokenId t = s.live[i];
-    views[i] = TokenView{.position = t,
-                         .age = s.step - s.written_step[t],
-                         .attn = s.attn[t],
-                         .attn_sum = s.attn_sum[t],
-                         .key_norm = s.key_norm[t],
-                         .state = std::span<float>(s.state.data() + t * state_size_,
-                                                   static_cast<size_t>(state_size_))};
+  const size_t n = s.live.size();
+  views.resize(n);
+  const size_t ss = static_cast<size_t>(state_size_);
+  float* state = s.state.data();
+  for (size_t i = 0; i < n; ++i) {
+    views[i] = TokenView{.position = s.live[i],
+                         .age = s.step - s.written_step[i],
+                         .attn = s.attn[i],
+                         .attn_sum = s.attn_sum[i],
+                         .key_norm = s.key_norm[i],
+                         .state = std::span<float>(state + i * ss, ss)};
   }
   return views;
 }
 
-Status PolicyEvictor::CheckObservation(SeqId seq, const SeqState& s, std::span<const TokenId> live,
+Status PolicyEvictor::ObservationError(SeqId seq, const SeqState& s, std::span<const TokenId> live,
                                        std::span<const float> attn,
                                        std::span<const float> key_norm) const {
   if (attn.size() != live.size() || key_norm.size() != live.size()) {
@@ -115,7 +117,6 @@ Status PolicyEvictor::CheckObservation(SeqId seq, const SeqState& s, std::span<c
                                 " live tokens but " + std::to_string(attn.size()) + " attn and " +
                                 std::to_string(key_norm.size()) + " key_norm");
   }
-  const TokenId known = static_cast<TokenId>(s.alive.size());
   for (size_t i = 0; i < live.size(); ++i) {
     const TokenId t = live[i];
     if (t < 0 || (i > 0 && t <= live[i - 1])) {
@@ -123,7 +124,7 @@ Status PolicyEvictor::CheckObservation(SeqId seq, const SeqState& s, std::span<c
                                   ": live token ids must be >= 0 and strictly increasing (token " +
                                   std::to_string(t) + " at index " + std::to_string(i) + ")");
     }
-    if (t < known && !s.alive[t]) {
+    if (t < s.known && !std::binary_search(s.live.begin(), s.live.end(), t)) {
       return InvalidArgumentError("observe " + SeqText(seq) + ": token " + std::to_string(t) +
                                   " was evicted and cannot be live again");
     }
@@ -132,7 +133,45 @@ Status PolicyEvictor::CheckObservation(SeqId seq, const SeqState& s, std::span<c
                                   std::to_string(t));
     }
   }
-  return Status::Ok();
+  return InternalError("observe " + SeqText(seq) + ": rejected without a fault");
+}
+
+bool PolicyEvictor::MatchLive(SeqState& s, std::span<const TokenId> live, int64_t step) const {
+  const size_t m = s.live.size(), n = live.size(), ss = static_cast<size_t>(state_size_);
+  // A step's usual change: the same tokens, then new ones (ids increase, so all past `known`).
+  if (n >= m && std::equal(s.live.begin(), s.live.end(), live.begin()) &&
+      (n == m || live[m] >= s.known)) {
+    s.live.insert(s.live.end(), live.begin() + static_cast<std::ptrdiff_t>(m), live.end());
+    s.written_step.resize(n, step);
+    s.attn.resize(n, 0);
+    s.attn_sum.resize(n, 0);
+    s.key_norm.resize(n, 0);
+    s.state.resize(n * ss, 0);
+    return true;
+  }
+  // Else merge the two increasing lists: listed tokens keep their entries, the others go.
+  std::vector<int64_t> written(n, step);
+  std::vector<float> attn_sum(n, 0), state(n * ss, 0);
+  size_t j = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const TokenId t = live[i];
+    while (j < m && s.live[j] < t) ++j;
+    if (j < m && s.live[j] == t) {
+      written[i] = s.written_step[j];
+      attn_sum[i] = s.attn_sum[j];
+      std::copy_n(s.state.begin() + static_cast<std::ptrdiff_t>(j * ss), ss,
+                  state.begin() + static_cast<std::ptrdiff_t>(i * ss));
+    } else if (t < s.known) {
+      return false;  // Seen before and not live: evicted.
+    }
+  }
+  s.live.assign(live.begin(), live.end());
+  s.written_step = std::move(written);
+  s.attn_sum = std::move(attn_sum);
+  s.state = std::move(state);
+  s.attn.resize(n);  // The caller writes this step's values.
+  s.key_norm.resize(n);
+  return true;
 }
 
 Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId> live,
@@ -148,34 +187,38 @@ Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId>
     it = seqs_.find(seq);
   }
   SeqState& s = it->second[group];
-  Status valid = CheckObservation(seq, s, live, attn, key_norm);
-  if (!valid.ok()) {
+  // The checks in one branch-free pass (finite: |x| <= max is false for NaN and infinities); the
+  // error path looks for the fault.
+  const size_t n = live.size();
+  bool ok = attn.size() == n && key_norm.size() == n;
+  if (ok) {
+    constexpr float kMax = std::numeric_limits<float>::max();
+    uint32_t bad = n > 0 && live[0] < 0;
+    for (size_t i = 1; i < n; ++i) bad |= live[i] <= live[i - 1];
+    for (size_t i = 0; i < n; ++i) {
+      bad |= static_cast<uint32_t>(!(std::abs(attn[i]) <= kMax)) |
+             static_cast<uint32_t>(!(std::abs(key_norm[i]) <= kMax));
+    }
+    ok = bad == 0;
+  }
+  if (!ok || !MatchLive(s, live, s.step + 1)) {
+    Status error = ObservationError(seq, s, live, attn, key_norm);
     if (created) seqs_.erase(it);
-    return valid;
+    return error;
   }
   const bool first = s.step < 0;
-  const TokenId known = static_cast<TokenId>(s.alive.size());
   ++s.step;
-  if (!live.empty() && live.back() >= known) {
-    const size_t n = static_cast<size_t>(live.back()) + 1;
-    s.written_step.resize(n, s.step);
-    s.alive.resize(n, 0);
-    s.attn.resize(n, 0);
-    s.attn_sum.resize(n, 0);
-    s.key_norm.resize(n, 0);
-    s.state.resize(n * state_size_, 0);
+  if (n > 0) s.known = std::max(s.known, live.back() + 1);
+  float* last = s.attn.data();
+  float* sum = s.attn_sum.data();
+  float* norm = s.key_norm.data();
+  for (size_t i = 0; i < n; ++i) {
+    last[i] = attn[i];
+    sum[i] += attn[i];
+    norm[i] = key_norm[i];
   }
-  for (TokenId t : s.live) s.alive[t] = 0;
-  for (size_t i = 0; i < live.size(); ++i) {
-    const TokenId t = live[i];
-    s.alive[t] = 1;
-    s.attn[t] = attn[i];
-    s.attn_sum[t] += attn[i];
-    s.key_norm[t] = key_norm[i];
-  }
-  s.live.assign(live.begin(), live.end());
   if (first) {
-    const double prompt = static_cast<double>(live.size());
+    const double prompt = static_cast<double>(n);
     const int64_t budget =
         options_.budget_tokens > 0
             ? options_.budget_tokens
@@ -219,36 +262,52 @@ std::vector<TokenId> PolicyEvictor::Pick(SeqState& s, const std::vector<float>& 
   const int64_t n = static_cast<int64_t>(s.live.size());
   if (n <= keep) return {};
   const auto [sinks, recent] = Protected(keep);
-  std::vector<int64_t> candidates;
-  candidates.reserve(static_cast<size_t>(n - sinks - recent));
-  for (int64_t i = sinks; i < n - recent; ++i) candidates.push_back(i);
-  const auto key = [&](int64_t i) {
-    const float score = scores[i];
-    return std::isnan(score) ? -std::numeric_limits<float>::infinity() : score;
+  // Candidates as (score, entry) in one integer each, ordered as the rule orders them: the
+  // score's bits mapped to an unsigned order (NaN as -inf, -0 as +0), then the entry (older
+  // first).
+  const auto order = [](float score) {
+    if (std::isnan(score)) score = -std::numeric_limits<float>::infinity();
+    if (score == 0) score = 0;  // -0 == +0: the entry decides.
+    const uint32_t bits = std::bit_cast<uint32_t>(score);
+    return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
   };
-  const int64_t num_victims = n - keep;
-  std::nth_element(candidates.begin(), candidates.begin() + (num_victims - 1), candidates.end(),
-                   [&](int64_t a, int64_t b) {
-                     const float ka = key(a), kb = key(b);
-                     return ka < kb || (ka == kb && a < b);
-                   });
-  std::vector<TokenId> victims;
-  victims.reserve(static_cast<size_t>(num_victims));
-  for (int64_t j = 0; j < num_victims; ++j) victims.push_back(s.live[candidates[j]]);
-  std::sort(victims.begin(), victims.end());
-
-  std::vector<TokenId> kept;
-  kept.reserve(static_cast<size_t>(keep));
-  size_t v = 0;
-  for (TokenId t : s.live) {
-    if (v < victims.size() && victims[v] == t) {
-      s.alive[t] = 0;
-      ++v;
-    } else {
-      kept.push_back(t);
-    }
+  std::vector<uint64_t> candidates;
+  candidates.reserve(static_cast<size_t>(n - sinks - recent));
+  for (int64_t i = sinks; i < n - recent; ++i) {
+    candidates.push_back(uint64_t{order(scores[i])} << 32 | static_cast<uint64_t>(i));
   }
-  s.live = std::move(kept);
+  const int64_t num_victims = n - keep;
+  std::nth_element(candidates.begin(), candidates.begin() + (num_victims - 1), candidates.end());
+  // The victims' entries, increasing (ids increase with them).
+  for (int64_t j = 0; j < num_victims; ++j) candidates[j] &= 0xffffffffu;
+  std::sort(candidates.begin(), candidates.begin() + num_victims);
+  std::vector<TokenId> victims(static_cast<size_t>(num_victims));
+  for (int64_t j = 0; j < num_victims; ++j) victims[j] = s.live[candidates[j]];
+  // Compact the kept tokens' entries in place.
+  const size_t ss = static_cast<size_t>(state_size_);
+  int64_t kept = 0, v = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (v < num_victims && candidates[v] == static_cast<uint64_t>(i)) {
+      ++v;
+      continue;
+    }
+    if (kept != i) {
+      s.live[kept] = s.live[i];
+      s.written_step[kept] = s.written_step[i];
+      s.attn[kept] = s.attn[i];
+      s.attn_sum[kept] = s.attn_sum[i];
+      s.key_norm[kept] = s.key_norm[i];
+      std::copy_n(s.state.begin() + static_cast<std::ptrdiff_t>(i * ss), ss,
+                  s.state.begin() + static_cast<std::ptrdiff_t>(kept * ss));
+    }
+    ++kept;
+  }
+  s.live.resize(kept);
+  s.written_step.resize(kept);
+  s.attn.resize(kept);
+  s.attn_sum.resize(kept);
+  s.key_norm.resize(kept);
+  s.state.resize(kept * ss);
   return victims;
 }
 

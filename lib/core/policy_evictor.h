@@ -135,19 +135,26 @@ class PolicyEvictor {
     int64_t step = -1;          // Observe calls so far minus one.
     int64_t evicted_step = -1;  // Step of the last eviction.
     int64_t budget = 0;
+    TokenId known = 0;          // One past the largest id ever observed.
     std::vector<TokenId> live;  // Live tokens, increasing.
-    // By logical token id:
+    // Parallel to live (entry i is token live[i]), so that a step's pass over the tokens reads
+    // and writes contiguous memory whatever the ids; an eviction compacts them.
     std::vector<int64_t> written_step;
-    std::vector<uint8_t> alive;
     std::vector<float> attn;
     std::vector<float> attn_sum;
     std::vector<float> key_norm;
-    std::vector<float> state;  // [num ids * state_size]
+    std::vector<float> state;  // [live.size() * state_size]
     PolicyRng rng;
   };
 
-  Status CheckObservation(SeqId seq, const SeqState& s, std::span<const TokenId> live,
+  // The first fault of an observation, as an InvalidArgument naming it. REQUIRES: it has one.
+  Status ObservationError(SeqId seq, const SeqState& s, std::span<const TokenId> live,
                           std::span<const float> attn, std::span<const float> key_norm) const;
+  // Brings s's entries to the tokens of `live` (a checked observation): entries of tokens no
+  // longer listed go, tokens never seen get new ones (written this step, zero state). False,
+  // leaving s unchanged, when `live` lists a token that was evicted.
+  // `step` is the step being observed (new tokens are written at it).
+  bool MatchLive(SeqState& s, std::span<const TokenId> live, int64_t step) const;
   // s's live tokens as the policy sees them, in a buffer of the calling thread (valid until its
   // next call).
   std::span<const TokenView> Views(SeqState& s);

@@ -36,6 +36,21 @@ class NanProbe final : public Policy {
 };
 VTOKEN_REGISTER_POLICY(NanProbe, "test_nan", "test: NaN for position 3");
 
+// Scores by position from a table of signed zeros, infinities, NaN and denormals.
+class SignedScores final : public Policy {
+ public:
+  void Score(std::span<const TokenView> tokens, PolicyContext&,
+             std::span<float> scores) const override {
+    const float inf = std::numeric_limits<float>::infinity();
+    const float tiny = std::numeric_limits<float>::denorm_min();
+    const float table[] = {0.0f,  -0.0f, -inf,  std::numeric_limits<float>::quiet_NaN(),
+                           tiny,  -tiny, -1.0f, inf,
+                           -0.0f, 2.0f};
+    for (size_t i = 0; i < tokens.size(); ++i) scores[i] = table[tokens[i].position % 10];
+  }
+};
+VTOKEN_REGISTER_POLICY(SignedScores, "test_signed_scores", "test: signed zeros, NaN, denormals");
+
 // What StateProbe saw at its last Score: position -> state.
 std::map<TokenId, std::vector<float>> g_seen_state;
 
@@ -60,6 +75,32 @@ class StateProbe final : public Policy {
   }
 };
 VTOKEN_REGISTER_POLICY(StateProbe, "test_state_probe", "test: records state");
+
+// What ViewProbe saw at its last Score: position -> its view, state copied out.
+struct SeenView {
+  int64_t age;
+  float attn, attn_sum, key_norm, observed;
+};
+std::map<TokenId, SeenView> g_seen_views;
+
+// State: [0] how many steps observed the token. Scores: the position.
+class ViewProbe final : public Policy {
+ public:
+  int32_t state_size() const override { return 1; }
+  void Observe(std::span<const TokenView> tokens, PolicyContext&) const override {
+    for (const TokenView& t : tokens) t.state[0] += 1;
+  }
+  void Score(std::span<const TokenView> tokens, PolicyContext&,
+             std::span<float> scores) const override {
+    g_seen_views.clear();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const TokenView& t = tokens[i];
+      g_seen_views[t.position] = {t.age, t.attn, t.attn_sum, t.key_norm, t.state[0]};
+      scores[i] = static_cast<float>(t.position);
+    }
+  }
+};
+VTOKEN_REGISTER_POLICY(ViewProbe, "test_view_probe", "test: records its views");
 
 // Observe calls of the two ObserveCounter policies below.
 int g_observe_calls = 0;
@@ -236,6 +277,16 @@ TEST(PolicyEvictorTest, NanScoresCountAsLowest) {
   EXPECT_EQ(Step(*e, 1, Range(0, 7)), (std::vector<TokenId>{0, 3}));
 }
 
+// The order is (score, position) as floats compare: NaN with -inf (the older first), -0 equal
+// to +0 (the older first), denormals between 0 and the normals. Ascending, positions 2 3 6 5
+// 0 1 8 4 9 7: five victims end inside the zeros.
+TEST(PolicyEvictorTest, SignedZerosTieAndNanTiesWithMinusInfinity) {
+  std::unique_ptr<PolicyEvictor> e = Make("test_signed_scores", {.budget_tokens = 5});
+  EXPECT_EQ(Step(*e, 1, Range(0, 10)), (std::vector<TokenId>{0, 2, 3, 5, 6}));
+  e = Make("test_signed_scores", {.budget_tokens = 2});
+  EXPECT_EQ(Step(*e, 1, Range(0, 10)), (std::vector<TokenId>{0, 1, 2, 3, 4, 5, 6, 8}));
+}
+
 TEST(PolicyEvictorTest, EvictsAfterPrefillThenEveryIntervalOncePerStep) {
   std::unique_ptr<PolicyEvictor> e = Make("tova", {.budget_tokens = 4, .evict_interval = 3});
   std::vector<TokenId> live = Range(0, 6);
@@ -296,6 +347,52 @@ TEST(PolicyEvictorTest, TokensEvictedByTheCallerLeaveTheLiveSet) {
   EXPECT_TRUE(Step(*e, 1, {0, 1, 2}).empty());
   // Token 1 vanished (evicted elsewhere); two new tokens arrive; one victim brings it to 3.
   EXPECT_EQ(Step(*e, 1, {0, 2, 3, 4}), (std::vector<TokenId>{0}));
+}
+
+// Tokens the caller evicted leave, new ones join, and every surviving token keeps its age, summed
+// attention and state through the changes; an evicted token cannot come back.
+TEST(PolicyEvictorTest, SurvivorsKeepTheirSignalsAndStateAcrossCallerEvictions) {
+  std::unique_ptr<PolicyEvictor> e =
+      Make("test_view_probe", {.budget_tokens = 6, .evict_interval = 2});
+  const std::vector<std::vector<TokenId>> steps = {
+      {0, 1, 2, 3, 4, 5}, {0, 2, 3, 5, 6, 7}, {0, 2, 5, 6, 7, 8, 9}};
+  std::map<TokenId, float> sum;
+  std::map<TokenId, float> last;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    std::vector<float> attn, norm;
+    for (TokenId t : steps[k]) {
+      attn.push_back(0.01f * static_cast<float>(t + 1) + 0.1f * static_cast<float>(k));
+      norm.push_back(static_cast<float>(10 * k + t));
+      sum[t] += attn.back();
+      last[t] = norm.back();
+    }
+    ASSERT_TRUE(e->Observe(1, steps[k], attn, norm).ok()) << "step " << k;
+    StatusOr<std::vector<TokenId>> victims = e->Victims(1);
+    ASSERT_TRUE(victims.ok());
+    EXPECT_EQ(*victims, k < 2 ? std::vector<TokenId>{} : std::vector<TokenId>{0}) << "step " << k;
+  }
+  ASSERT_EQ(g_seen_views.size(), 7u);
+  // Written at step 0 (0 2 5), 1 (6 7) and 2 (8 9); observed 3, 2 and 1 times.
+  const std::map<TokenId, std::pair<int64_t, float>> age_observed = {
+      {0, {2, 3}}, {2, {2, 3}}, {5, {2, 3}}, {6, {1, 2}}, {7, {1, 2}}, {8, {0, 1}}, {9, {0, 1}}};
+  for (const auto& [t, expected] : age_observed) {
+    SCOPED_TRACE("token " + std::to_string(t));
+    const SeenView& v = g_seen_views.at(t);
+    EXPECT_EQ(v.age, expected.first);
+    EXPECT_EQ(v.observed, expected.second);
+    EXPECT_FLOAT_EQ(v.attn_sum, sum[t]);
+    EXPECT_FLOAT_EQ(v.attn, 0.01f * static_cast<float>(t + 1) + 0.2f);
+    EXPECT_EQ(v.key_norm, last[t]);
+  }
+  const std::vector<float> four(4, 0.25f), ones(4, 1.0f);
+  Status back = e->Observe(1, std::vector<TokenId>{2, 3, 5, 10}, four, ones);
+  EXPECT_EQ(back.message(), "observe seq 1: token 3 was evicted and cannot be live again");
+  back = e->Observe(1, std::vector<TokenId>{0, 2, 5, 10}, four, ones);
+  EXPECT_EQ(back.message(), "observe seq 1: token 0 was evicted and cannot be live again");
+  // A rejected observation changed nothing: the next one sees the survivors as they were.
+  EXPECT_TRUE(e->Observe(1, std::vector<TokenId>{2, 5, 6, 7, 8, 9}, std::vector<float>(6, 0.5f),
+                         std::vector<float>(6, 1.0f))
+                  .ok());
 }
 
 // The policy's per-token state is keyed by logical id: a relocation that moves the tokens'
