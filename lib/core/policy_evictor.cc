@@ -278,17 +278,18 @@ std::vector<TokenId> PolicyEvictor::Pick(SeqState& s, const std::vector<float>& 
   }
   const int64_t num_victims = n - keep;
   std::nth_element(candidates.begin(), candidates.begin() + (num_victims - 1), candidates.end());
-  // The victims' entries, increasing (ids increase with them).
-  for (int64_t j = 0; j < num_victims; ++j) candidates[j] &= 0xffffffffu;
-  std::sort(candidates.begin(), candidates.begin() + num_victims);
-  std::vector<TokenId> victims(static_cast<size_t>(num_victims));
-  for (int64_t j = 0; j < num_victims; ++j) victims[j] = s.live[candidates[j]];
-  // Compact the kept tokens' entries in place.
+  // Mark the victims' entries, then one pass lists them (increasing, as the ids) and compacts
+  // the kept tokens' entries in place.
+  thread_local std::vector<uint8_t> doomed;
+  doomed.assign(static_cast<size_t>(n), 0);
+  for (int64_t j = 0; j < num_victims; ++j) doomed[candidates[j] & 0xffffffffu] = 1;
+  std::vector<TokenId> victims;
+  victims.reserve(static_cast<size_t>(num_victims));
   const size_t ss = static_cast<size_t>(state_size_);
-  int64_t kept = 0, v = 0;
+  int64_t kept = 0;
   for (int64_t i = 0; i < n; ++i) {
-    if (v < num_victims && candidates[v] == static_cast<uint64_t>(i)) {
-      ++v;
+    if (doomed[i] != 0) {
+      victims.push_back(s.live[i]);
       continue;
     }
     if (kept != i) {
