@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Per-layer / per-head KV groups from the command line (cache.granularity): on vt-tiny, head and
 # layer runs complete with verification on, naive and vtoken produce identical outputs, vtoken
-# moves group slots; a token-granularity config records no new keys (same config hash as before
+# moves group slots; on vt-tiny-gqa (2 KV heads per layer) head groups really differ from layer
+# groups; a token-granularity config records no new keys (same config hash as before
 # the feature); the simulated 8B shape runs per head; `check --granularity head` passes; bad
 # combinations give one error line, a non-zero exit and no database.
 # Usage: granularity_cli_test.sh VTOKEN_CLI SOURCE_DIR
@@ -62,6 +63,30 @@ grep -q "^granularity =\|^budget_allocation =\|^\[cache\]" "$TMP/token.dry" \
   && fail "token granularity records new keys"
 "$CLI" run "$TMP/g.toml" --set cache.granularity=head --dry-run >"$TMP/head.dry" 2>/dev/null
 grep -q "^granularity = 'head'" "$TMP/head.dry" || fail "head granularity not in the resolved config"
+
+# A trained model with 2 KV heads per layer (models/vt-tiny-gqa): head groups are half a layer's,
+# so the head run evicts per head (12 groups, other victims than the layer run's 6), AdaKV splits
+# a layer's budget between its heads, and vtoken still gives naive's outputs exactly.
+for point in "layer uniform" "head uniform" "head adaptive"; do
+  set -- $point
+  "$CLI" run "$TMP/g.toml" --set model.path=models/vt-tiny-gqa --set cache.granularity=$1 \
+    --set policy.budget_allocation=$2 --db "$TMP/gqa-$1-$2.db" >/dev/null 2>"$TMP/gqa.err" \
+    || fail "vt-tiny-gqa $point run exited $?: $(tail -2 "$TMP/gqa.err")"
+  db="$TMP/gqa-$1-$2.db"
+  groups=$([[ $1 == head ]] && echo 12.0 || echo 6.0)
+  [[ "$(sqlite3 "$db" "select count(*) from summary where name='kv_groups' and value = $groups")" == 2 ]] \
+    || fail "vt-tiny-gqa $point: not $groups KV groups"
+  [[ "$(sqlite3 "$db" "select count(*) from summary where name='violations' and value = 0")" == 2 ]] \
+    || fail "vt-tiny-gqa $point: verification found violations"
+  naive=$(sqlite3 "$db" "select group_concat(text, '|') from (select o.text from outputs o join runs r on r.id = o.run_id where r.mode='naive' order by o.request_id)")
+  vtoken=$(sqlite3 "$db" "select group_concat(text, '|') from (select o.text from outputs o join runs r on r.id = o.run_id where r.mode='vtoken' order by o.request_id)")
+  [[ -n "$naive" && "$naive" == "$vtoken" ]] || fail "vt-tiny-gqa $point: naive and vtoken outputs differ"
+done
+q="select group_concat(o.text, '|') from outputs o join runs r on r.id = o.run_id where r.mode='naive'"
+[[ "$(sqlite3 "$TMP/gqa-layer-uniform.db" "$q")" != "$(sqlite3 "$TMP/gqa-head-uniform.db" "$q")" ]] \
+  || fail "vt-tiny-gqa: per-head and per-layer budgets gave the same outputs"
+[[ "$(sqlite3 "$TMP/gqa-head-uniform.db" "$q")" != "$(sqlite3 "$TMP/gqa-head-adaptive.db" "$q")" ]] \
+  || fail "vt-tiny-gqa: adaptive and uniform head budgets gave the same outputs"
 
 # Paper shape on the simulated backend, per head (256 groups), adaptive budgets.
 cat >"$TMP/s.toml" <<'TOML'
