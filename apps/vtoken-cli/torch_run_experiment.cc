@@ -352,8 +352,10 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     if (sweep.empty() || std::find(c.modes.begin(), c.modes.end(), mode) != c.modes.end()) {
       return Status::Ok();
     }
+    // `config`, not c: the recorded configs are the user's, before the pool is split into
+    // KV-group blocks (at G > 1 c's num_blocks is G times theirs).
     VTOKEN_ASSIGN_OR_RETURN(std::optional<int64_t> id,
-                            store.FindCompleted(ConfigHash(ResolvedToml(c, mode)), sweep));
+                            store.FindCompleted(ConfigHash(ResolvedToml(config, mode)), sweep));
     if (!id) return Status::Ok();
     VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::OutputRecord> outputs, store.GetOutputs(*id));
     if (outputs.size() != requests.size()) return Status::Ok();

@@ -3,7 +3,7 @@
 # policy.params.decayed_attention.decay x 2 seeds on vt-tiny runs native once per seed (native
 # records no [policy] / [reclaim]), h2o once per seed (the decay does not apply to it) and
 # decayed_attention once per decay and seed; every vtoken run is scored against its native
-# baseline; the applied parameter is recorded as policy.params.decay; `report` shows the points
+# baseline (also at layer granularity); the applied parameter is recorded as policy.params.decay; `report` shows the points
 # as mean ± 95% CI over 2 seeds; bad per-policy tables give one error line and no database.
 # Usage: sweep_sharing_test.sh VTOKEN_CLI SOURCE_DIR
 source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
@@ -62,6 +62,14 @@ grep -q "policy.params.decayed_attention.decay=0.75" "$TMP/dry.out" \
 scored=$(sqlite3 "$TMP/s.db" "select count(*) from summary s join runs r on r.id = s.run_id
   where r.mode = 'vtoken' and s.name = 'rouge_l_vs_native' and s.value between 0 and 1")
 [[ $scored -eq 6 ]] || fail "$scored of 6 vtoken runs are scored against their native run"
+# The same at layer granularity (the run splits the pool into KV-group blocks; the shared native
+# run is still found, by the config as recorded): every vtoken run scored against it.
+"$CLI" sweep "$TMP/s.toml" --db "$TMP/layer.db" --set cache.granularity=layer >"$TMP/layer.out" \
+  2>"$TMP/layer.err" || fail "layer sweep exited $?: $(tail -3 "$TMP/layer.err")"
+[[ $(runs "$TMP/layer.db" "mode = 'native'") -eq 2 ]] || fail "layer sweep: native not once per seed"
+scored=$(sqlite3 "$TMP/layer.db" "select count(*) from summary s join runs r on r.id = s.run_id
+  where r.mode = 'vtoken' and s.name = 'rouge_l_vs_native' and s.value between 0 and 1")
+[[ $scored -eq 6 ]] || fail "layer sweep: $scored of 6 vtoken runs are scored against their native run"
 # A second sweep over the same grid with --resume runs nothing.
 "$CLI" sweep "$TMP/s.toml" --db "$TMP/s.db" --resume >"$TMP/resume.out" 2>&1 || fail "resume failed"
 grep -q "done 0, skipped 8, failed 0 of 8 points" "$TMP/resume.out" || fail "resume: $(tail -1 "$TMP/resume.out")"

@@ -1,0 +1,55 @@
+#!/usr/bin/env python3
+"""docs/RESULTS.md §9's tables: the runs of results/granularity.db (experiments/granularity.sh)
+of one model, averaged over workload seeds, one row per (policy, granularity, budgets, mode).
+
+Usage: vtoken-cli export --db results/granularity.db --table runs --out runs.csv
+       /usr/bin/python3 experiments/granularity_table.py runs.csv models/vt-tiny-gqa
+
+Columns: KV groups; blocks held per request (mean over the run, token-blocks: group blocks / G);
+held / ideal at finish (blocks_final_mean / ideal_final_mean); peak concurrency; F (mean);
+ROUGE-L vs native (mean over seeds, with the min and max); vtoken = naive (ROUGE-L vtoken vs
+naive 1.0 in every seed). Needs pandas (python3-pandas).
+"""
+import sys
+
+import pandas as pd
+
+
+def main(csv, model):
+    runs = pd.read_csv(csv)
+    runs = runs[(runs["status"] == "completed") & (runs["model"] == model)].copy()
+    if runs.empty:
+        sys.exit(f"no completed runs of {model} in {csv}")
+    runs["cache.granularity"] = runs["cache.granularity"].fillna("token")
+    runs["policy.budget_allocation"] = runs["policy.budget_allocation"].fillna("uniform")
+    runs["workload.seed"] = runs["workload.seed"].fillna(1)
+    runs["held_over_ideal"] = runs["blocks_final_mean"] / runs["ideal_final_mean"]
+    keys = ["policy", "cache.granularity", "policy.budget_allocation", "mode"]
+    order = {"token": 0, "layer": 1, "head": 2, "uniform": 0, "pyramid": 1, "adaptive": 2,
+             "native": 0, "naive": 1, "vtoken": 2}
+    print("| policy | granularity | budgets | mode | seeds | KV groups | blocks held / request "
+          "(mean, token-blocks) | held / ideal at finish | peak concurrency | F (mean) | "
+          "ROUGE-L vs native (min-max) | vtoken = naive |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|")
+    groups = runs.groupby(keys)
+    rows = sorted(groups, key=lambda kv: (kv[0][0] if kv[0][3] != "native" else "",
+                                          order[kv[0][1]], order[kv[0][2]], order[kv[0][3]]))
+    for (policy, gran, alloc, mode), g in rows:
+        if mode == "native":
+            policy, alloc = "-", "-"
+        rouge = g["rouge_l_vs_native"]
+        rouge_text = "-" if mode == "native" else (
+            f"{rouge.mean():.4f} ({rouge.min():.4f}-{rouge.max():.4f})")
+        same = "-"
+        if mode == "vtoken":
+            same = "yes" if (g["rouge_l_vs_naive"] == 1.0).all() else "no"
+        print(f"| {policy} | {gran} | {alloc} | {mode} | {g['workload.seed'].nunique()} | "
+              f"{g['kv_groups'].iloc[0]:.0f} | {g['blocks_mean_token_blocks'].mean():.1f} | "
+              f"{g['held_over_ideal'].mean():.2f}x | {g['peak_running'].mean():.1f} | "
+              f"{g['waste_ratio_mean'].mean():.3f} | {rouge_text} | {same} |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])
