@@ -9,6 +9,18 @@
 source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
 bash scripts/make-corpus.sh build/corpus >/dev/null || fail "corpus"
 
+# outputs DB MODE: the texts of DB's MODE run in request order, joined by '|'.
+outputs() {
+  sqlite3 "$1" "select group_concat(text, '|') from (select o.text from outputs o join runs r
+    on r.id = o.run_id where r.mode='$2' order by o.request_id)"
+}
+# same_outputs DB: DB's naive and vtoken runs generated the same, non-empty, texts.
+same_outputs() {
+  local naive
+  naive=$(outputs "$1" naive)
+  [[ -n "$naive" && "$naive" == "$(outputs "$1" vtoken)" ]]
+}
+
 cat >"$TMP/g.toml" <<'TOML'
 name = "granularity_cli"
 modes = ["naive", "vtoken"]
@@ -49,9 +61,7 @@ for g in layer head; do
     || fail "$g: vt-tiny (6 layers, 1 KV head) should run 6 KV groups"
   [[ "$(sqlite3 "$TMP/$g.db" "select value > 0 from summary s join runs r on r.id = s.run_id where r.mode='vtoken' and name='moves'")" == 1 ]] \
     || fail "$g: the vtoken run moved nothing"
-  naive=$(sqlite3 "$TMP/$g.db" "select group_concat(text, '|') from (select o.text from outputs o join runs r on r.id = o.run_id where r.mode='naive' order by o.request_id)")
-  vtoken=$(sqlite3 "$TMP/$g.db" "select group_concat(text, '|') from (select o.text from outputs o join runs r on r.id = o.run_id where r.mode='vtoken' order by o.request_id)")
-  [[ -n "$naive" && "$naive" == "$vtoken" ]] || fail "$g: naive and vtoken outputs differ"
+  same_outputs "$TMP/$g.db" || fail "$g: naive and vtoken outputs differ"
 done
 # Head and layer groups coincide on a model with one KV head: the same evictions, blocks, outputs.
 q="select s.name, s.value from summary s join runs r on r.id = s.run_id where r.mode='naive' and s.name in ('evictions','blocks_mean','ideal_final_mean') order by s.name"
@@ -78,14 +88,11 @@ for point in "layer uniform" "head uniform" "head adaptive"; do
     || fail "vt-tiny-gqa $point: not $groups KV groups"
   [[ "$(sqlite3 "$db" "select count(*) from summary where name='violations' and value = 0")" == 2 ]] \
     || fail "vt-tiny-gqa $point: verification found violations"
-  naive=$(sqlite3 "$db" "select group_concat(text, '|') from (select o.text from outputs o join runs r on r.id = o.run_id where r.mode='naive' order by o.request_id)")
-  vtoken=$(sqlite3 "$db" "select group_concat(text, '|') from (select o.text from outputs o join runs r on r.id = o.run_id where r.mode='vtoken' order by o.request_id)")
-  [[ -n "$naive" && "$naive" == "$vtoken" ]] || fail "vt-tiny-gqa $point: naive and vtoken outputs differ"
+  same_outputs "$db" || fail "vt-tiny-gqa $point: naive and vtoken outputs differ"
 done
-q="select group_concat(o.text, '|') from outputs o join runs r on r.id = o.run_id where r.mode='naive'"
-[[ "$(sqlite3 "$TMP/gqa-layer-uniform.db" "$q")" != "$(sqlite3 "$TMP/gqa-head-uniform.db" "$q")" ]] \
+[[ "$(outputs "$TMP/gqa-layer-uniform.db" naive)" != "$(outputs "$TMP/gqa-head-uniform.db" naive)" ]] \
   || fail "vt-tiny-gqa: per-head and per-layer budgets gave the same outputs"
-[[ "$(sqlite3 "$TMP/gqa-head-uniform.db" "$q")" != "$(sqlite3 "$TMP/gqa-head-adaptive.db" "$q")" ]] \
+[[ "$(outputs "$TMP/gqa-head-uniform.db" naive)" != "$(outputs "$TMP/gqa-head-adaptive.db" naive)" ]] \
   || fail "vt-tiny-gqa: adaptive and uniform head budgets gave the same outputs"
 
 # Paper shape on the simulated backend, per head (256 groups), adaptive budgets.
