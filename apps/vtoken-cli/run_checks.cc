@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <filesystem>
 
 #include "lib/core/memory_budget.h"
 #include "lib/core/virtual_kv_cache.h"
@@ -10,6 +11,19 @@
 #include "lib/sim/sim_spec.h"
 
 namespace vtoken::cli {
+
+Status CheckRunFiles(const ExperimentConfig& c) {
+  if (!sim::IsSimSpec(c.model) && c.model.rfind("synthetic:", 0) != 0 &&
+      !std::filesystem::is_directory(c.model)) {
+    return NotFoundError("model directory " + c.model + " not found");
+  }
+  if (!c.workload.corpus_path.empty() && !std::filesystem::exists(c.workload.corpus_path)) {
+    return NotFoundError("corpus file " + c.workload.corpus_path +
+                         " not found (scripts/make-corpus.sh builds the KJV corpus)");
+  }
+  return Status::Ok();
+}
+
 namespace {
 
 bool EvictionConfigured(const ExperimentConfig& c) {

@@ -29,6 +29,10 @@ Status SplitPoolIntoKvGroups(engine::EngineOptions& e, Granularity granularity,
 // and engine.num_blocks.
 Status ApplyKvGroups(ExperimentConfig& c, const model::ModelConfig& m);
 
+// The files every run reads first: the model directory (not for synthetic: / sim: models) and the
+// workload's corpus. NotFound naming the file.
+Status CheckRunFiles(const ExperimentConfig& config);
+
 // Bytes the run allocates: KV store (K and V per layer in model.dtype for real and synthetic
 // models, one 8-byte tag per slot for sim:), pool metadata, weights (not for sim:), the workload.
 // `available` is the host's memory (AvailableMemoryBytes() when < 0). With `device_available`

@@ -23,6 +23,7 @@
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/experiment_config.h"
 #include "apps/vtoken-cli/interrupt.h"
+#include "apps/vtoken-cli/run_checks.h"
 #include "apps/vtoken-cli/run_experiment.h"
 #include "apps/vtoken-cli/sweep_grid.h"
 #include "lib/core/policy_registry.h"
@@ -122,13 +123,8 @@ Status CheckPoint(const ExperimentConfig& c) {
         !std::filesystem::exists(c.sim.attention.substr(6))) {
       return NotFoundError("signal trace " + c.sim.attention.substr(6) + " not found");
     }
-  } else if (c.model.rfind("synthetic:", 0) != 0 && !std::filesystem::is_directory(c.model)) {
-    return NotFoundError("model directory " + c.model + " not found");
   }
-  if (!c.workload.corpus_path.empty() && !std::filesystem::exists(c.workload.corpus_path)) {
-    return NotFoundError("corpus file " + c.workload.corpus_path +
-                         " not found (scripts/make-corpus.sh builds the KJV corpus)");
-  }
+  VTOKEN_RETURN_IF_ERROR(CheckRunFiles(c));
   if (c.workload.kind == "jsonl" && !std::filesystem::exists(c.workload.jsonl_path)) {
     return NotFoundError("workload file " + c.workload.jsonl_path + " not found");
   }

@@ -212,20 +212,14 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
                                    const std::string& record_signals) {
   ExperimentConfig c = config;  // With the pool split into KV-group blocks (ApplyKvGroups).
   // Everything that can fail on bad input fails here, before the database is touched.
+  VTOKEN_RETURN_IF_ERROR(CheckRunFiles(c));
   std::optional<model::Tokenizer> tokenizer;
   if (!IsSynthetic(c.model)) {
-    if (!std::filesystem::is_directory(c.model)) {
-      return NotFoundError("model directory " + c.model + " not found");
-    }
     VTOKEN_ASSIGN_OR_RETURN(model::Tokenizer t, model::Tokenizer::Load(c.model + "/tokenizer.json"));
     tokenizer = std::move(t);
   }
   if (c.workload.kind != "jsonl" && tokenizer && c.workload.corpus_path.empty()) {
     return InvalidArgumentError(c.file + ": workload.corpus is required for a real model");
-  }
-  if (!c.workload.corpus_path.empty() && !std::filesystem::exists(c.workload.corpus_path)) {
-    return NotFoundError("corpus file " + c.workload.corpus_path +
-                         " not found (scripts/make-corpus.sh builds the KJV corpus)");
   }
   // What the run allocates and what the policy asks of the context, before anything is loaded.
   StatusOr<model::ModelConfig> shape = PeekModelConfig(c.model);

@@ -253,7 +253,7 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
     // makes the kernel read them.
     const int64_t head = t.slots + padded_keys;
     index_.narrow(0, 0, head).copy_(index_host_.narrow(0, 0, head), /*non_blocking=*/true);
-    if (c.sliding_window > 0) {
+    if (window) {
       index_.narrow(0, t.key_positions, padded_keys)
           .copy_(index_host_.narrow(0, t.key_positions, padded_keys), /*non_blocking=*/true);
     }
