@@ -13,7 +13,7 @@ class H2O final : public Policy {
  public:
   explicit H2O(const PolicyParams& p) : recent_ratio_(p.Double("recent_ratio")) {}
 
-  uint8_t signals() const override { return kAttnSignal; }
+  uint8_t signals() const override { return kAttnSumSignal; }
   void Score(std::span<const TokenView> tokens, PolicyContext& ctx,
              std::span<float> scores) const override {
     const auto recent = static_cast<size_t>(recent_ratio_ * static_cast<double>(ctx.budget));

@@ -127,18 +127,39 @@ struct PolicyContext {
 
 // The signals a policy reads, as bits of Policy::signals(): the model computes only those (each
 // costs a pass over every live key in every layer). A signal the policy does not declare arrives
-// as zero (attn_sum then stays zero).
-inline constexpr uint8_t kAttnSignal = 1;     // attn and attn_sum
+// as zero.
+//
+// They also say when the model computes them. attn_sum needs every step's attention, and so does
+// a policy with state whose Observe reads a signal; the signals of any other policy are read only
+// by Score, so the runtime asks the model for them only on the steps where an eviction is due
+// (the prefill, then every evict_interval-th step) and computes nothing in between.
+inline constexpr uint8_t kAttnSignal = 1;     // attn (this step's)
 inline constexpr uint8_t kKeyNormSignal = 2;  // key_norm
+inline constexpr uint8_t kAttnSumSignal = 4;  // attn_sum (every step's attn, accumulated)
+inline constexpr uint8_t kAllSignals = kAttnSignal | kKeyNormSignal | kAttnSumSignal;
+
+// The model's work for the policy signals `declared`: kAttnSignal (the attention mass, for attn
+// or attn_sum) and kKeyNormSignal bits.
+inline constexpr uint8_t ModelSignals(uint8_t declared) {
+  return static_cast<uint8_t>(((declared & (kAttnSignal | kAttnSumSignal)) != 0 ? kAttnSignal : 0) |
+                              (declared & kKeyNormSignal));
+}
+
+// True when a policy with these signals and state reads signals on every step, not only when it
+// evicts (see above).
+inline constexpr bool ReadsSignalsEveryStep(uint8_t declared, int32_t state_size) {
+  return (declared & kAttnSumSignal) != 0 || (state_size > 0 && declared != 0);
+}
 
 class Policy {
  public:
   virtual ~Policy() = default;
 
-  // The signals Observe and Score read (kAttnSignal | kKeyNormSignal bits). The default, every
-  // signal, is always correct; declaring fewer saves the model their computation. A test checks
+  // The signals Observe and Score read (kAttnSignal | kKeyNormSignal | kAttnSumSignal bits). The
+  // default, every signal, is always correct; declaring fewer saves the model their computation,
+  // and a policy without attn_sum or state gets its signals only when it evicts. A test checks
   // every registered policy's declaration (scores are the same with undeclared signals zeroed).
-  virtual uint8_t signals() const { return kAttnSignal | kKeyNormSignal; }
+  virtual uint8_t signals() const { return kAllSignals; }
 
   // Floats of per-token state this policy keeps. Fixed for the policy's lifetime.
   virtual int32_t state_size() const { return 0; }

@@ -89,8 +89,19 @@ PolicyEvictor::PolicyEvictor(std::string name, std::unique_ptr<Policy> policy,
     : name_(std::move(name)),
       policy_(std::move(policy)),
       state_size_(policy_->state_size()),
+      signals_(policy_->signals()),
+      every_step_(ReadsSignalsEveryStep(signals_, state_size_)),
       options_(options),
       num_groups_(NumGroups(options)) {}
+
+bool PolicyEvictor::ReadsSignals(int64_t step) const {
+  return signals_ != 0 && (every_step_ || step % options_.evict_interval == 0);
+}
+
+bool PolicyEvictor::SignalsWanted(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return ReadsSignals(it == seqs_.end() ? 0 : it->second[0].step + 1);
+}
 
 std::span<const TokenView> PolicyEvictor::Views(SeqState& s) {
   thread_local std::vector<TokenView> views;  // One allocation per thread, not one per call.
@@ -112,7 +123,13 @@ std::span<const TokenView> PolicyEvictor::Views(SeqState& s) {
 Status PolicyEvictor::ObservationError(SeqId seq, const SeqState& s, std::span<const TokenId> live,
                                        std::span<const float> attn,
                                        std::span<const float> key_norm) const {
-  if (attn.size() != live.size() || key_norm.size() != live.size()) {
+  const bool no_signals = !live.empty() && attn.empty() && key_norm.empty();
+  if (no_signals && ReadsSignals(s.step + 1)) {
+    return InvalidArgumentError("observe " + SeqText(seq) + ": policy " + name_ +
+                                " reads this step's signals (step " + std::to_string(s.step + 1) +
+                                ") but none were given");
+  }
+  if (!no_signals && (attn.size() != live.size() || key_norm.size() != live.size())) {
     return InvalidArgumentError("observe " + SeqText(seq) + ": " + std::to_string(live.size()) +
                                 " live tokens but " + std::to_string(attn.size()) + " attn and " +
                                 std::to_string(key_norm.size()) + " key_norm");
@@ -128,7 +145,7 @@ Status PolicyEvictor::ObservationError(SeqId seq, const SeqState& s, std::span<c
       return InvalidArgumentError("observe " + SeqText(seq) + ": token " + std::to_string(t) +
                                   " was evicted and cannot be live again");
     }
-    if (!std::isfinite(attn[i]) || !std::isfinite(key_norm[i])) {
+    if (!no_signals && (!std::isfinite(attn[i]) || !std::isfinite(key_norm[i]))) {
       return InvalidArgumentError("observe " + SeqText(seq) + ": non-finite signal for token " +
                                   std::to_string(t));
     }
@@ -190,12 +207,14 @@ Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId>
   // The checks in one branch-free pass (finite: |x| <= max is false for NaN and infinities); the
   // error path looks for the fault.
   const size_t n = live.size();
-  bool ok = attn.size() == n && key_norm.size() == n;
+  // Empty signal spans for a non-empty step: no signals this step (allowed when not read).
+  const bool no_signals = n > 0 && attn.empty() && key_norm.empty();
+  bool ok = no_signals ? !ReadsSignals(s.step + 1) : attn.size() == n && key_norm.size() == n;
   if (ok) {
     constexpr float kMax = std::numeric_limits<float>::max();
     uint32_t bad = n > 0 && live[0] < 0;
     for (size_t i = 1; i < n; ++i) bad |= live[i] <= live[i - 1];
-    for (size_t i = 0; i < n; ++i) {
+    for (size_t i = 0; !no_signals && i < n; ++i) {
       bad |= static_cast<uint32_t>(!(std::abs(attn[i]) <= kMax)) |
              static_cast<uint32_t>(!(std::abs(key_norm[i]) <= kMax));
     }
@@ -209,13 +228,16 @@ Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId>
   const bool first = s.step < 0;
   ++s.step;
   if (n > 0) s.known = std::max(s.known, live.back() + 1);
-  float* last = s.attn.data();
-  float* sum = s.attn_sum.data();
-  float* norm = s.key_norm.data();
-  for (size_t i = 0; i < n; ++i) {
-    last[i] = attn[i];
-    sum[i] += attn[i];
-    norm[i] = key_norm[i];
+  // Without signals, attn and key_norm keep the last given values: a policy that reads them was
+  // given this step's (ReadsSignals). attn_sum accumulates only for a policy that declares it
+  // (undeclared, it stays zero).
+  if (!no_signals) {
+    std::copy_n(attn.data(), n, s.attn.data());
+    std::copy_n(key_norm.data(), n, s.key_norm.data());
+    if ((signals_ & kAttnSumSignal) != 0) {
+      float* sum = s.attn_sum.data();
+      for (size_t i = 0; i < n; ++i) sum[i] += attn[i];
+    }
   }
   if (first) {
     const double prompt = static_cast<double>(n);

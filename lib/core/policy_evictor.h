@@ -10,7 +10,10 @@
 //   VirtualKvCache::EvictToken for each victim;
 // and Forget(seq) when the sequence ends. A step is one Observe call of that sequence (ages count
 // them); a chunked prefill is observed once, after its last chunk. Because everything is keyed
-// by logical token id, a relocation (which changes slots, never ids) is invisible here.
+// by logical token id, a relocation (which changes slots, never ids) is invisible here. Before
+// the step, SignalsWanted(seq) says whether its signals are read: when not (a policy that reads
+// them only when it evicts, between evictions) the caller observes the live tokens alone and the
+// model computes no signals; the victims are the same either way.
 //
 // KV groups (EvictorOptions::granularity): with G > 1 groups the caller observes every group of
 // a sequence each step (Observe(seq, group, ...)), then asks GroupVictims(seq) for each group's
@@ -92,14 +95,22 @@ class PolicyEvictor {
 
   const std::string& policy_name() const { return name_; }
   // The signals the policy reads (Policy::signals()): the rest may be passed as zeros.
-  uint8_t signals() const { return policy_->signals(); }
+  uint8_t signals() const { return signals_; }
+  // Whether the next Observe of `seq` (every group's) reads its signals: on every step for a
+  // policy that accumulates attention or keeps state from signals (ReadsSignalsEveryStep), else
+  // only on the steps where an eviction is due (a sequence's first Observe, then every
+  // evict_interval-th), and never for a policy that declares none. Without it the caller may
+  // observe the live tokens with empty attn and key_norm (no signals computed).
+  bool SignalsWanted(SeqId seq) const;
   const EvictorOptions& options() const { return options_; }
 
   // Records one step of `seq`: its live tokens in increasing logical order with the attention
   // mass each received this step and its key norm; then runs the policy's Observe. Tokens never
-  // seen are new (age 0, zero state); a token seen before and missing now was evicted.
-  // InvalidArgument for mismatched lengths, ids not strictly increasing, a non-finite signal, or
-  // a token that was evicted and is listed as live again.
+  // seen are new (age 0, zero state); a token seen before and missing now was evicted. Empty
+  // attn and key_norm for a non-empty `live`: no signals this step (SignalsWanted false).
+  // InvalidArgument for mismatched lengths, missing signals the policy reads this step, ids not
+  // strictly increasing, a non-finite signal, or a token that was evicted and is listed as live
+  // again.
   Status Observe(SeqId seq, std::span<const TokenId> live, std::span<const float> attn,
                  std::span<const float> key_norm) {
     return Observe(seq, 0, live, attn, key_norm);
@@ -158,6 +169,8 @@ class PolicyEvictor {
   // s's live tokens as the policy sees them, in a buffer of the calling thread (valid until its
   // next call).
   std::span<const TokenView> Views(SeqState& s);
+  // True when the policy reads the signals of a group's step `step` (0: its first Observe).
+  bool ReadsSignals(int64_t step) const;
   // True when group state `s` evicts this step (due, not yet run, above `keep`).
   bool Due(const SeqState& s, int64_t keep) const;
   // The policy's scores for s's live tokens (marks the step as evicted).
@@ -173,6 +186,8 @@ class PolicyEvictor {
   std::string name_;
   std::unique_ptr<Policy> policy_;
   int32_t state_size_;
+  uint8_t signals_;  // policy_->signals()
+  bool every_step_;  // ReadsSignalsEveryStep(signals_, state_size_)
   EvictorOptions options_;
   int32_t num_groups_;
   std::unordered_map<SeqId, std::vector<SeqState>> seqs_;  // One state per group.

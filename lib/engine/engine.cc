@@ -414,16 +414,21 @@ class Engine {
     return planned;
   }
 
-  // Hands every group's signals of this step to the policy. Group g's live tokens are its
-  // context (the input's context_positions range) then the step's new tokens, which is also
-  // RunnerOutput's group-major layout of the signals.
+  // Hands every group's live tokens, and its signals when the step asked for them, to the
+  // policy. Group g's live tokens are its context (the input's context_positions range) then the
+  // step's new tokens, which is also RunnerOutput's group-major layout of the signals.
   Status Observe(SeqId seq, const model::RunnerInput& in, const model::RunnerOutput& out) {
+    const bool signals = in.want_signals;
     size_t offset = 0;
     std::vector<TokenId> live;
     for (int32_t g = 0; g < groups_; ++g) {
       const auto [begin, end] = model::ContextRange(in, g);
       live.assign(in.context_positions.begin() + begin, in.context_positions.begin() + end);
       live.insert(live.end(), in.positions.begin(), in.positions.end());
+      if (!signals) {
+        VTOKEN_RETURN_IF_ERROR(evictor_->Observe(seq, g, live, {}, {}));
+        continue;
+      }
       if (offset + live.size() > out.attn.size() || out.attn.size() != out.key_norm.size()) {
         return InternalError("the runner returned " + std::to_string(out.attn.size()) +
                              " signals for " + std::to_string(cache_.num_live(seq)) +
@@ -434,7 +439,7 @@ class Engine {
           std::span<const float>(out.key_norm).subspan(offset, live.size())));
       offset += live.size();
     }
-    if (offset != out.attn.size()) {
+    if (signals && offset != out.attn.size()) {
       return InternalError("the runner returned " + std::to_string(out.attn.size()) +
                            " signals for " + std::to_string(offset) + " live tokens");
     }
@@ -517,9 +522,10 @@ class Engine {
       in.sampling = o_.sampling;
       in.sampling.seed = o_.sampling.seed ^ (static_cast<uint64_t>(s.request->id) * 0x9e3779b9);
       in.obs_window = o_.obs_window;
-      // The policy observes a sequence once its prompt is in the cache (then every step).
-      in.want_signals = evictor_ != nullptr && in.sample;
-      if (evictor_ != nullptr) in.signals = evictor_->signals();
+      // The policy observes a sequence once its prompt is in the cache (then every step); the
+      // model computes signals for the steps whose signals it reads.
+      in.want_signals = evictor_ != nullptr && in.sample && evictor_->SignalsWanted(s.seq);
+      if (evictor_ != nullptr) in.signals = ModelSignals(evictor_->signals());
       inputs.push_back(std::move(in));
     }
     const double forward_start = clock_.Now();

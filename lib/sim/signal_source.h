@@ -37,6 +37,14 @@ class SignalSource {
   // naming the request.
   virtual StatusOr<int32_t> Fill(const SignalQuery& query, std::span<float> attn,
                                  std::span<float> key_norm) = 0;
+  // The token a real run sampled at the request's step whose last new token is at `position`,
+  // for a sampled step whose signals no policy reads: -1 when the source does not know it (the
+  // default). A trace takes the step's record, as Fill would.
+  virtual StatusOr<int32_t> Token(int64_t request, int64_t position) {
+    (void)request;
+    (void)position;
+    return -1;
+  }
   // A new run starts (of `mode`, "native" | "naive" | "vtoken"): per-request progress restarts.
   virtual void BeginRun(const std::string& mode) = 0;
   // What the source is, for run headers and labels ("parametric (fitted on vt-tiny)", ...).

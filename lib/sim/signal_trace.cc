@@ -180,13 +180,35 @@ TraceSignals::TraceSignals(SignalTrace trace, std::string path)
 void TraceSignals::BeginRun(const std::string& mode) {
   next_.clear();
   replay_ = nullptr;
+  own_mode_ = false;
   for (const std::string& m : {mode, std::string("naive"), std::string("vtoken")}) {
     auto it = index_.find(m);
     if (it != index_.end()) {
       replay_ = &it->second;
+      own_mode_ = m == mode;
       return;
     }
   }
+}
+
+StatusOr<int32_t> TraceSignals::Token(int64_t request, int64_t position) {
+  if (replay_ == nullptr || !own_mode_) return -1;
+  const std::string who = "trace " + path_ + ": request " + std::to_string(request);
+  auto it = replay_->find(request);
+  size_t& k = next_[request];
+  if (it == replay_->end() || k >= it->second.size()) {
+    return FailedPreconditionError(who + " has no record for its step " + std::to_string(k) +
+                                   " (the trace was recorded with another workload or engine)");
+  }
+  const SignalRecord& rec = trace_.records[it->second[k]];
+  if (rec.positions.back() != position) {
+    return FailedPreconditionError(
+        who + ", step " + std::to_string(k) + ": the trace's step ends at position " +
+        std::to_string(rec.positions.back()) + ", this one at " + std::to_string(position) +
+        " (recorded with another workload or engine)");
+  }
+  ++k;
+  return rec.next_token;
 }
 
 StatusOr<int32_t> TraceSignals::Fill(const SignalQuery& q, std::span<float> attn,
@@ -219,10 +241,13 @@ StatusOr<int32_t> TraceSignals::Fill(const SignalQuery& q, std::span<float> attn
 
 StatusOr<std::vector<model::RunnerOutput>> RecordingRunner::Forward(
     const std::vector<model::RunnerInput>& inputs) {
-  VTOKEN_ASSIGN_OR_RETURN(std::vector<model::RunnerOutput> outputs, inner_.Forward(inputs));
+  // Every sampled step's signals, whether or not the caller wants them.
+  std::vector<model::RunnerInput> all = inputs;
+  for (model::RunnerInput& in : all) in.want_signals = in.want_signals || in.sample;
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<model::RunnerOutput> outputs, inner_.Forward(all));
   for (size_t i = 0; i < inputs.size(); ++i) {
     const model::RunnerInput& in = inputs[i];
-    if (!in.want_signals) continue;
+    if (!in.sample) continue;
     SignalRecord rec;
     rec.mode = mode_;
     rec.request = in.request;
@@ -237,6 +262,10 @@ StatusOr<std::vector<model::RunnerOutput>> RecordingRunner::Forward(
                            " signals for " + std::to_string(rec.positions.size()) + " tokens");
     }
     VTOKEN_RETURN_IF_ERROR(writer_.Append(rec));
+    if (!in.want_signals) {  // What the caller asked for: no signals.
+      outputs[i].attn.clear();
+      outputs[i].key_norm.clear();
+    }
   }
   return outputs;
 }

@@ -5,14 +5,18 @@
 //   header   "VTSIGTR1", u32 version (1), u32 length + model spec bytes
 //   records  u8 1, u32 length + mode bytes, i64 request, i32 num_new, i32 next_token,
 //            u32 n, then n x i32 positions, n x f32 attn, n x f32 key_norm
-// One record per (run mode, request, step whose signals a policy read), in the order they were
-// produced. Positions are the logical token ids of the step's live tokens (context, then new).
+// One record per (run mode, request, sampled step), in the order they were produced: every step
+// that samples a token, whether or not a policy read its signals (the recording computes them
+// for every such step; traces written before 2026-12-03 hold only the steps a policy read, and
+// none for native runs). Positions are the logical token ids of the step's live tokens (context,
+// then new).
 //
-// Replay (TraceSignals) keeps, per mode and request, the records in order; a query is answered by
-// that request's next record, looked up by position: the query may hold fewer tokens than the
-// record (it evicted more) but not a position the record lacks. A trace of run X replayed with
-// X's configuration therefore gives X's signals at every step, and X's eviction decisions and
-// block figures exactly. Not thread-safe.
+// Replay (TraceSignals) keeps, per mode and request, the records in order; a sampled step takes
+// that request's next record: Fill when a policy reads its signals, looked up by position (the
+// query may hold fewer tokens than the record, as it evicted more, but not a position the record
+// lacks); Token otherwise (its sampled token only). A trace of run X replayed with X's
+// configuration therefore gives X's signals and tokens at every step, and X's eviction decisions
+// and block figures exactly. Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -67,8 +71,11 @@ class TraceSignals final : public SignalSource {
 
   StatusOr<int32_t> Fill(const SignalQuery& query, std::span<float> attn,
                          std::span<float> key_norm) override;
+  // The sampled token of the request's next record, which must end at `position`; -1 when the
+  // run replays another mode's records (their tokens are not this mode's).
+  StatusOr<int32_t> Token(int64_t request, int64_t position) override;
   // Replays the records of `mode`; a mode the trace lacks replays naive's or vtoken's (they
-  // evict the same tokens), and native needs none.
+  // evict the same tokens) for its signals, but not their tokens.
   void BeginRun(const std::string& mode) override;
   std::string Describe() const override { return "trace " + path_; }
 
@@ -78,11 +85,13 @@ class TraceSignals final : public SignalSource {
   // Mode -> request -> indices into trace_.records, in order.
   std::map<std::string, std::map<int64_t, std::vector<size_t>>> index_;
   const std::map<int64_t, std::vector<size_t>>* replay_ = nullptr;
+  bool own_mode_ = false;           // replay_ holds the run's own mode's records.
   std::map<int64_t, size_t> next_;  // Request -> records consumed this run.
 };
 
-// A ModelRunner decorator that records the signals of every step whose signals are wanted
-// (RunnerInput::want_signals) to a trace, and passes everything else through.
+// A ModelRunner decorator that records every sampled step (RunnerInput::sample) to a trace: its
+// signals, computed whether or not the caller wants them (RunnerInput::want_signals), and its
+// token. The caller gets the outputs it asked for.
 class RecordingRunner final : public model::ModelRunner {
  public:
   RecordingRunner(model::ModelRunner& inner, SignalTraceWriter& writer, std::string mode)

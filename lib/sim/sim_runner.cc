@@ -238,6 +238,8 @@ StatusOr<std::vector<model::RunnerOutput>> SimRunner::Forward(
                            std::span<float>(outputs[i].key_norm).subspan(offset, positions_.size())));
         offset += positions_.size();
       }
+    } else if (in.sample) {  // A trace still knows the step's token.
+      VTOKEN_ASSIGN_OR_RETURN(recorded, signals_->Token(in.request, in.positions.back()));
     }
     if (in.sample) {
       outputs[i].next_token =

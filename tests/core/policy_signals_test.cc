@@ -1,14 +1,20 @@
 // Policy::signals() is honest for every registered policy: over many steps of random signals, a
 // policy given only the signals it declares (the others zero, as the model leaves them) keeps
 // exactly the state and gives exactly the scores it gives with every signal. A policy that reads
-// a signal it did not declare fails here. The list of policies comes from the registry.
+// a signal it did not declare fails here. And the evictor that asks for signals only on the steps
+// whose signals a policy reads (PolicyEvictor::SignalsWanted) picks the victims it picks with
+// signals on every step. The list of policies comes from the registry.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "lib/core/policy.h"
+#include "lib/core/policy_evictor.h"
 #include "lib/core/policy_registry.h"
 
 namespace vtoken {
@@ -23,7 +29,7 @@ TEST(PolicySignalsTest, EveryPolicyScoresTheSameWithOnlyTheSignalsItDeclares) {
     ASSERT_TRUE(policy.ok()) << policy.status().ToString();
     const Policy& p = **policy;
     const uint8_t declared = p.signals();
-    ASSERT_EQ(declared & ~(kAttnSignal | kKeyNormSignal), 0) << "unknown signal bits";
+    ASSERT_EQ(declared & ~kAllSignals, 0) << "unknown signal bits";
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
     constexpr size_t kTokens = 48;
@@ -43,7 +49,8 @@ TEST(PolicySignalsTest, EveryPolicyScoresTheSameWithOnlyTheSignalsItDeclares) {
                    .attn_sum = attn_sum[i], .key_norm = norm,
                    .state = std::span<float>(full_state).subspan(i * state_size, state_size)};
         only[i] = full[i];
-        if (!(declared & kAttnSignal)) only[i].attn = only[i].attn_sum = 0;
+        if (!(declared & kAttnSignal)) only[i].attn = 0;
+        if (!(declared & kAttnSumSignal)) only[i].attn_sum = 0;
         if (!(declared & kKeyNormSignal)) only[i].key_norm = 0;
         only[i].state = std::span<float>(declared_state).subspan(i * state_size, state_size);
       }
@@ -72,10 +79,127 @@ TEST(PolicySignalsTest, DeclarationsOfTheBundledPolicies) {
     EXPECT_TRUE(p.ok()) << name;
     return p.ok() ? (*p)->signals() : uint8_t{0xff};
   };
-  EXPECT_EQ(signals("h2o"), kAttnSignal);
+  EXPECT_EQ(signals("h2o"), kAttnSumSignal);
+  EXPECT_EQ(signals("tova"), kAttnSignal);
   EXPECT_EQ(signals("knorm"), kKeyNormSignal);
   EXPECT_EQ(signals("streaming_llm"), 0);
   EXPECT_EQ(signals("random"), 0);
+}
+
+}  // namespace
+}  // namespace vtoken
+
+namespace vtoken {
+namespace {
+
+// One sequence decoding under two evictors of the same policy: `eager` is given signals on every
+// step, `lazy` only when SignalsWanted says the step's signals are read (else the live tokens
+// alone). The victims must be the same on every step, and lazy must be asked for signals on
+// every step exactly when the policy reads signals every step (ReadsSignalsEveryStep), else only
+// on its eviction steps.
+void ExpectLazySignalsPickTheSameVictims(const std::string& name, const EvictorOptions& options,
+                                         uint64_t seed) {
+  auto eager = PolicyEvictor::Create(name, {}, options);
+  auto lazy = PolicyEvictor::Create(name, {}, options);
+  ASSERT_TRUE(eager.ok() && lazy.ok()) << name;
+  const int32_t groups = NumGroups(options);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::vector<std::vector<TokenId>> live(static_cast<size_t>(groups));
+  TokenId next = 0;
+  for (; next < 96; ++next) {
+    for (auto& l : live) l.push_back(next);
+  }
+  const bool every_step =
+      ReadsSignalsEveryStep((*lazy)->signals(), CreatePolicy(name, {}).value()->state_size());
+  int64_t wanted = 0;
+  constexpr int64_t kSteps = 40;
+  for (int64_t step = 0; step < kSteps; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const bool want = (*lazy)->SignalsWanted(1);
+    wanted += want;
+    const bool due = step % options.evict_interval == 0;
+    ASSERT_EQ(want, (*lazy)->signals() != 0 && (every_step || due));
+    for (int32_t g = 0; g < groups; ++g) {
+      std::vector<float> attn(live[g].size()), norm(live[g].size());
+      float total = 0;
+      for (float& a : attn) total += a = uniform(rng);
+      for (float& a : attn) a /= total;
+      for (float& k : norm) k = 1 + 3 * uniform(rng);
+      ASSERT_TRUE((*eager)->Observe(1, g, live[g], attn, norm).ok());
+      const Status s = want ? (*lazy)->Observe(1, g, live[g], attn, norm)
+                            : (*lazy)->Observe(1, g, live[g], {}, {});
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    auto ve = (*eager)->GroupVictims(1);
+    auto vl = (*lazy)->GroupVictims(1);
+    ASSERT_TRUE(ve.ok() && vl.ok());
+    ASSERT_EQ(*ve, *vl);
+    for (int32_t g = 0; g < groups; ++g) {
+      std::erase_if(live[g], [&](TokenId t) {
+        return std::binary_search((*ve)[g].begin(), (*ve)[g].end(), t);
+      });
+      live[g].push_back(next);
+    }
+    ++next;
+  }
+  if ((*lazy)->signals() != 0 && !every_step) {
+    EXPECT_EQ(wanted, (kSteps + options.evict_interval - 1) / options.evict_interval);
+  }
+}
+
+TEST(PolicySignalsTest, SignalsOnlyWhenReadPickTheVictimsOfSignalsOnEveryStep) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::vector<EvictorOptions> variants;
+  variants.push_back({.budget_tokens = 48, .num_sink = 2, .num_recent = 4, .evict_interval = 1});
+  variants.push_back({.budget_tokens = 48, .num_sink = 2, .num_recent = 4, .evict_interval = 3});
+  variants.push_back({.keep_ratio = 0.4,
+                      .num_sink = 1,
+                      .num_recent = 2,
+                      .evict_interval = 4,
+                      .granularity = Granularity::kHead,
+                      .num_layers = 2,
+                      .num_kv_heads = 2,
+                      .allocation = BudgetAllocation::kAdaptive});
+  for (const PolicyInfo* info : RegisteredPolicies()) {
+    for (size_t v = 0; v < variants.size(); ++v) {
+      SCOPED_TRACE(info->name + ", variant " + std::to_string(v) + ", seed " +
+                   std::to_string(seed));
+      ExpectLazySignalsPickTheSameVictims(info->name, variants[v], seed + v);
+    }
+  }
+}
+
+// Observing a step whose signals the policy reads without them is an error naming the policy;
+// the step after it can still be observed with them.
+TEST(PolicySignalsTest, MissingSignalsOnAStepThatReadsThemAreAnError) {
+  auto evictor = PolicyEvictor::Create(
+      "tova", {}, {.budget_tokens = 4, .num_sink = 1, .num_recent = 1, .evict_interval = 2});
+  ASSERT_TRUE(evictor.ok());
+  const std::vector<TokenId> live = {0, 1, 2, 3, 4, 5};
+  const std::vector<float> attn(6, 1.0f / 6), norm(6, 1.0f);
+  ASSERT_TRUE((*evictor)->SignalsWanted(7));  // Unknown: its first step (prefill) evicts.
+  const Status missing = (*evictor)->Observe(7, live, {}, {});
+  EXPECT_EQ(missing.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(missing.message().find("policy tova reads this step's signals"), std::string::npos)
+      << missing.ToString();
+  EXPECT_FALSE((*evictor)->HasSequence(7));  // A failed first Observe leaves it unknown.
+  ASSERT_TRUE((*evictor)->Observe(7, live, attn, norm).ok());
+  auto victims = (*evictor)->Victims(7);
+  ASSERT_TRUE(victims.ok());
+  EXPECT_EQ(victims->size(), 2u);
+  // Step 1 is not an eviction step (interval 2): no signals needed, and none computed.
+  std::vector<TokenId> kept;
+  std::set_difference(live.begin(), live.end(), victims->begin(), victims->end(),
+                      std::back_inserter(kept));
+  kept.push_back(6);
+  EXPECT_FALSE((*evictor)->SignalsWanted(7));
+  EXPECT_TRUE((*evictor)->Observe(7, kept, {}, {}).ok());
+  EXPECT_TRUE((*evictor)->Victims(7).ok());
+  kept.push_back(7);
+  EXPECT_TRUE((*evictor)->SignalsWanted(7));
+  EXPECT_EQ((*evictor)->Observe(7, kept, {}, {}).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

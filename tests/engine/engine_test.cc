@@ -6,7 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <map>
+#include <string>
 
 #include "lib/core/host_kv_store.h"
 
@@ -289,6 +293,67 @@ TEST(EngineTest, VtokenAdmitsMoreUnderTheSameBudget) {
   StatusOr<EngineResult> v = RunWith(vtoken, reqs);
   ASSERT_TRUE(n.ok() && v.ok());
   EXPECT_GT(v->peak_running, n->peak_running);
+}
+
+// Counts, per request, the sampled steps and those whose signals the engine asked for, and
+// returns NaN signals for the others (the engine must not hand them to the policy).
+class SignalSpy final : public model::ModelRunner {
+ public:
+  explicit SignalSpy(model::ModelRunner& inner) : inner_(inner) {}
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  int64_t max_context() const override { return inner_.max_context(); }
+  std::optional<int32_t> bos_token_id() const override { return inner_.bos_token_id(); }
+  const std::vector<int64_t>& eos_token_ids() const override { return inner_.eos_token_ids(); }
+  int64_t kv_bytes_per_token() const override { return inner_.kv_bytes_per_token(); }
+  int64_t num_slots() const override { return inner_.num_slots(); }
+  CopyEngine& copy_engine() override { return inner_.copy_engine(); }
+  uint64_t TokenKvHash(SlotIndex slot) override { return inner_.TokenKvHash(slot); }
+  void ForgetRequest(int64_t r) override { inner_.ForgetRequest(r); }
+  StatusOr<std::vector<model::RunnerOutput>> Forward(
+      const std::vector<model::RunnerInput>& inputs) override {
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<model::RunnerOutput> out, inner_.Forward(inputs));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].sample) continue;
+      ++sampled[inputs[i].request];
+      if (inputs[i].want_signals) {
+        ++wanted[inputs[i].request];
+      } else {
+        std::fill(out[i].attn.begin(), out[i].attn.end(), std::nanf(""));
+      }
+    }
+    return out;
+  }
+  std::map<int64_t, int64_t> sampled, wanted;
+
+ private:
+  model::ModelRunner& inner_;
+};
+
+// The engine asks the model for signals only on the steps whose signals the policy reads: every
+// step for H2O (attn_sum), the eviction steps for TOVA (evict_interval 4: steps 0, 4, 8, ...),
+// none for StreamingLLM. The outputs of TOVA with an interval are its own: a run with the same
+// victims at every step would match them, which the evictor's tests check (policy_signals_test).
+TEST(EngineTest, AsksForSignalsOnlyOnTheStepsThePolicyReads) {
+  const std::vector<Request> reqs = Requests(4, 150, 30, 3);
+  for (const char* policy : {"h2o", "tova", "streaming_llm"}) {
+    SCOPED_TRACE(policy);
+    EngineOptions o = Opts(Mode::kVtoken, 400);
+    o.policy = policy;
+    o.evictor.evict_interval = 4;
+    FakeRunner fake(int64_t{o.pool.num_blocks} * o.pool.block_size, false);
+    SignalSpy spy(fake);
+    StatusOr<EngineResult> r = RunEngine(o, spy, reqs);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->preemptions, 0);
+    EXPECT_GT(r->evictions, 0);
+    for (const Request& q : reqs) {
+      EXPECT_EQ(spy.sampled[q.id], 30);
+      const int64_t expected = std::string(policy) == "h2o"    ? 30
+                               : std::string(policy) == "tova" ? 8
+                                                               : 0;
+      EXPECT_EQ(spy.wanted[q.id], expected) << "request " << q.id;
+    }
+  }
 }
 
 TEST(EngineTest, RejectsImpossibleConfigurations) {

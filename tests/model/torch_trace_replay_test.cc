@@ -1,7 +1,10 @@
 // Trace replay is exact: a vt-tiny run recorded with RecordingRunner and replayed by SimRunner
 // (same workload and engine options, signals from the trace) makes the same eviction decisions
 // and every block figure of every step matches: allocated, held and ideal blocks, live slots, F,
-// the utilization histogram and the moves, in native, naive and vtoken mode.
+// the utilization histogram and the moves, and the output tokens, in native, naive and vtoken
+// mode; for H2O (signals read on every step) and for TOVA evicting every 4th step (signals read
+// only then, the other steps' tokens come from their records too). A trace without native records
+// (as written before 2026-12-03) still replays native, with the sim's own tokens.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -19,21 +22,30 @@ std::string ModelDir() {
   return std::string(src != nullptr ? src : ".") + "/models/vt-tiny";
 }
 
-engine::EngineOptions Options(Mode mode) {
+struct PolicyCase {
+  const char* policy;
+  int64_t evict_interval;
+};
+
+engine::EngineOptions Options(Mode mode, PolicyCase p = {"h2o", 1}) {
   engine::EngineOptions o;
   o.mode = mode;
   o.pool = {.num_blocks = 120, .block_size = 16, .headroom_blocks = 4};
   o.max_num_seqs = 6;
   o.max_prefill_chunk = 128;
-  o.policy = "h2o";
-  o.evictor = {.keep_ratio = 0.25, .num_sink = 4, .num_recent = 16};
+  o.policy = p.policy;
+  o.evictor = {
+      .keep_ratio = 0.25, .num_sink = 4, .num_recent = 16, .evict_interval = p.evict_interval};
   o.reclaim.frag_threshold = 0.2;
   o.reclaim.low_watermark = 0.9;
   o.verify = true;
   return o;
 }
 
-TEST(TraceReplayTest, SimReplayOfAVtTinyRunMatchesItExactly) {
+class TraceReplayTest : public ::testing::TestWithParam<PolicyCase> {};
+
+TEST_P(TraceReplayTest, SimReplayOfAVtTinyRunMatchesItExactly) {
+  const PolicyCase policy = GetParam();
   StatusOr<model::LlamaModel> m = model::LoadModel(ModelDir(), 1);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const engine::EngineOptions base = Options(Mode::kNaive);
@@ -52,8 +64,9 @@ TEST(TraceReplayTest, SimReplayOfAVtTinyRunMatchesItExactly) {
       engine::GenerateWorkload(w, nullptr, (*real)->vocab_size());
   ASSERT_TRUE(requests.ok());
 
-  const std::string path =
-      (std::filesystem::temp_directory_path() / "vtoken_replay_test.trace").string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("vtoken_replay_test_" + std::string(policy.policy) + ".trace"))
+                               .string();
   const std::vector<Mode> modes = {Mode::kNative, Mode::kNaive, Mode::kVtoken};
   std::vector<engine::EngineResult> recorded;
   {
@@ -61,7 +74,7 @@ TEST(TraceReplayTest, SimReplayOfAVtTinyRunMatchesItExactly) {
     ASSERT_TRUE(writer.ok());
     for (Mode mode : modes) {
       RecordingRunner rec(**real, **writer, ModeName(mode));
-      StatusOr<engine::EngineResult> r = engine::RunEngine(Options(mode), rec, *requests);
+      StatusOr<engine::EngineResult> r = engine::RunEngine(Options(mode, policy), rec, *requests);
       ASSERT_TRUE(r.ok()) << r.status().ToString();
       recorded.push_back(std::move(*r));
     }
@@ -77,7 +90,8 @@ TEST(TraceReplayTest, SimReplayOfAVtTinyRunMatchesItExactly) {
   ASSERT_TRUE(runner.ok()) << runner.status().ToString();
   for (size_t k = 0; k < modes.size(); ++k) {
     (*runner)->BeginRun(ModeName(modes[k]));
-    StatusOr<engine::EngineResult> r = engine::RunEngine(Options(modes[k]), **runner, *requests);
+    StatusOr<engine::EngineResult> r =
+        engine::RunEngine(Options(modes[k], policy), **runner, *requests);
     ASSERT_TRUE(r.ok()) << ModeName(modes[k]) << ": " << r.status().ToString();
     const engine::EngineResult& a = recorded[k];
     SCOPED_TRACE(ModeName(modes[k]));
@@ -102,13 +116,38 @@ TEST(TraceReplayTest, SimReplayOfAVtTinyRunMatchesItExactly) {
     for (size_t i = 0; i < a.requests.size(); ++i) {
       EXPECT_EQ(r->requests[i].blocks_final, a.requests[i].blocks_final);
       EXPECT_EQ(r->requests[i].live_final, a.requests[i].live_final);
-      if (modes[k] != Mode::kNative) {  // Native reads no signals: its tokens are the sim's own.
-        EXPECT_EQ(r->requests[i].output_tokens, a.requests[i].output_tokens);
-      }
+      EXPECT_EQ(r->requests[i].output_tokens, a.requests[i].output_tokens) << "request " << i;
     }
   }
+
+  // The same trace without its native records: native replays with the sim's tokens.
+  StatusOr<SignalTrace> trace = ReadSignalTrace(path);
+  ASSERT_TRUE(trace.ok());
+  const std::string old_path = path + ".old";
+  {
+    auto writer = SignalTraceWriter::Create(old_path, trace->model);
+    ASSERT_TRUE(writer.ok());
+    for (const SignalRecord& rec : trace->records) {
+      if (rec.mode != "native") ASSERT_TRUE((*writer)->Append(rec).ok());
+    }
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  sim.attention = "trace:" + old_path;
+  runner = MakeSimRunner("sim:" + ModelDir() + "/config.json", sim, slots, false);
+  ASSERT_TRUE(runner.ok()) << runner.status().ToString();
+  (*runner)->BeginRun("native");
+  StatusOr<engine::EngineResult> native =
+      engine::RunEngine(Options(Mode::kNative, policy), **runner, *requests);
+  ASSERT_TRUE(native.ok()) << native.status().ToString();
+  ASSERT_EQ(native->steps.size(), recorded[0].steps.size());
+  EXPECT_NE(native->requests[0].output_tokens, recorded[0].requests[0].output_tokens);
   std::filesystem::remove(path);
+  std::filesystem::remove(old_path);
 }
+
+INSTANTIATE_TEST_SUITE_P(Policies, TraceReplayTest,
+                         ::testing::Values(PolicyCase{"h2o", 1}, PolicyCase{"tova", 4}),
+                         [](const auto& info) { return std::string(info.param.policy); });
 
 }  // namespace
 }  // namespace vtoken::sim
