@@ -49,10 +49,11 @@ struct RunnerInput {
   bool sample = true;                    // Sample a next token from the last position.
   SamplingParams sampling;
   int32_t obs_window = 32;  // Signals from the last min(obs_window, n) queries.
-  // The caller reads this step's signals (a policy observes the sequence now). When false a
-  // runner may leave RunnerOutput::attn / key_norm empty.
+  // The caller reads this step's signals (a policy reads them now: PolicyEvictor::SignalsWanted).
+  // When false a runner may leave RunnerOutput::attn / key_norm empty.
   bool want_signals = true;
-  // Which of them (kAttnSignal | kKeyNormSignal, lib/core/policy.h: the policy's declaration);
+  // Which of them (kAttnSignal | kKeyNormSignal, lib/core/policy.h: ModelSignals of the
+  // policy's declaration);
   // with want_signals, a runner returns both vectors at full length and may leave a signal
   // not asked for at zero.
   uint8_t signals = kAttnSignal | kKeyNormSignal;
