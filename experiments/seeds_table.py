@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""A sweep's runs averaged over workload seeds: one row per (grid point, mode), for a sweep run
+once per seed (`vtoken-cli sweep CONFIG --set workload.seed=S` for several S).
+
+Usage: vtoken-cli export --db DB --table runs --out runs.csv
+       /usr/bin/python3 experiments/seeds_table.py runs.csv SWEEP KEY [KEY ...] [--pair KEY=VALUE]
+e.g.   /usr/bin/python3 experiments/seeds_table.py runs.csv quality policy policy.keep_ratio \
+           --pair policy=streaming_llm
+
+KEYs are the export's columns that tell the grid points apart. Columns: seeds; blocks held per
+request (mean over the run); held / ideal at finish; F (mean); ROUGE-L vs native, mean over
+seeds with the min and max; vtoken = naive (ROUGE-L vtoken vs naive 1.0 in every seed). A native
+run shared by several points (it does not depend on the policy) is listed once. With --pair
+KEY=VALUE, a second table: paired by seed, each naive point's ROUGE-L vs native minus that of
+the point with KEY=VALUE and the same other keys. Needs pandas (python3-pandas).
+"""
+import sys
+
+import pandas as pd
+
+
+def main(csv, sweep, keys, pair=None):
+    runs = pd.read_csv(csv)
+    runs = runs[(runs["status"] == "completed") & (runs["sweep"] == sweep)].copy()
+    if runs.empty:
+        sys.exit(f"no completed runs of sweep {sweep} in {csv}")
+    missing = [k for k in keys + ["workload.seed"] if k not in runs.columns]
+    if missing:
+        sys.exit(f"{csv} has no column {missing[0]}")
+    runs["policy"] = runs["policy"].fillna("-")
+    native = runs["mode"] == "native"
+    runs.loc[native, [k for k in keys if k.startswith("policy")]] = "-"
+    runs["held_over_ideal"] = runs["blocks_final_mean"] / runs["ideal_final_mean"]
+    modes = {"native": 0, "naive": 1, "vtoken": 2}
+    print("| " + " | ".join(keys) + " | mode | seeds | blocks held / request (mean) | "
+          "held / ideal at finish | F (mean) | ROUGE-L vs native (min-max) | vtoken = naive |")
+    print("|" + "---|" * len(keys) + "---|---:|---:|---:|---:|---|---|")
+    groups = runs.groupby([*keys, "mode"], dropna=False)
+    for key, g in sorted(groups, key=lambda kv: (modes[kv[0][-1]] > 0, kv[0][:-1],
+                                                 modes[kv[0][-1]])):
+        g = g.drop_duplicates("workload.seed")  # A shared native run appears once per seed.
+        mode = key[-1]
+        rouge = g["rouge_l_vs_native"]
+        rouge_text = "-" if mode == "native" else (
+            f"{rouge.mean():.4f} ({rouge.min():.4f}-{rouge.max():.4f})")
+        same = "-"
+        if mode == "vtoken":
+            same = "yes" if (g["rouge_l_vs_naive"] == 1.0).all() else "no"
+        cells = " | ".join(str(k) for k in key[:-1])
+        print(f"| {cells} | {mode} | {g['workload.seed'].nunique()} | "
+              f"{g['blocks_mean'].mean():.1f} | {g['held_over_ideal'].mean():.2f}x | "
+              f"{g['waste_ratio_mean'].mean():.3f} | {rouge_text} | {same} |")
+    if pair is None:
+        return
+    pair_key, pair_value = pair
+    naive = runs[runs["mode"] == "naive"].copy()
+    others = [k for k in keys if k != pair_key]
+    base = {tuple(r[k] for k in others) + (r["workload.seed"],): r["rouge_l_vs_native"]
+            for _, r in naive.iterrows() if str(r[pair_key]) == pair_value}
+    print()
+    print("| " + " | ".join(keys) + f" | seeds | ROUGE-L vs native minus {pair_key}="
+          f"{pair_value}'s, mean (min, max) over seeds |")
+    print("|" + "---|" * len(keys) + "---:|---|")
+    points = {}
+    for _, r in naive.iterrows():
+        points.setdefault(tuple(r[k] for k in keys), []).append(r)
+    for key, g in sorted(points.items()):
+        if str(g[0][pair_key]) == pair_value:
+            continue
+        d = [r["rouge_l_vs_native"] - base[at] for r in g
+             if (at := tuple(r[k] for k in others) + (r["workload.seed"],)) in base]
+        if d:
+            cells = " | ".join(str(k) for k in key)
+            print(f"| {cells} | {len(d)} | {sum(d) / len(d):+.4f} ({min(d):+.4f}, "
+                  f"{max(d):+.4f}) |")
+
+
+if __name__ == "__main__":
+    args, pair = sys.argv[1:], None
+    if "--pair" in args:
+        i = args.index("--pair")
+        if i + 1 >= len(args) or "=" not in args[i + 1]:
+            sys.exit("--pair needs KEY=VALUE")
+        pair = tuple(args[i + 1].split("=", 1))
+        del args[i:i + 2]
+    if len(args) < 3:
+        sys.exit(__doc__)
+    main(args[0], args[1], args[2:], pair)

@@ -1,0 +1,65 @@
+"""experiments/seeds_table.py on a small export written here: two policies x 2 seeds, naive and
+vtoken per point, one native run per seed shared by both points (listed once per seed, as
+`sweep` shares it). The means, min-max, the vtoken = naive column and the paired differences
+must be the ones computed by hand.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pd = pytest.importorskip("pandas")
+
+SRC = os.environ.get("VTOKEN_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+SCRIPT = os.path.join(SRC, "experiments", "seeds_table.py")
+
+
+def run(tmp_path, rows, *args):
+    csv = tmp_path / "runs.csv"
+    pd.DataFrame(rows).to_csv(csv, index=False)
+    return subprocess.run([sys.executable, SCRIPT, str(csv), *args], capture_output=True,
+                          text=True)
+
+
+def row(mode, policy, seed, rouge, vs_naive=float("nan"), blocks=10.0, sweep="q"):
+    return {"run_id": 0, "status": "completed", "sweep": sweep, "mode": mode, "policy": policy,
+            "policy.name": policy, "workload.seed": seed, "blocks_mean": blocks,
+            "blocks_final_mean": 2 * blocks, "ideal_final_mean": blocks,
+            "waste_ratio_mean": 0.5, "rouge_l_vs_native": rouge, "rouge_l_vs_naive": vs_naive}
+
+
+def rows():
+    out = []
+    for seed, (h2o, tova) in {1: (0.5, 0.7), 2: (0.6, 0.4)}.items():
+        for policy in ("h2o", "tova"):  # The shared native run, once per point of the seed.
+            out.append(row("native", float("nan"), seed, 1.0, blocks=40.0))
+        out.append(row("naive", "h2o", seed, h2o))
+        out.append(row("vtoken", "h2o", seed, h2o, vs_naive=1.0, blocks=5.0))
+        out.append(row("naive", "tova", seed, tova))
+        out.append(row("vtoken", "tova", seed, tova, vs_naive=1.0 if seed == 1 else 0.9))
+    out.append(row("naive", "h2o", 3, 0.0, sweep="other"))  # Another sweep: left out.
+    return out
+
+
+def test_means_over_seeds_and_pairs(tmp_path):
+    r = run(tmp_path, rows(), "q", "policy", "--pair", "policy=h2o")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "| - | native | 2 | 40.0 | 2.00x | 0.500 | - | - |" in lines
+    assert "| h2o | naive | 2 | 10.0 | 2.00x | 0.500 | 0.5500 (0.5000-0.6000) | - |" in lines
+    assert "| h2o | vtoken | 2 | 5.0 | 2.00x | 0.500 | 0.5500 (0.5000-0.6000) | yes |" in lines
+    assert "| tova | vtoken | 2 | 10.0 | 2.00x | 0.500 | 0.5500 (0.4000-0.7000) | no |" in lines
+    # Paired: tova - h2o = +0.2 (seed 1), -0.2 (seed 2).
+    assert "| tova | 2 | +0.0000 (-0.2000, +0.2000) |" in lines
+    assert not any(line.startswith("| h2o | 2 |") for line in lines)
+
+
+def test_bad_arguments_are_one_line_errors(tmp_path):
+    r = run(tmp_path, rows(), "no_such_sweep", "policy")
+    assert r.returncode != 0 and "no completed runs of sweep no_such_sweep" in r.stderr
+    r = run(tmp_path, rows(), "q", "no_such_key")
+    assert r.returncode != 0 and "has no column no_such_key" in r.stderr
+    r = run(tmp_path, rows(), "q", "policy", "--pair", "policy")
+    assert r.returncode != 0 and "--pair needs KEY=VALUE" in r.stderr
