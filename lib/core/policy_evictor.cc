@@ -153,17 +153,58 @@ Status PolicyEvictor::ObservationError(SeqId seq, const SeqState& s, std::span<c
   return InternalError("observe " + SeqText(seq) + ": rejected without a fault");
 }
 
+void PolicyEvictor::AppendNew(SeqState& s, std::span<const TokenId> ids, int64_t step) const {
+  const size_t n = s.live.size() + ids.size();
+  s.live.insert(s.live.end(), ids.begin(), ids.end());
+  s.written_step.resize(n, step);
+  s.attn.resize(n, 0);
+  s.attn_sum.resize(n, 0);
+  s.key_norm.resize(n, 0);
+  s.state.resize(n * static_cast<size_t>(state_size_), 0);
+}
+
+void PolicyEvictor::EndObserve(SeqState& s, int32_t group) {
+  // Observe writes nothing but state: a policy without state has nothing to observe.
+  if (state_size_ == 0) return;
+  PolicyContext ctx{.step = s.step, .budget = s.budget, .rng = s.rng, .group = group};
+  policy_->Observe(Views(s), ctx);
+}
+
+Status PolicyEvictor::ObserveAppended(SeqId seq, int32_t group, std::span<const TokenId> appended) {
+  if (group < 0 || group >= num_groups_) {
+    return InvalidArgumentError("observe " + SeqText(seq) + ": group " + std::to_string(group) +
+                                " outside [0, " + std::to_string(num_groups_) + ")");
+  }
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || it->second[group].step < 0) {
+    return FailedPreconditionError("observe " + SeqText(seq) +
+                                   ": appended tokens before its first Observe");
+  }
+  SeqState& s = it->second[group];
+  if (ReadsSignals(s.step + 1)) {
+    return InvalidArgumentError("observe " + SeqText(seq) + ": policy " + name_ +
+                                " reads this step's signals (step " + std::to_string(s.step + 1) +
+                                ") but none were given");
+  }
+  for (size_t i = 0; i < appended.size(); ++i) {
+    if (appended[i] < (i == 0 ? s.known : appended[i - 1] + 1)) {
+      return InvalidArgumentError("observe " + SeqText(seq) + ": appended token " +
+                                  std::to_string(appended[i]) + " is not new or not increasing");
+    }
+  }
+  ++s.step;
+  AppendNew(s, appended, s.step);
+  if (!appended.empty()) s.known = appended.back() + 1;
+  EndObserve(s, group);
+  return Status::Ok();
+}
+
 bool PolicyEvictor::MatchLive(SeqState& s, std::span<const TokenId> live, int64_t step) const {
   const size_t m = s.live.size(), n = live.size(), ss = static_cast<size_t>(state_size_);
   // A step's usual change: the same tokens, then new ones (ids increase, so all past `known`).
   if (n >= m && std::equal(s.live.begin(), s.live.end(), live.begin()) &&
       (n == m || live[m] >= s.known)) {
-    s.live.insert(s.live.end(), live.begin() + static_cast<std::ptrdiff_t>(m), live.end());
-    s.written_step.resize(n, step);
-    s.attn.resize(n, 0);
-    s.attn_sum.resize(n, 0);
-    s.key_norm.resize(n, 0);
-    s.state.resize(n * ss, 0);
+    AppendNew(s, live.subspan(m), step);
     return true;
   }
   // Else merge the two increasing lists: listed tokens keep their entries, the others go.
@@ -252,10 +293,7 @@ Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId>
       s.budget = PyramidBudgets(budget, options_.num_layers, options_.pyramid_beta)[layer];
     }
   }
-  // Observe writes nothing but state: a policy without state has nothing to observe.
-  if (state_size_ == 0) return Status::Ok();
-  PolicyContext ctx{.step = s.step, .budget = s.budget, .rng = s.rng, .group = group};
-  policy_->Observe(Views(s), ctx);
+  EndObserve(s, group);
   return Status::Ok();
 }
 

@@ -119,6 +119,12 @@ class PolicyEvictor {
   // A failed first Observe of a sequence that Track did not make known leaves it unknown.
   Status Observe(SeqId seq, int32_t group, std::span<const TokenId> live,
                  std::span<const float> attn, std::span<const float> key_norm);
+  // Records one step of a group in which no signals are read (SignalsWanted false) and whose
+  // live tokens are those of its last step plus `appended` (new ids, increasing): the caller
+  // evicted nothing but this evictor's victims since. Costs O(appended), where Observe costs
+  // O(live). FailedPrecondition before the group's first Observe; InvalidArgument for a step
+  // whose signals the policy reads, or ids that are not new and increasing.
+  Status ObserveAppended(SeqId seq, int32_t group, std::span<const TokenId> appended);
   // Returns the tokens to evict now, in increasing order (empty when eviction is not due this
   // step, already ran this step, or the sequence is within budget). The evictor treats them as
   // evicted at once; the caller must evict each from the cache. NotFound for a sequence never
@@ -166,6 +172,10 @@ class PolicyEvictor {
   // leaving s unchanged, when `live` lists a token that was evicted.
   // `step` is the step being observed (new tokens are written at it).
   bool MatchLive(SeqState& s, std::span<const TokenId> live, int64_t step) const;
+  // Appends entries for new tokens `ids` (written at `step`, zero signals and state) to s.
+  void AppendNew(SeqState& s, std::span<const TokenId> ids, int64_t step) const;
+  // Counts the step just recorded for group state `s`; runs the policy's Observe (with state).
+  void EndObserve(SeqState& s, int32_t group);
   // s's live tokens as the policy sees them, in a buffer of the calling thread (valid until its
   // next call).
   std::span<const TokenView> Views(SeqState& s);

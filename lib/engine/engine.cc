@@ -417,8 +417,17 @@ class Engine {
   // Hands every group's live tokens, and its signals when the step asked for them, to the
   // policy. Group g's live tokens are its context (the input's context_positions range) then the
   // step's new tokens, which is also RunnerOutput's group-major layout of the signals.
-  Status Observe(SeqId seq, const model::RunnerInput& in, const model::RunnerOutput& out) {
+  // A step without signals of a sequence the policy has seen (`observed`) lists only its new
+  // tokens: the cache evicted nothing but the policy's victims since.
+  Status Observe(SeqId seq, bool observed, const model::RunnerInput& in,
+                 const model::RunnerOutput& out) {
     const bool signals = in.want_signals;
+    if (!signals && observed) {
+      for (int32_t g = 0; g < groups_; ++g) {
+        VTOKEN_RETURN_IF_ERROR(evictor_->ObserveAppended(seq, g, in.positions));
+      }
+      return Status::Ok();
+    }
     size_t offset = 0;
     std::vector<TokenId> live;
     for (int32_t g = 0; g < groups_; ++g) {
@@ -472,8 +481,9 @@ class Engine {
     std::vector<Status> status(observed.size());
     auto work = [&](int64_t k) {
       const size_t i = observed[k];
-      const SeqId seq = seqs_[planned[i].index].seq;
-      status[k] = Observe(seq, inputs[i], outputs[i]);
+      const SeqState& s = seqs_[planned[i].index];
+      status[k] = Observe(s.seq, s.observed, inputs[i], outputs[i]);
+      const SeqId seq = s.seq;
       if (!status[k].ok()) return;
       StatusOr<GroupVictimLists> v = evictor_->GroupVictims(seq);
       if (!v.ok()) {

@@ -94,9 +94,9 @@ namespace {
 
 // One sequence decoding under two evictors of the same policy: `eager` is given signals on every
 // step, `lazy` only when SignalsWanted says the step's signals are read (else the live tokens
-// alone). The victims must be the same on every step, and lazy must be asked for signals on
-// every step exactly when the policy reads signals every step (ReadsSignalsEveryStep), else only
-// on its eviction steps.
+// alone, or only the step's new token: ObserveAppended, each on alternate steps). The victims
+// must be the same on every step, and lazy must be asked for signals on every step exactly when
+// the policy reads signals every step (ReadsSignalsEveryStep), else only on its eviction steps.
 void ExpectLazySignalsPickTheSameVictims(const std::string& name, const EvictorOptions& options,
                                          uint64_t seed) {
   auto eager = PolicyEvictor::Create(name, {}, options);
@@ -127,8 +127,10 @@ void ExpectLazySignalsPickTheSameVictims(const std::string& name, const EvictorO
       for (float& a : attn) a /= total;
       for (float& k : norm) k = 1 + 3 * uniform(rng);
       ASSERT_TRUE((*eager)->Observe(1, g, live[g], attn, norm).ok());
-      const Status s = want ? (*lazy)->Observe(1, g, live[g], attn, norm)
-                            : (*lazy)->Observe(1, g, live[g], {}, {});
+      const std::vector<TokenId> appended = {live[g].back()};
+      const Status s = want            ? (*lazy)->Observe(1, g, live[g], attn, norm)
+                       : step % 2 == 0 ? (*lazy)->Observe(1, g, live[g], {}, {})
+                                       : (*lazy)->ObserveAppended(1, g, appended);
       ASSERT_TRUE(s.ok()) << s.ToString();
     }
     auto ve = (*eager)->GroupVictims(1);
@@ -200,6 +202,32 @@ TEST(PolicySignalsTest, MissingSignalsOnAStepThatReadsThemAreAnError) {
   kept.push_back(7);
   EXPECT_TRUE((*evictor)->SignalsWanted(7));
   EXPECT_EQ((*evictor)->Observe(7, kept, {}, {}).code(), StatusCode::kInvalidArgument);
+  const std::vector<TokenId> eight = {8};
+  EXPECT_EQ((*evictor)->ObserveAppended(7, 0, eight).code(), StatusCode::kInvalidArgument);
+}
+
+// ObserveAppended: after the group's first Observe only, new increasing ids only, and the
+// appended tokens are live for the next Observe (which must list them).
+TEST(PolicySignalsTest, ObserveAppendedChecksItsTokens) {
+  auto evictor = PolicyEvictor::Create("streaming_llm", {},
+                                       {.budget_tokens = 4, .num_sink = 1, .num_recent = 3});
+  ASSERT_TRUE(evictor.ok());
+  const std::vector<TokenId> four = {4}, three = {3}, down = {6, 5}, up = {5, 6};
+  EXPECT_EQ((*evictor)->ObserveAppended(1, 0, four).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*evictor)->ObserveAppended(1, 1, four).code(), StatusCode::kInvalidArgument);
+  const std::vector<TokenId> live = {0, 1, 2, 3};
+  ASSERT_TRUE((*evictor)->Observe(1, live, {}, {}).ok());
+  EXPECT_EQ((*evictor)->ObserveAppended(1, 0, three).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*evictor)->ObserveAppended(1, 0, down).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE((*evictor)->ObserveAppended(1, 0, up).ok());
+  StatusOr<std::vector<TokenId>> victims = (*evictor)->Victims(1);  // 6 live, budget 4.
+  ASSERT_TRUE(victims.ok());
+  EXPECT_EQ(*victims, (std::vector<TokenId>{1, 2}));
+  EXPECT_EQ(*(*evictor)->Victims(1), std::vector<TokenId>{});  // Once per step.
+  const std::vector<TokenId> after = {0, 3, 5, 6, 7};
+  EXPECT_TRUE((*evictor)->Observe(1, after, {}, {}).ok());
+  const std::vector<TokenId> relisted = {0, 1, 3, 5, 6, 7, 8};
+  EXPECT_EQ((*evictor)->Observe(1, relisted, {}, {}).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
