@@ -162,6 +162,26 @@ def test_evictor_keeps_budget_and_protects():
         vtoken.Evictor("h2o")  # neither budget_tokens nor keep_ratio
 
 
+def test_evictor_asks_for_signals_only_when_its_policy_reads_them():
+    """TOVA reads signals only when it evicts (every 2nd step here); H2O's attn_sum every step."""
+    none = np.zeros(0, dtype=np.float32)
+    tova = vtoken.Evictor("tova", budget_tokens=4, num_sink=1, num_recent=1, evict_interval=2)
+    h2o = vtoken.Evictor("h2o", budget_tokens=4, num_sink=1, num_recent=1, evict_interval=2)
+    live = np.arange(6)
+    attn = np.full(6, 1 / 6, dtype=np.float32)
+    for ev in (tova, h2o):
+        assert ev.signals_wanted(0)
+        ev.observe(0, live, attn, np.ones(6, dtype=np.float32))
+        live_now = np.setdiff1d(live, ev.victims(0))
+        assert len(live_now) == 4
+    live_now = np.append(live_now, 6)
+    assert not tova.signals_wanted(0) and h2o.signals_wanted(0)
+    tova.observe(0, live_now, none, none)
+    with pytest.raises(vtoken.InvalidArgumentError, match="reads this step's signals"):
+        h2o.observe(0, live_now, none, none)
+    assert tova.signals_wanted(0)
+
+
 def test_policy_driven_eviction_then_reclaim():
     """An end-to-end loop: the evictor picks victims, the cache evicts, the reclaimer repacks."""
     cache = vtoken.VirtualKvCache(num_blocks=64, block_size=16, headroom_blocks=4)

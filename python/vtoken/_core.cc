@@ -529,14 +529,17 @@ void BindPolicies(py::module_& m) {
            py::arg("keep_ratio") = 0.0, py::arg("num_sink") = 0, py::arg("num_recent") = 0,
            py::arg("evict_interval") = 1, py::arg("seed") = 0)
       .def_property_readonly("policy", &PolicyEvictor::policy_name)
-      .def("observe",
-           [](PolicyEvictor& e, SeqId seq, const I64Array& live, const F32Array& attn,
-              const F32Array& key_norm) {
-             Check(e.Observe(seq, std::span<const TokenId>(live.data(), live.size()),
-                             std::span<const float>(attn.data(), attn.size()),
-                             std::span<const float>(key_norm.data(), key_norm.size())));
-           },
-           py::arg("seq"), py::arg("live_tokens"), py::arg("attn"), py::arg("key_norm"))
+      .def(
+          "observe",
+          [](PolicyEvictor& e, SeqId seq, const I64Array& live, const F32Array& attn,
+             const F32Array& key_norm) {
+            Check(e.Observe(seq, std::span<const TokenId>(live.data(), live.size()),
+                            std::span<const float>(attn.data(), attn.size()),
+                            std::span<const float>(key_norm.data(), key_norm.size())));
+          },
+          py::arg("seq"), py::arg("live_tokens"), py::arg("attn"), py::arg("key_norm"))
+      .def("signals_wanted", &PolicyEvictor::SignalsWanted, py::arg("seq"),
+           "Whether the next observe of seq reads its signals (else pass empty attn, key_norm).")
       .def("victims", [](PolicyEvictor& e, SeqId seq) { return ToArray(Value(e.Victims(seq))); })
       .def("forget", &PolicyEvictor::Forget)
       .def("budget", [](const PolicyEvictor& e, SeqId seq) { return Value(e.Budget(seq)); });
