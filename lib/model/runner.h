@@ -141,4 +141,32 @@ class ModelRunner {
   virtual RunClock* clock() { return nullptr; }
 };
 
+// A runner that passes every call to `inner`: the base of decorators, which override what they
+// change (RecordingRunner records Forward; test spies count it).
+class ForwardingRunner : public ModelRunner {
+ public:
+  explicit ForwardingRunner(ModelRunner& inner) : inner_(inner) {}
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  int64_t max_context() const override { return inner_.max_context(); }
+  std::optional<int32_t> bos_token_id() const override { return inner_.bos_token_id(); }
+  const std::vector<int64_t>& eos_token_ids() const override { return inner_.eos_token_ids(); }
+  int64_t kv_bytes_per_token() const override { return inner_.kv_bytes_per_token(); }
+  int64_t num_slots() const override { return inner_.num_slots(); }
+  int32_t num_kv_groups() const override { return inner_.num_kv_groups(); }
+  Granularity granularity() const override { return inner_.granularity(); }
+  StatusOr<std::vector<RunnerOutput>> Forward(const std::vector<RunnerInput>& inputs) override {
+    return inner_.Forward(inputs);
+  }
+  CopyEngine& copy_engine() override { return inner_.copy_engine(); }
+  uint64_t TokenKvHash(SlotIndex slot) override { return inner_.TokenKvHash(slot); }
+  std::vector<uint64_t> TokenKvHashes(std::span<const SlotIndex> slots) override {
+    return inner_.TokenKvHashes(slots);
+  }
+  void ForgetRequest(int64_t request) override { inner_.ForgetRequest(request); }
+  RunClock* clock() override { return inner_.clock(); }
+
+ protected:
+  ModelRunner& inner_;
+};
+
 }  // namespace vtoken::model

@@ -92,28 +92,15 @@ class TraceSignals final : public SignalSource {
 // A ModelRunner decorator that records every sampled step (RunnerInput::sample) to a trace: its
 // signals, computed whether or not the caller wants them (RunnerInput::want_signals), and its
 // token. The caller gets the outputs it asked for.
-class RecordingRunner final : public model::ModelRunner {
+class RecordingRunner final : public model::ForwardingRunner {
  public:
   RecordingRunner(model::ModelRunner& inner, SignalTraceWriter& writer, std::string mode)
-      : inner_(inner), writer_(writer), mode_(std::move(mode)) {}
+      : ForwardingRunner(inner), writer_(writer), mode_(std::move(mode)) {}
 
-  int64_t vocab_size() const override { return inner_.vocab_size(); }
-  int64_t max_context() const override { return inner_.max_context(); }
-  std::optional<int32_t> bos_token_id() const override { return inner_.bos_token_id(); }
-  const std::vector<int64_t>& eos_token_ids() const override { return inner_.eos_token_ids(); }
-  int64_t kv_bytes_per_token() const override { return inner_.kv_bytes_per_token(); }
-  int64_t num_slots() const override { return inner_.num_slots(); }
-  int32_t num_kv_groups() const override { return inner_.num_kv_groups(); }
-  Granularity granularity() const override { return inner_.granularity(); }
   StatusOr<std::vector<model::RunnerOutput>> Forward(
       const std::vector<model::RunnerInput>& inputs) override;
-  CopyEngine& copy_engine() override { return inner_.copy_engine(); }
-  uint64_t TokenKvHash(SlotIndex slot) override { return inner_.TokenKvHash(slot); }
-  void ForgetRequest(int64_t request) override { inner_.ForgetRequest(request); }
-  model::RunClock* clock() override { return inner_.clock(); }
 
  private:
-  model::ModelRunner& inner_;
   SignalTraceWriter& writer_;
   std::string mode_;
 };

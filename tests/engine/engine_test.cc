@@ -131,18 +131,9 @@ double MeanBlocks(const EngineResult& r) {
 }
 
 // Counts the new tokens of every forward and whether decodes ran in it.
-class BatchSpy final : public model::ModelRunner {
+class BatchSpy final : public model::ForwardingRunner {
  public:
-  explicit BatchSpy(model::ModelRunner& inner) : inner_(inner) {}
-  int64_t vocab_size() const override { return inner_.vocab_size(); }
-  int64_t max_context() const override { return inner_.max_context(); }
-  std::optional<int32_t> bos_token_id() const override { return inner_.bos_token_id(); }
-  const std::vector<int64_t>& eos_token_ids() const override { return inner_.eos_token_ids(); }
-  int64_t kv_bytes_per_token() const override { return inner_.kv_bytes_per_token(); }
-  int64_t num_slots() const override { return inner_.num_slots(); }
-  CopyEngine& copy_engine() override { return inner_.copy_engine(); }
-  uint64_t TokenKvHash(SlotIndex slot) override { return inner_.TokenKvHash(slot); }
-  void ForgetRequest(int64_t r) override { inner_.ForgetRequest(r); }
+  using ForwardingRunner::ForwardingRunner;
   StatusOr<std::vector<model::RunnerOutput>> Forward(
       const std::vector<model::RunnerInput>& inputs) override {
     int64_t tokens = 0, prefill_before_decode = 0;
@@ -159,9 +150,6 @@ class BatchSpy final : public model::ModelRunner {
   }
   std::vector<int64_t> step_tokens;
   int64_t misordered = 0;
-
- private:
-  model::ModelRunner& inner_;
 };
 
 TEST(EngineTest, MaxBatchedTokensBoundsEveryStepAndKeepsOutputs) {
@@ -297,18 +285,9 @@ TEST(EngineTest, VtokenAdmitsMoreUnderTheSameBudget) {
 
 // Counts, per request, the sampled steps and those whose signals the engine asked for, and
 // returns NaN signals for the others (the engine must not hand them to the policy).
-class SignalSpy final : public model::ModelRunner {
+class SignalSpy final : public model::ForwardingRunner {
  public:
-  explicit SignalSpy(model::ModelRunner& inner) : inner_(inner) {}
-  int64_t vocab_size() const override { return inner_.vocab_size(); }
-  int64_t max_context() const override { return inner_.max_context(); }
-  std::optional<int32_t> bos_token_id() const override { return inner_.bos_token_id(); }
-  const std::vector<int64_t>& eos_token_ids() const override { return inner_.eos_token_ids(); }
-  int64_t kv_bytes_per_token() const override { return inner_.kv_bytes_per_token(); }
-  int64_t num_slots() const override { return inner_.num_slots(); }
-  CopyEngine& copy_engine() override { return inner_.copy_engine(); }
-  uint64_t TokenKvHash(SlotIndex slot) override { return inner_.TokenKvHash(slot); }
-  void ForgetRequest(int64_t r) override { inner_.ForgetRequest(r); }
+  using ForwardingRunner::ForwardingRunner;
   StatusOr<std::vector<model::RunnerOutput>> Forward(
       const std::vector<model::RunnerInput>& inputs) override {
     VTOKEN_ASSIGN_OR_RETURN(std::vector<model::RunnerOutput> out, inner_.Forward(inputs));
@@ -324,9 +303,6 @@ class SignalSpy final : public model::ModelRunner {
     return out;
   }
   std::map<int64_t, int64_t> sampled, wanted;
-
- private:
-  model::ModelRunner& inner_;
 };
 
 // The engine asks the model for signals only on the steps whose signals the policy reads: every
