@@ -15,6 +15,8 @@ import sys
 
 import pandas as pd
 
+from seeds_table import rouge_cells
+
 
 def main(csv, model):
     runs = pd.read_csv(csv)
@@ -39,12 +41,7 @@ def main(csv, model):
     for (policy, gran, alloc, mode), g in rows:
         if mode == "native":
             policy, alloc = "-", "-"
-        rouge = g["rouge_l_vs_native"]
-        rouge_text = "-" if mode == "native" else (
-            f"{rouge.mean():.4f} ({rouge.min():.4f}-{rouge.max():.4f})")
-        same = "-"
-        if mode == "vtoken":
-            same = "yes" if (g["rouge_l_vs_naive"] == 1.0).all() else "no"
+        rouge_text, same = rouge_cells(g, mode)
         print(f"| {policy} | {gran} | {alloc} | {mode} | {g['workload.seed'].nunique()} | "
               f"{g['kv_groups'].iloc[0]:.0f} | {g['blocks_mean_token_blocks'].mean():.1f} | "
               f"{g['held_over_ideal'].mean():.2f}x | {g['peak_running'].mean():.1f} | "

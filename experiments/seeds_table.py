@@ -19,6 +19,18 @@ import sys
 import pandas as pd
 
 
+def rouge_cells(g, mode):
+    """The ROUGE-L vs native cell (mean over seeds with min-max) and the vtoken = naive cell of
+    one point's runs `g` in `mode`."""
+    rouge = g["rouge_l_vs_native"]
+    rouge_text = "-" if mode == "native" else (
+        f"{rouge.mean():.4f} ({rouge.min():.4f}-{rouge.max():.4f})")
+    same = "-"
+    if mode == "vtoken":
+        same = "yes" if (g["rouge_l_vs_naive"] == 1.0).all() else "no"
+    return rouge_text, same
+
+
 def main(csv, sweep, keys, pair=None):
     runs = pd.read_csv(csv)
     runs = runs[(runs["status"] == "completed") & (runs["sweep"] == sweep)].copy()
@@ -40,12 +52,7 @@ def main(csv, sweep, keys, pair=None):
                                                  modes[kv[0][-1]])):
         g = g.drop_duplicates("workload.seed")  # A shared native run appears once per seed.
         mode = key[-1]
-        rouge = g["rouge_l_vs_native"]
-        rouge_text = "-" if mode == "native" else (
-            f"{rouge.mean():.4f} ({rouge.min():.4f}-{rouge.max():.4f})")
-        same = "-"
-        if mode == "vtoken":
-            same = "yes" if (g["rouge_l_vs_naive"] == 1.0).all() else "no"
+        rouge_text, same = rouge_cells(g, mode)
         cells = " | ".join(str(k) for k in key[:-1])
         print(f"| {cells} | {mode} | {g['workload.seed'].nunique()} | "
               f"{g['blocks_mean'].mean():.1f} | {g['held_over_ideal'].mean():.2f}x | "
