@@ -333,6 +333,12 @@ Status ParseSim(const toml::table* t, const std::string& file, ExperimentConfig&
     return sim.Error("policy_time", "must be \"none\" or \"measured\"");
   }
   s.measured_policy_time = policy_time == "measured";
+  std::string schedule_time = s.measured_schedule_time ? "measured" : "none";
+  VTOKEN_RETURN_IF_ERROR(sim.String("schedule_time", schedule_time));
+  if (schedule_time != "none" && schedule_time != "measured") {
+    return sim.Error("schedule_time", "must be \"none\" or \"measured\"");
+  }
+  s.measured_schedule_time = schedule_time == "measured";
   VTOKEN_RETURN_IF_ERROR(sim.Uint("seed", s.seed));
   VTOKEN_RETURN_IF_ERROR(sim.Int("profile_tokens", s.profile_tokens));
   if (s.profile_tokens < 1) return sim.Error("profile_tokens", "must be >= 1");
@@ -783,6 +789,9 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
     }
     // Only when measured: the configs from before the key keep their hashes.
     if (s.measured_policy_time) resolved["sim"].as_table()->insert("policy_time", "measured");
+    if (s.measured_schedule_time) {
+      resolved["sim"].as_table()->insert("schedule_time", "measured");
+    }
   }
   // Native mode neither evicts nor reclaims: its run does not depend on [policy] or [reclaim],
   // so the points of a sweep that differ only there share one native run (one config hash).

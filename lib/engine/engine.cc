@@ -515,9 +515,11 @@ class Engine {
 
     std::vector<model::RunnerInput> inputs;
     inputs.reserve(planned.size());
+    double schedule_s = 0;
     for (Planned& p : planned) {
       SeqState& s = seqs_[p.index];
       VTOKEN_RETURN_IF_ERROR(reclaimer_.FenceForRead(s.seq).status());
+      const auto schedule_start = Clock::now();  // The fence's wait is fence_s, not this.
       model::RunnerInput in;
       in.request = s.request->id;
       in.tokens.assign(s.tokens.begin() + s.num_computed,
@@ -537,7 +539,10 @@ class Engine {
       in.want_signals = evictor_ != nullptr && in.sample && evictor_->SignalsWanted(s.seq);
       if (evictor_ != nullptr) in.signals = ModelSignals(evictor_->signals());
       inputs.push_back(std::move(in));
+      schedule_s += Since(schedule_start);
     }
+    result_.schedule_s += schedule_s;
+    clock_.HostWork(model::RunClock::HostPhase::kSchedule, schedule_s);
     const double forward_start = clock_.Now();
     VTOKEN_ASSIGN_OR_RETURN(std::vector<model::RunnerOutput> outputs, runner_.Forward(inputs));
     result_.forward_s += clock_.Now() - forward_start;

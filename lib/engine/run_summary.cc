@@ -113,6 +113,7 @@ std::map<std::string, double> SummarizeRun(const EngineResult& r,
   s["fence_s"] = r.fence_s;
   s["forward_s"] = r.forward_s;
   s["policy_s"] = r.policy_s;
+  s["schedule_s"] = r.schedule_s;
   s["violations"] = static_cast<double>(r.violations);
   s["rouge_l_vs_native"] = MeanOf(rouge_vs_native);
   s["rouge_l_vs_reference"] = MeanOf(rouge_vs_reference);

@@ -12,7 +12,7 @@
 //   util_hist_{0,1,2,3} (fraction of allocated block-steps with utilization in [0,25), [25,50),
 //   [50,75), [75,100] %),
 //   plans, moves, bytes_moved, blocks_reclaimed, planner_s, fence_waits, fence_s, forward_s,
-//   policy_s, violations,
+//   policy_s, schedule_s, violations,
 //   rouge_l_vs_native, rouge_l_vs_reference (mean ROUGE-L F1; NaN when not computed).
 #pragma once
 

@@ -37,8 +37,9 @@ class SimRunner::Timeline final : public model::RunClock {
     now_ = std::max(now_, t);
   }
   void HostWork(HostPhase phase, double measured_s) override {
-    const bool measured =
-        phase == HostPhase::kPlanner ? o_.measured_planner_time : o_.measured_policy_time;
+    const bool measured = phase == HostPhase::kPlanner  ? o_.measured_planner_time
+                          : phase == HostPhase::kPolicy ? o_.measured_policy_time
+                                                        : o_.measured_schedule_time;
     if (measured) pending_host_ += measured_s;
   }
 

@@ -50,6 +50,10 @@ struct SimOptions {
   // on the engine's policy threads) to the host timeline after each forward, on top of
   // host_overhead_s; off: host_overhead_s is the host's whole work per step.
   bool measured_policy_time = false;
+  // Add the engine's measured scheduling time (admission, reservation, listing every sequence's
+  // context per KV group: O(live tokens x groups) per step) to the host timeline before the
+  // forward, on top of host_overhead_s.
+  bool measured_schedule_time = false;
   // Fault injection for tests: every n-th relocated token lands with the wrong tag (0: never).
   int64_t corrupt_every_nth_copy = 0;
 };

@@ -39,6 +39,7 @@ StatusOr<std::unique_ptr<SimRunner>> MakeSimRunner(const std::string& spec, cons
   o.force_sync = force_sync;
   o.measured_planner_time = sim.measured_planner_time;
   o.measured_policy_time = sim.measured_policy_time;
+  o.measured_schedule_time = sim.measured_schedule_time;
   o.granularity = granularity;
   std::unique_ptr<SignalSource> signals;
   if (sim.attention == "parametric") {

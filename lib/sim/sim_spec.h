@@ -24,6 +24,7 @@ struct SimConfig {
   std::string dtype = "bfloat16";        // "bfloat16" | "float16" | "float32"
   bool measured_planner_time = false;    // [sim] planner_time = "measured" | "none"
   bool measured_policy_time = false;     // [sim] policy_time = "measured" | "none"
+  bool measured_schedule_time = false;   // [sim] schedule_time = "measured" | "none"
   uint64_t seed = 1;                     // Sampled tokens.
   ParametricParams parametric = VtTinyFit();
   // Tokens of vLLM's profiling forward (its max_num_batched_tokens) for pool sizing.

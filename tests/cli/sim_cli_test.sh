@@ -75,6 +75,15 @@ cmp -s "$TMP/plain.dry" "$TMP/none.dry" || fail "policy_time = none changed the 
 grep -q "policy_time = .measured." "$TMP/measured.dry" \
   || fail "policy_time = measured is not in the resolved config"
 expect_error "sim.policy_time" run "$TMP/sim.toml" --set sim.policy_time=wall
+# sim.schedule_time: the same.
+"$CLI" run "$TMP/sim.toml" --set sim.schedule_time=none --dry-run >"$TMP/none.dry" 2>/dev/null \
+  || fail "dry run with schedule_time none"
+cmp -s "$TMP/plain.dry" "$TMP/none.dry" || fail "schedule_time = none changed the resolved config"
+"$CLI" run "$TMP/sim.toml" --set sim.schedule_time=measured --dry-run >"$TMP/measured.dry" \
+  2>/dev/null || fail "dry run with schedule_time measured"
+grep -q "schedule_time = .measured." "$TMP/measured.dry" \
+  || fail "schedule_time = measured is not in the resolved config"
+expect_error "sim.schedule_time" run "$TMP/sim.toml" --set sim.schedule_time=wall
 expect_error "needs a sim: model" run experiments/quickstart.toml --set sim.dtype=float32
 expect_error "needs a sim: model" run experiments/quickstart.toml --set engine.gpu_memory_utilization=0.5
 expect_error "unknown hardware 'tpu-v9'" run "$TMP/sim.toml" --set sim.hardware.preset=tpu-v9

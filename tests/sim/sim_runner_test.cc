@@ -244,23 +244,25 @@ TEST(SimRunnerTest, ClockChargesForwardHostAndCopies) {
   EXPECT_DOUBLE_EQ(sync->clock()->Now(), 5.0);
 }
 
-// sim.planner_time / sim.policy_time = "measured": the engine reports each phase's real time,
-// and the clock adds the phases asked for to the host phase, nothing else.
+// sim.planner_time / sim.policy_time / sim.schedule_time = "measured": the engine reports each
+// phase's real time, and the clock adds the phases asked for to the host phase, nothing else.
 TEST(SimRunnerTest, MeasuredHostTimeAddsThePhasesAskedFor) {
   using Phase = model::RunClock::HostPhase;
-  for (bool planner : {false, true}) {
-    for (bool policy : {false, true}) {
-      SimOptions so;
-      so.measured_planner_time = planner;
-      so.measured_policy_time = policy;
-      std::unique_ptr<SimRunner> runner = MakeRunner(Options(Mode::kVtoken), so);
-      model::RunClock& clock = *runner->clock();
-      clock.Start();
-      clock.HostWork(Phase::kPolicy, 0.25);
-      clock.HostWork(Phase::kPlanner, 0.5);
-      EXPECT_DOUBLE_EQ(clock.Now(), (policy ? 0.25 : 0.0) + (planner ? 0.5 : 0.0))
-          << "planner " << planner << ", policy " << policy;
-    }
+  for (int mask = 0; mask < 8; ++mask) {
+    const bool planner = (mask & 1) != 0, policy = (mask & 2) != 0, schedule = (mask & 4) != 0;
+    SimOptions so;
+    so.measured_planner_time = planner;
+    so.measured_policy_time = policy;
+    so.measured_schedule_time = schedule;
+    std::unique_ptr<SimRunner> runner = MakeRunner(Options(Mode::kVtoken), so);
+    model::RunClock& clock = *runner->clock();
+    clock.Start();
+    clock.HostWork(Phase::kPolicy, 0.25);
+    clock.HostWork(Phase::kPlanner, 0.5);
+    clock.HostWork(Phase::kSchedule, 2.0);
+    EXPECT_DOUBLE_EQ(clock.Now(),
+                     (policy ? 0.25 : 0.0) + (planner ? 0.5 : 0.0) + (schedule ? 2.0 : 0.0))
+        << "planner " << planner << ", policy " << policy << ", schedule " << schedule;
   }
   // Through the engine: a naive run (no copies to overlap) with every request there at 0 makes
   // the same steps either way, so measuring the policy lengthens the run by exactly its policy
@@ -277,6 +279,15 @@ TEST(SimRunnerTest, MeasuredHostTimeAddsThePhasesAskedFor) {
   EXPECT_GT(with->evictions, 1000);
   EXPECT_GT(with->policy_s, 0.0);
   EXPECT_NEAR(with->wall_s, none->wall_s + with->policy_s, 1e-9 * with->wall_s);
+  // The same for the scheduling time: the steps' inputs were built, and cost what was measured.
+  SimOptions scheduled;
+  scheduled.measured_schedule_time = true;
+  std::unique_ptr<SimRunner> c = MakeRunner(o, scheduled);
+  StatusOr<engine::EngineResult> sched = engine::RunEngine(o, *c, reqs);
+  ASSERT_TRUE(sched.ok());
+  ASSERT_EQ(none->steps.size(), sched->steps.size());
+  EXPECT_GT(sched->schedule_s, 0.0);
+  EXPECT_NEAR(sched->wall_s, none->wall_s + sched->schedule_s, 1e-9 * sched->wall_s);
 }
 
 TEST(SimRunnerTest, AsyncCopyIsInvisibleUntilItCompletes) {
