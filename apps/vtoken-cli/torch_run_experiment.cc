@@ -14,13 +14,15 @@
 #include "apps/vtoken-cli/run_experiment.h"
 #include "lib/core/copy_engine.h"
 #include "lib/core/host_kv_store.h"
+#include "lib/core/policy_evictor.h"
+#include "lib/core/policy_registry.h"
 #include "lib/engine/result_store.h"
 #include "lib/engine/rouge.h"
 #include "lib/engine/run_summary.h"
 #include "lib/engine/workload.h"
-#include "lib/model/io/tokenizer.h"
 #include "lib/model/blas_info.h"
 #include "lib/model/cpu_threads.h"
+#include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_runner.h"
 #include "lib/model/torch_device.h"
 #include "lib/sim/signal_trace.h"
@@ -308,6 +310,16 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
                  c.sim.dtype.c_str());
   }
   if (!c.pool_sizing.empty()) std::fprintf(stderr, "pool sizing: %s\n", c.pool_sizing.c_str());
+  const bool evicts =
+      std::any_of(c.modes.begin(), c.modes.end(), [](Mode m) { return m != Mode::kNative; });
+  if (evicts && !c.engine.indirection_only) {
+    StatusOr<std::unique_ptr<Policy>> policy =
+        CreatePolicy(c.engine.policy, c.engine.policy_params);
+    if (policy.ok()) {
+      std::fprintf(stderr, "policy %s %s\n", c.engine.policy.c_str(),
+                   SignalSchedule(**policy, c.engine.evictor.evict_interval).c_str());
+    }
+  }
   if (sim_runner == nullptr) {
     std::fprintf(stderr, "BLAS: %s; model step on %d CPU thread(s)\n",
                  model::BlasDescription().c_str(), torch::get_num_threads());

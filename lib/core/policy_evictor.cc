@@ -72,6 +72,26 @@ Status ValidateEvictorOptions(const EvictorOptions& o) {
   return Status::Ok();
 }
 
+std::string SignalSchedule(const Policy& policy, int64_t evict_interval) {
+  const uint8_t signals = policy.signals();
+  if (signals == 0) return "reads no signals: the model computes none";
+  std::string names;
+  for (const auto& [bit, name] :
+       {std::pair{kAttnSignal, "attn"}, std::pair{kAttnSumSignal, "attn_sum"},
+        std::pair{kKeyNormSignal, "key_norm"}}) {
+    if ((signals & bit) == 0) continue;
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  if (ReadsSignalsEveryStep(signals, policy.state_size())) {
+    return "reads " + names +
+           ((signals & kAttnSumSignal) != 0 ? " (accumulated)" : " (into its state)") +
+           ": signals on every step";
+  }
+  if (evict_interval == 1) return "reads " + names + " when it evicts: signals on every step";
+  return "reads " + names + " when it evicts: signals on the prefill and every " +
+         std::to_string(evict_interval) + "th step";
+}
+
 int32_t NumGroups(const EvictorOptions& o) {
   return NumKvGroups(o.granularity, o.num_layers, o.num_kv_heads);
 }

@@ -78,6 +78,11 @@ struct EvictorOptions {
 
 int32_t NumGroups(const EvictorOptions& options);
 
+// One line for run headers: the signals `policy` reads and the steps on which the model computes
+// them with `evict_interval` (PolicyEvictor::SignalsWanted), e.g. "reads attn when it evicts:
+// signals on the prefill and every 8th step".
+std::string SignalSchedule(const Policy& policy, int64_t evict_interval);
+
 // InvalidArgument naming the field for impossible options (negative counts, neither or both of
 // budget_tokens and keep_ratio, keep_ratio outside (0, 1], protection above budget_tokens, an
 // allocation the granularity cannot express).

@@ -232,3 +232,33 @@ TEST(PolicySignalsTest, ObserveAppendedChecksItsTokens) {
 
 }  // namespace
 }  // namespace vtoken
+
+namespace vtoken {
+namespace {
+
+// The run header's line says, for every registered policy, what SignalsWanted does.
+TEST(PolicySignalsTest, SignalScheduleSaysWhenTheModelComputesSignals) {
+  for (const PolicyInfo* info : RegisteredPolicies()) {
+    SCOPED_TRACE(info->name);
+    StatusOr<std::unique_ptr<Policy>> policy = CreatePolicy(info->name, {});
+    ASSERT_TRUE(policy.ok());
+    const Policy& p = **policy;
+    const std::string every = SignalSchedule(p, 1), eighth = SignalSchedule(p, 8);
+    if (p.signals() == 0) {
+      EXPECT_EQ(every, "reads no signals: the model computes none");
+      EXPECT_EQ(eighth, every);
+    } else if (ReadsSignalsEveryStep(p.signals(), p.state_size())) {
+      EXPECT_NE(eighth.find(": signals on every step"), std::string::npos) << eighth;
+    } else {
+      EXPECT_NE(every.find("when it evicts: signals on every step"), std::string::npos) << every;
+      EXPECT_NE(eighth.find("when it evicts: signals on the prefill and every 8th step"),
+                std::string::npos)
+          << eighth;
+    }
+    if (p.signals() & kAttnSumSignal) EXPECT_NE(every.find("attn_sum"), std::string::npos);
+    if (p.signals() & kKeyNormSignal) EXPECT_NE(every.find("key_norm"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace vtoken
