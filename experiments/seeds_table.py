@@ -8,7 +8,8 @@ e.g.   /usr/bin/python3 experiments/seeds_table.py runs.csv quality policy polic
            --pair policy=streaming_llm
 
 KEYs are the export's columns that tell the grid points apart. Columns: seeds; blocks held per
-request (mean over the run); held / ideal at finish; F (mean); ROUGE-L vs native, mean over
+request (mean over the run); for vtoken, naive's blocks held over vtoken's (paired by seed, mean
+with min-max); held / ideal at finish; F (mean); ROUGE-L vs native, mean over
 seeds with the min and max; vtoken = naive (ROUGE-L vtoken vs naive 1.0 in every seed). A native
 run shared by several points (it does not depend on the policy) is listed once. With --pair
 KEY=VALUE, a second table: paired by seed, each naive point's ROUGE-L vs native minus that of
@@ -23,7 +24,7 @@ def rouge_cells(g, mode):
     """The ROUGE-L vs native cell (mean over seeds with min-max) and the vtoken = naive cell of
     one point's runs `g` in `mode`."""
     rouge = g["rouge_l_vs_native"]
-    rouge_text = "-" if mode == "native" else (
+    rouge_text = "-" if mode == "native" or rouge.isna().all() else (
         f"{rouge.mean():.4f} ({rouge.min():.4f}-{rouge.max():.4f})")
     same = "-"
     if mode == "vtoken":
@@ -44,18 +45,27 @@ def main(csv, sweep, keys, pair=None):
     runs.loc[native, [k for k in keys if k.startswith("policy")]] = "-"
     runs["held_over_ideal"] = runs["blocks_final_mean"] / runs["ideal_final_mean"]
     modes = {"native": 0, "naive": 1, "vtoken": 2}
+    # Naive's blocks over vtoken's, paired by seed and point.
+    naive_blocks = {tuple(r[k] for k in keys) + (r["workload.seed"],): r["blocks_mean"]
+                    for _, r in runs[runs["mode"] == "naive"].iterrows()}
     print("| " + " | ".join(keys) + " | mode | seeds | blocks held / request (mean) | "
-          "held / ideal at finish | F (mean) | ROUGE-L vs native (min-max) | vtoken = naive |")
-    print("|" + "---|" * len(keys) + "---|---:|---:|---:|---:|---|---|")
+          "naive / vtoken blocks (min-max) | held / ideal at finish | F (mean) | "
+          "ROUGE-L vs native (min-max) | vtoken = naive |")
+    print("|" + "---|" * len(keys) + "---|---:|---:|---:|---:|---:|---|---|")
     groups = runs.groupby([*keys, "mode"], dropna=False)
     for key, g in sorted(groups, key=lambda kv: (modes[kv[0][-1]] > 0, kv[0][:-1],
                                                  modes[kv[0][-1]])):
         g = g.drop_duplicates("workload.seed")  # A shared native run appears once per seed.
         mode = key[-1]
         rouge_text, same = rouge_cells(g, mode)
+        ratios = [naive_blocks[at] / r["blocks_mean"] for _, r in g.iterrows()
+                  if (at := tuple(r[k] for k in keys) + (r["workload.seed"],)) in naive_blocks]
+        ratio_text = "-" if mode != "vtoken" or not ratios else (
+            f"{sum(ratios) / len(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
         cells = " | ".join(str(k) for k in key[:-1])
         print(f"| {cells} | {mode} | {g['workload.seed'].nunique()} | "
-              f"{g['blocks_mean'].mean():.1f} | {g['held_over_ideal'].mean():.2f}x | "
+              f"{g['blocks_mean'].mean():.1f} | {ratio_text} | "
+              f"{g['held_over_ideal'].mean():.2f}x | "
               f"{g['waste_ratio_mean'].mean():.3f} | {rouge_text} | {same} |")
     if pair is None:
         return

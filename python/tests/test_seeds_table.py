@@ -47,13 +47,22 @@ def test_means_over_seeds_and_pairs(tmp_path):
     r = run(tmp_path, rows(), "q", "policy", "--pair", "policy=h2o")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert "| - | native | 2 | 40.0 | 2.00x | 0.500 | - | - |" in lines
-    assert "| h2o | naive | 2 | 10.0 | 2.00x | 0.500 | 0.5500 (0.5000-0.6000) | - |" in lines
-    assert "| h2o | vtoken | 2 | 5.0 | 2.00x | 0.500 | 0.5500 (0.5000-0.6000) | yes |" in lines
-    assert "| tova | vtoken | 2 | 10.0 | 2.00x | 0.500 | 0.5500 (0.4000-0.7000) | no |" in lines
+    assert "| - | native | 2 | 40.0 | - | 2.00x | 0.500 | - | - |" in lines
+    assert "| h2o | naive | 2 | 10.0 | - | 2.00x | 0.500 | 0.5500 (0.5000-0.6000) | - |" in lines
+    assert ("| h2o | vtoken | 2 | 5.0 | 2.00x (2.00-2.00) | 2.00x | 0.500 | 0.5500 (0.5000-0.6000) "
+            "| yes |") in lines
+    assert ("| tova | vtoken | 2 | 10.0 | 1.00x (1.00-1.00) | 2.00x | 0.500 | 0.5500 (0.4000-0.7000) "
+            "| no |") in lines
     # Paired: tova - h2o = +0.2 (seed 1), -0.2 (seed 2).
     assert "| tova | 2 | +0.0000 (-0.2000, +0.2000) |" in lines
     assert not any(line.startswith("| h2o | 2 |") for line in lines)
+
+
+def test_runs_without_native_leave_rouge_out(tmp_path):
+    no_native = [dict(x, rouge_l_vs_native=float("nan")) for x in rows() if x["mode"] != "native"]
+    r = run(tmp_path, no_native, "q", "policy")
+    assert r.returncode == 0, r.stderr
+    assert "| h2o | naive | 2 | 10.0 | - | 2.00x | 0.500 | - | - |" in r.stdout.splitlines()
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path):
