@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
-"""A sweep's runs averaged over workload seeds: one row per (grid point, mode), for a sweep run
-once per seed (`vtoken-cli sweep CONFIG --set workload.seed=S` for several S).
+"""A sweep's runs averaged over seeds: one row per (grid point, mode), for a sweep with `[sweep]
+seeds` (the export's `seed` column) or run once per workload seed (`vtoken-cli sweep CONFIG --set
+workload.seed=S` for several S: the `workload.seed` column). Beside `vtoken-cli export --table
+points` (means with confidence intervals), it gives the min-max over seeds, naive's blocks over
+vtoken's and the differences between points paired by seed.
 
 Usage: vtoken-cli export --db DB --table runs --out runs.csv
        /usr/bin/python3 experiments/seeds_table.py runs.csv SWEEP KEY [KEY ...] [--pair KEY=VALUE]
@@ -37,16 +40,19 @@ def main(csv, sweep, keys, pair=None):
     runs = runs[(runs["status"] == "completed") & (runs["sweep"] == sweep)].copy()
     if runs.empty:
         sys.exit(f"no completed runs of sweep {sweep} in {csv}")
-    missing = [k for k in keys + ["workload.seed"] if k not in runs.columns]
+    missing = [k for k in keys if k not in runs.columns]
     if missing:
         sys.exit(f"{csv} has no column {missing[0]}")
+    seed = "seed" if "seed" in runs.columns else "workload.seed"
+    if seed not in runs.columns:
+        sys.exit(f"{csv} has no seed or workload.seed column: the sweep has one seed")
     runs["policy"] = runs["policy"].fillna("-")
     native = runs["mode"] == "native"
     runs.loc[native, [k for k in keys if k.startswith("policy")]] = "-"
     runs["held_over_ideal"] = runs["blocks_final_mean"] / runs["ideal_final_mean"]
     modes = {"native": 0, "naive": 1, "vtoken": 2}
     # Naive's blocks over vtoken's, paired by seed and point.
-    naive_blocks = {tuple(r[k] for k in keys) + (r["workload.seed"],): r["blocks_mean"]
+    naive_blocks = {tuple(r[k] for k in keys) + (r[seed],): r["blocks_mean"]
                     for _, r in runs[runs["mode"] == "naive"].iterrows()}
     print("| " + " | ".join(keys) + " | mode | seeds | blocks held / request (mean) | "
           "naive / vtoken blocks (min-max) | held / ideal at finish | F (mean) | "
@@ -55,15 +61,15 @@ def main(csv, sweep, keys, pair=None):
     groups = runs.groupby([*keys, "mode"], dropna=False)
     for key, g in sorted(groups, key=lambda kv: (modes[kv[0][-1]] > 0, kv[0][:-1],
                                                  modes[kv[0][-1]])):
-        g = g.drop_duplicates("workload.seed")  # A shared native run appears once per seed.
+        g = g.drop_duplicates(seed)  # A shared native run appears once per seed.
         mode = key[-1]
         rouge_text, same = rouge_cells(g, mode)
         ratios = [naive_blocks[at] / r["blocks_mean"] for _, r in g.iterrows()
-                  if (at := tuple(r[k] for k in keys) + (r["workload.seed"],)) in naive_blocks]
+                  if (at := tuple(r[k] for k in keys) + (r[seed],)) in naive_blocks]
         ratio_text = "-" if mode != "vtoken" or not ratios else (
             f"{sum(ratios) / len(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")
         cells = " | ".join(str(k) for k in key[:-1])
-        print(f"| {cells} | {mode} | {g['workload.seed'].nunique()} | "
+        print(f"| {cells} | {mode} | {g[seed].nunique()} | "
               f"{g['blocks_mean'].mean():.1f} | {ratio_text} | "
               f"{g['held_over_ideal'].mean():.2f}x | "
               f"{g['waste_ratio_mean'].mean():.3f} | {rouge_text} | {same} |")
@@ -72,7 +78,7 @@ def main(csv, sweep, keys, pair=None):
     pair_key, pair_value = pair
     naive = runs[runs["mode"] == "naive"].copy()
     others = [k for k in keys if k != pair_key]
-    base = {tuple(r[k] for k in others) + (r["workload.seed"],): r["rouge_l_vs_native"]
+    base = {tuple(r[k] for k in others) + (r[seed],): r["rouge_l_vs_native"]
             for _, r in naive.iterrows() if str(r[pair_key]) == pair_value}
     print()
     print("| " + " | ".join(keys) + f" | seeds | ROUGE-L vs native minus {pair_key}="
@@ -85,7 +91,7 @@ def main(csv, sweep, keys, pair=None):
         if str(g[0][pair_key]) == pair_value:
             continue
         d = [r["rouge_l_vs_native"] - base[at] for r in g
-             if (at := tuple(r[k] for k in others) + (r["workload.seed"],)) in base]
+             if (at := tuple(r[k] for k in others) + (r[seed],)) in base]
         if d:
             cells = " | ".join(str(k) for k in key)
             print(f"| {cells} | {len(d)} | {sum(d) / len(d):+.4f} ({min(d):+.4f}, "

@@ -65,6 +65,14 @@ def test_runs_without_native_leave_rouge_out(tmp_path):
     assert "| h2o | naive | 2 | 10.0 | - | 2.00x | 0.500 | - | - |" in r.stdout.splitlines()
 
 
+def test_a_sweep_with_seeds_uses_its_seed_column(tmp_path):
+    with_seeds = [{("seed" if k == "workload.seed" else k): v for k, v in x.items()}
+                  for x in rows()]
+    r = run(tmp_path, with_seeds, "q", "policy", "--pair", "policy=h2o")
+    assert r.returncode == 0, r.stderr
+    assert "| tova | 2 | +0.0000 (-0.2000, +0.2000) |" in r.stdout.splitlines()
+
+
 def test_bad_arguments_are_one_line_errors(tmp_path):
     r = run(tmp_path, rows(), "no_such_sweep", "policy")
     assert r.returncode != 0 and "no completed runs of sweep no_such_sweep" in r.stderr
@@ -72,3 +80,6 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
     assert r.returncode != 0 and "has no column no_such_key" in r.stderr
     r = run(tmp_path, rows(), "q", "policy", "--pair", "policy")
     assert r.returncode != 0 and "--pair needs KEY=VALUE" in r.stderr
+    one_seed = [{k: v for k, v in x.items() if k != "workload.seed"} for x in rows()]
+    r = run(tmp_path, one_seed, "q", "policy")
+    assert r.returncode != 0 and "has no seed or workload.seed column" in r.stderr
