@@ -1,8 +1,11 @@
 // Google Benchmark suite for lib/core. Figures and commands: docs/PERFORMANCE.md.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "lib/core/check_harness.h"
@@ -75,6 +78,32 @@ void BM_LiveSlotsBatch(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 32 * 1024);
 }
 BENCHMARK(BM_LiveSlotsBatch);
+
+// AppendLive (the engine's context listing, one token table per KV group) of a 4,096-token table
+// keeping range(0)% of its tokens, evicted at random (seed 1): what every step does per group.
+void BM_AppendLive(benchmark::State& state) {
+  VirtualKvCache cache({.mode = Mode::kNaive, .pool = {.num_blocks = 512, .block_size = 16}});
+  const SeqId seq = cache.AddSequence();
+  (void)cache.SyncNewTokens(seq, 4096);
+  std::mt19937_64 rng(1);
+  std::vector<TokenId> order(4096);
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  const size_t evict = static_cast<size_t>(4096 * (100 - state.range(0)) / 100);
+  for (size_t i = 0; i < evict; ++i) (void)cache.EvictToken(seq, order[i]);
+  std::vector<SlotIndex> slots;
+  std::vector<TokenId> tokens;
+  for (auto _ : state) {
+    slots.clear();
+    tokens.clear();
+    cache.table(seq).AppendLive(slots, tokens);
+    benchmark::DoNotOptimize(slots.data());
+    benchmark::DoNotOptimize(tokens.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 4096);
+  state.counters["live"] = static_cast<double>(slots.size());
+}
+BENCHMARK(BM_AppendLive)->Arg(25)->Arg(50)->Arg(90);
 
 // Plan() on a snapshot of a fully allocated pool of N blocks, 64 sequences, random utilization.
 void BM_Plan(benchmark::State& state) {
