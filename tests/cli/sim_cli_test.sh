@@ -65,25 +65,19 @@ q="select r.mode, s.name, s.value from summary s join runs r on r.id = s.run_id 
 "$CLI" fit-signals "$TMP/q.trace" >"$TMP/fit.out" 2>&1 || fail "fit-signals exited $?"
 grep -q "recency_exponent = " "$TMP/fit.out" || fail "fit-signals printed no parameters"
 
-# sim.policy_time: recorded only when measured, so configs from before the key keep their hash.
+# sim.policy_time and sim.schedule_time: recorded only when measured, so configs from before the
+# keys keep their hash.
 "$CLI" run "$TMP/sim.toml" --dry-run >"$TMP/plain.dry" 2>/dev/null || fail "dry run"
-"$CLI" run "$TMP/sim.toml" --set sim.policy_time=none --dry-run >"$TMP/none.dry" 2>/dev/null \
-  || fail "dry run with policy_time none"
-cmp -s "$TMP/plain.dry" "$TMP/none.dry" || fail "policy_time = none changed the resolved config"
-"$CLI" run "$TMP/sim.toml" --set sim.policy_time=measured --dry-run >"$TMP/measured.dry" \
-  2>/dev/null || fail "dry run with policy_time measured"
-grep -q "policy_time = .measured." "$TMP/measured.dry" \
-  || fail "policy_time = measured is not in the resolved config"
-expect_error "sim.policy_time" run "$TMP/sim.toml" --set sim.policy_time=wall
-# sim.schedule_time: the same.
-"$CLI" run "$TMP/sim.toml" --set sim.schedule_time=none --dry-run >"$TMP/none.dry" 2>/dev/null \
-  || fail "dry run with schedule_time none"
-cmp -s "$TMP/plain.dry" "$TMP/none.dry" || fail "schedule_time = none changed the resolved config"
-"$CLI" run "$TMP/sim.toml" --set sim.schedule_time=measured --dry-run >"$TMP/measured.dry" \
-  2>/dev/null || fail "dry run with schedule_time measured"
-grep -q "schedule_time = .measured." "$TMP/measured.dry" \
-  || fail "schedule_time = measured is not in the resolved config"
-expect_error "sim.schedule_time" run "$TMP/sim.toml" --set sim.schedule_time=wall
+for key in policy_time schedule_time; do
+  "$CLI" run "$TMP/sim.toml" --set sim.$key=none --dry-run >"$TMP/none.dry" 2>/dev/null \
+    || fail "dry run with $key none"
+  cmp -s "$TMP/plain.dry" "$TMP/none.dry" || fail "$key = none changed the resolved config"
+  "$CLI" run "$TMP/sim.toml" --set sim.$key=measured --dry-run >"$TMP/measured.dry" \
+    2>/dev/null || fail "dry run with $key measured"
+  grep -q "$key = .measured." "$TMP/measured.dry" \
+    || fail "$key = measured is not in the resolved config"
+  expect_error "sim.$key" run "$TMP/sim.toml" --set sim.$key=wall
+done
 expect_error "needs a sim: model" run experiments/quickstart.toml --set sim.dtype=float32
 expect_error "needs a sim: model" run experiments/quickstart.toml --set engine.gpu_memory_utilization=0.5
 expect_error "unknown hardware 'tpu-v9'" run "$TMP/sim.toml" --set sim.hardware.preset=tpu-v9
