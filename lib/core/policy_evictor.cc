@@ -114,6 +114,18 @@ PolicyEvictor::PolicyEvictor(std::string name, std::unique_ptr<Policy> policy,
       options_(options),
       num_groups_(NumGroups(options)) {}
 
+Status PolicyEvictor::GroupError(SeqId seq, int32_t group) const {
+  if (group >= 0 && group < num_groups_) return Status::Ok();
+  return InvalidArgumentError("observe " + SeqText(seq) + ": group " + std::to_string(group) +
+                              " outside [0, " + std::to_string(num_groups_) + ")");
+}
+
+Status PolicyEvictor::MissingSignalsError(SeqId seq, int64_t step) const {
+  return InvalidArgumentError("observe " + SeqText(seq) + ": policy " + name_ +
+                              " reads this step's signals (step " + std::to_string(step) +
+                              ") but none were given");
+}
+
 bool PolicyEvictor::ReadsSignals(int64_t step) const {
   return signals_ != 0 && (every_step_ || step % options_.evict_interval == 0);
 }
@@ -144,11 +156,7 @@ Status PolicyEvictor::ObservationError(SeqId seq, const SeqState& s, std::span<c
                                        std::span<const float> attn,
                                        std::span<const float> key_norm) const {
   const bool no_signals = !live.empty() && attn.empty() && key_norm.empty();
-  if (no_signals && ReadsSignals(s.step + 1)) {
-    return InvalidArgumentError("observe " + SeqText(seq) + ": policy " + name_ +
-                                " reads this step's signals (step " + std::to_string(s.step + 1) +
-                                ") but none were given");
-  }
+  if (no_signals && ReadsSignals(s.step + 1)) return MissingSignalsError(seq, s.step + 1);
   if (!no_signals && (attn.size() != live.size() || key_norm.size() != live.size())) {
     return InvalidArgumentError("observe " + SeqText(seq) + ": " + std::to_string(live.size()) +
                                 " live tokens but " + std::to_string(attn.size()) + " attn and " +
@@ -191,21 +199,14 @@ void PolicyEvictor::EndObserve(SeqState& s, int32_t group) {
 }
 
 Status PolicyEvictor::ObserveAppended(SeqId seq, int32_t group, std::span<const TokenId> appended) {
-  if (group < 0 || group >= num_groups_) {
-    return InvalidArgumentError("observe " + SeqText(seq) + ": group " + std::to_string(group) +
-                                " outside [0, " + std::to_string(num_groups_) + ")");
-  }
+  VTOKEN_RETURN_IF_ERROR(GroupError(seq, group));
   auto it = seqs_.find(seq);
   if (it == seqs_.end() || it->second[group].step < 0) {
     return FailedPreconditionError("observe " + SeqText(seq) +
                                    ": appended tokens before its first Observe");
   }
   SeqState& s = it->second[group];
-  if (ReadsSignals(s.step + 1)) {
-    return InvalidArgumentError("observe " + SeqText(seq) + ": policy " + name_ +
-                                " reads this step's signals (step " + std::to_string(s.step + 1) +
-                                ") but none were given");
-  }
+  if (ReadsSignals(s.step + 1)) return MissingSignalsError(seq, s.step + 1);
   for (size_t i = 0; i < appended.size(); ++i) {
     if (appended[i] < (i == 0 ? s.known : appended[i - 1] + 1)) {
       return InvalidArgumentError("observe " + SeqText(seq) + ": appended token " +
@@ -254,10 +255,7 @@ bool PolicyEvictor::MatchLive(SeqState& s, std::span<const TokenId> live, int64_
 
 Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId> live,
                               std::span<const float> attn, std::span<const float> key_norm) {
-  if (group < 0 || group >= num_groups_) {
-    return InvalidArgumentError("observe " + SeqText(seq) + ": group " + std::to_string(group) +
-                                " outside [0, " + std::to_string(num_groups_) + ")");
-  }
+  VTOKEN_RETURN_IF_ERROR(GroupError(seq, group));
   auto it = seqs_.find(seq);
   const bool created = it == seqs_.end();
   if (created) {

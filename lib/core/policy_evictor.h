@@ -179,8 +179,12 @@ class PolicyEvictor {
   bool MatchLive(SeqState& s, std::span<const TokenId> live, int64_t step) const;
   // Appends entries for new tokens `ids` (written at `step`, zero signals and state) to s.
   void AppendNew(SeqState& s, std::span<const TokenId> ids, int64_t step) const;
-  // Counts the step just recorded for group state `s`; runs the policy's Observe (with state).
+  // Runs the policy's Observe on the step just recorded in `s` (a policy with state only).
   void EndObserve(SeqState& s, int32_t group);
+  // InvalidArgument for a group outside [0, num_groups_), else Ok.
+  Status GroupError(SeqId seq, int32_t group) const;
+  // The InvalidArgument of an observation without the signals the policy reads at `step`.
+  Status MissingSignalsError(SeqId seq, int64_t step) const;
   // s's live tokens as the policy sees them, in a buffer of the calling thread (valid until its
   // next call).
   std::span<const TokenView> Views(SeqState& s);

@@ -482,8 +482,8 @@ class Engine {
     auto work = [&](int64_t k) {
       const size_t i = observed[k];
       const SeqState& s = seqs_[planned[i].index];
-      status[k] = Observe(s.seq, s.observed, inputs[i], outputs[i]);
       const SeqId seq = s.seq;
+      status[k] = Observe(seq, s.observed, inputs[i], outputs[i]);
       if (!status[k].ok()) return;
       StatusOr<GroupVictimLists> v = evictor_->GroupVictims(seq);
       if (!v.ok()) {
@@ -495,7 +495,11 @@ class Engine {
     const int64_t n = static_cast<int64_t>(observed.size());
     // Small steps stay on this thread: waking the team costs more than their work.
     size_t tokens = 0;
-    for (size_t i : observed) tokens += inputs[i].context_slots.size();
+    for (size_t i : observed) {  // A step without signals of an observed sequence is O(new).
+      if (inputs[i].want_signals || !seqs_[planned[i].index].observed) {
+        tokens += inputs[i].context_slots.size();
+      }
+    }
     if (team_ != nullptr && tokens >= kTeamMinTokens) {
       team_->ParallelFor(n, work);
     } else {

@@ -120,7 +120,7 @@ struct EngineResult {
   // Reclamation cost.
   int64_t plans = 0, moves = 0, bytes_moved = 0, blocks_reclaimed = 0, fence_waits = 0;
   double planner_s = 0, fence_s = 0, forward_s = 0, policy_s = 0;
-  double schedule_s = 0;  // Admission, reservation and the steps' inputs (host wall time).
+  double schedule_s = 0;  // Building the steps' inputs, fence waits excluded (host wall time).
   // Verification (EngineOptions::verify).
   int64_t invariant_checks = 0, hash_checks = 0, violations = 0;
   std::vector<std::string> first_violations;

@@ -100,8 +100,8 @@ class RunClock {
   // There is nothing to run before `t` (waiting for the next arrival).
   virtual void WaitUntil(double t) = 0;
   // The host spent `measured_s` seconds of real time in `phase` of a step: the policy's work
-  // (observe, score, evict), the reclaimer's planning, or scheduling (admission, reservation
-  // and the step's inputs: every sequence's context per KV group).
+  // (observe, score, evict), the reclaimer's planning, or scheduling (building the step's inputs:
+  // every sequence's context per KV group).
   enum class HostPhase { kPolicy, kPlanner, kSchedule };
   virtual void HostWork(HostPhase phase, double measured_s) = 0;
 };

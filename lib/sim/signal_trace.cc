@@ -1,5 +1,6 @@
 #include "lib/sim/signal_trace.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -191,38 +192,39 @@ void TraceSignals::BeginRun(const std::string& mode) {
   }
 }
 
-StatusOr<int32_t> TraceSignals::Token(int64_t request, int64_t position) {
-  if (replay_ == nullptr || !own_mode_) return -1;
-  const std::string who = "trace " + path_ + ": request " + std::to_string(request);
+StatusOr<const SignalRecord*> TraceSignals::NextRecord(int64_t request) {
+  if (replay_ == nullptr) return FailedPreconditionError("trace " + path_ + " has no records");
   auto it = replay_->find(request);
   size_t& k = next_[request];
   if (it == replay_->end() || k >= it->second.size()) {
-    return FailedPreconditionError(who + " has no record for its step " + std::to_string(k) +
+    return FailedPreconditionError("trace " + path_ + ": request " + std::to_string(request) +
+                                   " has no record for its step " + std::to_string(k) +
                                    " (the trace was recorded with another workload or engine)");
   }
-  const SignalRecord& rec = trace_.records[it->second[k]];
+  return &trace_.records[it->second[k++]];
+}
+
+StatusOr<int32_t> TraceSignals::Token(int64_t request, int64_t position) {
+  if (replay_ == nullptr || !own_mode_) return -1;
+  const std::string who = "trace " + path_ + ": request " + std::to_string(request);
+  const size_t k = next_[request];
+  VTOKEN_ASSIGN_OR_RETURN(const SignalRecord* record, NextRecord(request));
+  const SignalRecord& rec = *record;
   if (rec.positions.back() != position) {
     return FailedPreconditionError(
         who + ", step " + std::to_string(k) + ": the trace's step ends at position " +
         std::to_string(rec.positions.back()) + ", this one at " + std::to_string(position) +
         " (recorded with another workload or engine)");
   }
-  ++k;
   return rec.next_token;
 }
 
 StatusOr<int32_t> TraceSignals::Fill(const SignalQuery& q, std::span<float> attn,
                                      std::span<float> key_norm) {
   const std::string who = "trace " + path_ + ": request " + std::to_string(q.request);
-  if (replay_ == nullptr) return FailedPreconditionError("trace " + path_ + " has no records");
-  auto it = replay_->find(q.request);
-  size_t& k = next_[q.request];
-  if (it == replay_->end() || k >= it->second.size()) {
-    return FailedPreconditionError(who + " has no record for its step " + std::to_string(k) +
-                                   " (the trace was recorded with another workload or engine)");
-  }
-  const SignalRecord& rec = trace_.records[it->second[k]];
-  ++k;
+  const size_t k = next_[q.request] + 1;  // One past this step's record, as below.
+  VTOKEN_ASSIGN_OR_RETURN(const SignalRecord* record, NextRecord(q.request));
+  const SignalRecord& rec = *record;
   // Both position lists increase: merge.
   size_t j = 0;
   for (size_t i = 0; i < q.positions.size(); ++i) {
@@ -241,10 +243,16 @@ StatusOr<int32_t> TraceSignals::Fill(const SignalQuery& q, std::span<float> attn
 
 StatusOr<std::vector<model::RunnerOutput>> RecordingRunner::Forward(
     const std::vector<model::RunnerInput>& inputs) {
-  // Every sampled step's signals, whether or not the caller wants them.
-  std::vector<model::RunnerInput> all = inputs;
-  for (model::RunnerInput& in : all) in.want_signals = in.want_signals || in.sample;
-  VTOKEN_ASSIGN_OR_RETURN(std::vector<model::RunnerOutput> outputs, inner_.Forward(all));
+  // Every sampled step's signals, whether or not the caller wants them: a copy of the inputs
+  // only when one of them must ask for more.
+  const auto unwanted = [](const model::RunnerInput& in) { return in.sample && !in.want_signals; };
+  std::vector<model::RunnerInput> all;
+  if (std::any_of(inputs.begin(), inputs.end(), unwanted)) {
+    all = inputs;
+    for (model::RunnerInput& in : all) in.want_signals = in.want_signals || in.sample;
+  }
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<model::RunnerOutput> outputs,
+                          inner_.Forward(all.empty() ? inputs : all));
   for (size_t i = 0; i < inputs.size(); ++i) {
     const model::RunnerInput& in = inputs[i];
     if (!in.sample) continue;
