@@ -93,6 +93,14 @@ void BlockPool::AddSlotRef(SlotIndex slot) {
   }
 }
 
+void BlockPool::AddSlotRefs(SlotIndex first, int64_t count) {
+  assert(count >= 0 && (count == 0 || BlockOf(first) == BlockOf(first + count - 1)));
+  int32_t opened = 0;
+  for (SlotIndex slot = first; slot < first + count; ++slot) opened += slot_refs_[slot]++ == 0;
+  if (count > 0) blocks_[BlockOf(first)].live += opened;
+  num_live_slots_ += opened;
+}
+
 void BlockPool::DropSlotRef(SlotIndex slot) {
   assert(slot_refs_[slot] > 0);
   if (--slot_refs_[slot] == 0) {

@@ -66,6 +66,8 @@ class BlockPool {
 
   // A live token now occupies `slot` (counted once per sequence that reads it).
   void AddSlotRef(SlotIndex slot);
+  // AddSlotRef of slots [first, first + count). REQUIRES: they lie in one block.
+  void AddSlotRefs(SlotIndex first, int64_t count);
   // REQUIRES: slot_refs(slot) > 0.
   void DropSlotRef(SlotIndex slot);
 

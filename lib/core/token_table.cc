@@ -9,12 +9,47 @@ namespace vtoken {
 
 static_assert(sizeof(TokenTable::Entry) == 4, "a token table entry must stay 4 bytes");
 
-void TokenTable::Append(SlotIndex slot, BlockId block) {
+void TokenTable::AppendRun(SlotIndex first, int64_t count, BlockId block) {
   auto it = held_.find(block);
   assert(it != held_.end());
-  ++block_live_[it->second];
-  entries_.push_back(Entry{.slot = static_cast<int32_t>(slot), .live = true});
-  ++num_live_;
+  block_live_[it->second] += static_cast<int32_t>(count);
+  if (pending_dead_ > 0) Compact();
+  const size_t n = entries_.size(), add = static_cast<size_t>(count);
+  assert(n + add < static_cast<size_t>(INT32_MAX));
+  if (live_.size() + add > live_.capacity()) {  // Grows by a quarter: the list is table memory.
+    live_.reserve(std::max(live_.size() + add, live_.size() + live_.size() / 4 + 4));
+    live_slots_.reserve(live_.capacity());
+  }
+  const size_t at = live_.size();
+  live_.resize(at + add);
+  live_slots_.resize(at + add);
+  entries_.resize(n + add);
+  for (size_t i = 0; i < add; ++i) {
+    const int32_t slot = static_cast<int32_t>(first + static_cast<SlotIndex>(i));
+    live_[at + i] = static_cast<int32_t>(n + i);
+    live_slots_[at + i] = slot;
+    entries_[n + i] = Entry{.slot = slot, .live = true};
+  }
+  num_live_ += count;
+}
+
+void TokenTable::Compact() {
+  const Entry* entries = entries_.data();
+  // Branch-free: every entry is written, the cursor advances past the live ones only.
+  size_t out = 0;
+  for (size_t i = 0; i < live_.size(); ++i) {
+    const int32_t t = live_[i];
+    live_[out] = t;
+    live_slots_[out] = live_slots_[i];
+    out += entries[t].live;
+  }
+  live_.resize(out);
+  live_slots_.resize(out);
+  pending_dead_ = 0;
+  if (live_.capacity() > out + out / 2 + 4) {
+    live_.shrink_to_fit();
+    live_slots_.shrink_to_fit();
+  }
 }
 
 void TokenTable::AppendDead() { entries_.push_back(Entry{}); }
@@ -23,6 +58,9 @@ int32_t TokenTable::MarkDead(TokenId token, BlockId block) {
   assert(entries_[token].live);
   entries_[token] = Entry{};  // Dead, no slot: one 4-byte store.
   --num_live_;
+  // Amortized O(1): a compaction reads at most five ids per id it removes (the list stays within
+  // 1.25x the live tokens).
+  if (4 * ++pending_dead_ > num_live_) Compact();
   return --block_live_[held_.at(block)];
 }
 
@@ -30,6 +68,8 @@ int32_t TokenTable::Relocate(TokenId token, SlotIndex dst, BlockId src_block, Bl
   Entry& e = entries_[token];
   assert(e.live);
   e.slot = dst;
+  live_slots_[std::lower_bound(live_.begin(), live_.end(), static_cast<int32_t>(token)) -
+              live_.begin()] = static_cast<int32_t>(dst);
   ++block_live_[held_.at(dst_block)];
   return --block_live_[held_.at(src_block)];
 }
@@ -56,44 +96,57 @@ void TokenTable::RemoveBlock(BlockId block) {
 }
 
 std::vector<SlotIndex> TokenTable::LiveSlots() const {
+  if (pending_dead_ == 0) return std::vector<SlotIndex>(live_slots_.begin(), live_slots_.end());
   std::vector<SlotIndex> slots;
-  slots.reserve(num_live_);
-  for (const Entry& e : entries_) {
-    if (e.live) slots.push_back(e.slot);
+  slots.reserve(static_cast<size_t>(num_live_));
+  for (size_t i = 0; i < live_.size(); ++i) {
+    if (entries_[live_[i]].live) slots.push_back(live_slots_[i]);
   }
   return slots;
 }
 
 std::vector<TokenId> TokenTable::LiveTokens() const {
   std::vector<TokenId> tokens;
-  tokens.reserve(num_live_);
-  for (TokenId t = 0; t < num_tokens(); ++t) {
+  tokens.reserve(static_cast<size_t>(num_live_));
+  for (const int32_t t : live_) {
     if (entries_[t].live) tokens.push_back(t);
   }
   return tokens;
 }
 
-void TokenTable::AppendLive(std::vector<SlotIndex>& slots, std::vector<TokenId>& tokens) const {
-  const size_t live = static_cast<size_t>(num_live_);
+void TokenTable::AppendLive(std::vector<SlotIndex>& slots, std::vector<TokenId>& tokens,
+                            int64_t leave_out) const {
+  assert(leave_out >= 0 && leave_out <= num_live_);
+  const size_t live = static_cast<size_t>(num_live_ - leave_out);
+  // With dead tokens listed, all live tokens are written (one spare element), then cut.
+  const size_t written = pending_dead_ == 0 ? live : static_cast<size_t>(num_live_) + 1;
   const size_t slots_at = slots.size(), tokens_at = tokens.size();
   // Callers append one table per KV group to the same vectors: growth stays geometric (an
   // exact reserve per call would copy the vectors once per group).
   for (auto* v : {&slots, &tokens}) {
-    if (v->capacity() < v->size() + live + 1) v->reserve(std::max(v->size() + live + 1, 2 * v->capacity()));
+    if (v->capacity() < v->size() + written) {
+      v->reserve(std::max(v->size() + written, 2 * v->capacity()));
+    }
   }
-  // Branch-free: every entry is written, and the cursors advance past the live ones only (one
-  // spare element for the write after the last live entry).
-  slots.resize(slots_at + live + 1);
-  tokens.resize(tokens_at + live + 1);
+  slots.resize(slots_at + written);
+  tokens.resize(tokens_at + written);
   SlotIndex* s = slots.data() + slots_at;
   TokenId* k = tokens.data() + tokens_at;
-  const TokenId n = num_tokens();
-  for (TokenId t = 0; t < n; ++t) {
-    const Entry e = entries_[t];
-    *s = e.slot;
-    *k = t;
-    s += e.live;
-    k += e.live;
+  const int32_t* ids = live_.data();
+  const int32_t* at = live_slots_.data();
+  if (pending_dead_ == 0) {  // Every listed token is live: two widening copies.
+    for (size_t i = 0; i < live; ++i) s[i] = at[i];
+    for (size_t i = 0; i < live; ++i) k[i] = ids[i];
+  } else {
+    // Branch-free: every listed token is written, and the cursors advance past the live ones.
+    const Entry* entries = entries_.data();
+    for (size_t i = 0; i < live_.size(); ++i) {
+      const bool is_live = entries[ids[i]].live;
+      *s = at[i];
+      *k = ids[i];
+      s += is_live;
+      k += is_live;
+    }
   }
   slots.resize(slots_at + live);
   tokens.resize(tokens_at + live);
@@ -104,6 +157,7 @@ int64_t TokenTable::MemoryBytes() const {
   const int64_t node =
       static_cast<int64_t>(sizeof(std::pair<const BlockId, int32_t>) + sizeof(void*));
   return static_cast<int64_t>(entries_.capacity() * sizeof(Entry) +
+                              (live_.capacity() + live_slots_.capacity()) * sizeof(int32_t) +
                               blocks_.capacity() * sizeof(BlockId) +
                               block_live_.capacity() * sizeof(int32_t) +
                               held_.bucket_count() * sizeof(void*)) +
@@ -128,6 +182,27 @@ Status TokenTable::CheckInvariants(int32_t block_size) const {
     ++live[block];
   }
   if (num_live != num_live_) return InternalError("table live count is stale");
+  int64_t listed_live = 0, listed_dead = 0;
+  for (size_t i = 0; i < live_.size(); ++i) {
+    const int32_t t = live_[i];
+    if (t < 0 || t >= num_tokens() || (i > 0 && t <= live_[i - 1])) {
+      return InternalError("live list is not increasing token ids at index " + std::to_string(i));
+    }
+    ++(entries_[t].live ? listed_live : listed_dead);
+    if (entries_[t].live && live_slots_[i] != entries_[t].slot) {
+      return InternalError("live list has slot " + std::to_string(live_slots_[i]) + " for token " +
+                           std::to_string(t) + " at slot " + std::to_string(entries_[t].slot));
+    }
+  }
+  if (live_slots_.size() != live_.size()) return InternalError("live list sizes differ");
+  if (listed_live != num_live_) {
+    return InternalError("live list holds " + std::to_string(listed_live) + " of " +
+                         std::to_string(num_live_) + " live tokens");
+  }
+  if (listed_dead != pending_dead_) {
+    return InternalError("live list holds " + std::to_string(listed_dead) +
+                         " dead tokens, expected " + std::to_string(pending_dead_));
+  }
   for (size_t i = 0; i < blocks_.size(); ++i) {
     if (held_.at(blocks_[i]) != static_cast<int32_t>(i)) {
       return InternalError("held block index is stale");

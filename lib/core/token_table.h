@@ -1,6 +1,10 @@
 // TokenTable: one sequence's map from logical token id to physical slot plus a live bit, and the
 // set of blocks the sequence holds with its own live-token count in each. Entry i is logical token
 // i, whose RoPE position is i; entries are never removed, an evicted token just loses its slot.
+// Beside the entries, the table keeps its live tokens' ids and slots in logical order (8 bytes
+// per live token), so that listing the live context (what attention reads, every step) costs
+// O(live), not O(tokens ever appended): an evicted id leaves that list at the next append, or as
+// soon as a fifth of the list is dead.
 //
 // Pure bookkeeping: the table never touches the BlockPool. VirtualKvCache keeps both in step.
 // Not thread-safe.
@@ -31,7 +35,10 @@ class TokenTable {
   const Entry& entry(TokenId token) const { return entries_[token]; }
 
   // Appends logical token num_tokens() as live at `slot`. REQUIRES: holds(block_of_slot).
-  void Append(SlotIndex slot, BlockId block);
+  void Append(SlotIndex slot, BlockId block) { AppendRun(slot, 1, block); }
+  // Appends `count` live tokens at slots first, first + 1, ... REQUIRES: holds(block), and the
+  // slots lie in it.
+  void AppendRun(SlotIndex first, int64_t count, BlockId block);
   // Appends a dead token with no slot (a token inherited dead from a forked parent).
   void AppendDead();
   // Marks a live token dead. Returns this sequence's remaining live tokens in `block`.
@@ -68,20 +75,37 @@ class TokenTable {
   std::vector<SlotIndex> LiveSlots() const;
   // Logical ids of live tokens in increasing order.
   std::vector<TokenId> LiveTokens() const;
-  // Both at once, in one pass over the entries: appends the live slots to `slots` and their
-  // logical ids to `tokens`.
-  void AppendLive(std::vector<SlotIndex>& slots, std::vector<TokenId>& tokens) const;
+  // Both at once, in one pass over the live list: appends the live slots to `slots` and their
+  // logical ids to `tokens`, all but the last `leave_out` live tokens.
+  // REQUIRES: 0 <= leave_out <= num_live().
+  void AppendLive(std::vector<SlotIndex>& slots, std::vector<TokenId>& tokens,
+                  int64_t leave_out = 0) const;
 
-  // Capacity hint: the table will hold n tokens (no growth slack).
-  void ReserveTokens(int64_t n) { entries_.reserve(static_cast<size_t>(n)); }
-  // Heap bytes of this table: entries, block list and per-block counts.
+  // Capacity hint: the table will hold n tokens (no growth slack). The live list gets room for
+  // as many, and gives back what it does not need once evictions have shrunk it.
+  void ReserveTokens(int64_t n) {
+    entries_.reserve(static_cast<size_t>(n));
+    live_.reserve(static_cast<size_t>(n));
+    live_slots_.reserve(static_cast<size_t>(n));
+  }
+  // Heap bytes of this table: entries, live list, block list and per-block counts.
   int64_t MemoryBytes() const;
 
-  // Recounts per-block live tokens from the entries; Internal on any disagreement.
+  // Recounts per-block live tokens from the entries and checks the live list against them;
+  // Internal on any disagreement.
   Status CheckInvariants(int32_t block_size) const;
 
  private:
+  // Drops the ids of dead tokens from live_ (and its slack when it has shrunk to under half).
+  void Compact();
+
   std::vector<Entry> entries_;
+  // Logical ids of the live tokens, increasing, plus the ids of `pending_dead_` tokens evicted
+  // since the last Compact (their entries say dead: readers skip them); live_slots_[i] is
+  // live_[i]'s slot while it lives.
+  std::vector<int32_t> live_;
+  std::vector<int32_t> live_slots_;
+  int64_t pending_dead_ = 0;
   std::vector<BlockId> blocks_;
   std::vector<int32_t> block_live_;                 // Live count of blocks_[i].
   std::unordered_map<BlockId, int32_t> held_;  // Block -> its position in blocks_.

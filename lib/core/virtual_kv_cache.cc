@@ -247,18 +247,21 @@ StatusOr<std::vector<SlotIndex>> VirtualKvCache::SyncNewTokens(SeqId seq, int64_
   std::vector<SlotIndex> slots;
   slots.reserve(static_cast<size_t>(n) * tables->size());
   for (TokenTable& table : *tables) {
-    for (int64_t i = 0; i < n; ++i) {
+    // One run per block: the tail's free slots, then fresh blocks.
+    for (int64_t done = 0; done < n;) {
       if (table.tail_block() == kNoBlock || table.tail_used() == block_size()) {
         StatusOr<BlockId> block = pool_.Allocate(seq, AllocClass::kNormal);
         assert(block.ok());  // Checked above.
         table.AddBlock(*block);
         table.SetTail(*block, 0);
       }
-      const SlotIndex slot = pool_.FirstSlot(table.tail_block()) + table.tail_used();
-      table.Append(slot, table.tail_block());
-      table.SetTail(table.tail_block(), table.tail_used() + 1);
-      pool_.AddSlotRef(slot);
-      slots.push_back(slot);
+      const int64_t run = std::min<int64_t>(n - done, block_size() - table.tail_used());
+      const SlotIndex first = pool_.FirstSlot(table.tail_block()) + table.tail_used();
+      table.AppendRun(first, run, table.tail_block());
+      table.SetTail(table.tail_block(), table.tail_used() + static_cast<int32_t>(run));
+      pool_.AddSlotRefs(first, run);
+      for (int64_t i = 0; i < run; ++i) slots.push_back(first + i);
+      done += run;
     }
   }
   ++version_;

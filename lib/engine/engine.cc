@@ -331,9 +331,8 @@ class Engine {
   };
 
   // The context of a step that registered its `n` new tokens (the last n live entries of every
-  // group, left out): one pass over every group's token table. Taken once every sequence of the
-  // step has its tokens, so the relocations a failed reservation forced have already moved the
-  // slots it lists.
+  // group, left out): every group's live list. Taken once every sequence of the step has its
+  // tokens, so the relocations a failed reservation forced have already moved the slots it lists.
   Context LiveContext(SeqId seq, int64_t n) const {
     Context c;
     size_t live = 1;  // AppendLive's spare element.
@@ -343,9 +342,7 @@ class Engine {
     if (groups_ > 1) c.offsets.reserve(static_cast<size_t>(groups_) + 1);
     if (groups_ > 1) c.offsets.push_back(0);
     for (int32_t g = 0; g < groups_; ++g) {
-      cache_.table(seq, g).AppendLive(c.slots, c.positions);
-      c.slots.resize(c.slots.size() - static_cast<size_t>(n));
-      c.positions.resize(c.slots.size());
+      cache_.table(seq, g).AppendLive(c.slots, c.positions, /*leave_out=*/n);
       if (groups_ > 1) c.offsets.push_back(static_cast<int64_t>(c.slots.size()));
     }
     return c;
@@ -375,7 +372,9 @@ class Engine {
         n = std::min(n, s.shared_tokens - s.num_computed);  // End a chunk at the shared prefix.
       }
       while (true) {
+        const auto sync_start = Clock::now();
         StatusOr<std::vector<SlotIndex>> slots = cache_.SyncNewTokens(s.seq, n);
+        sync_s_ += Since(sync_start);
         if (slots.ok()) {
           planned.push_back({index, n, std::move(*slots)});
           budget -= n;
@@ -515,11 +514,12 @@ class Engine {
     const int64_t moves_before = reclaimer_.stats().moves;
     const int64_t fences_before = reclaimer_.stats().fence_waits;
     Admit();
+    sync_s_ = 0;
     VTOKEN_ASSIGN_OR_RETURN(std::vector<Planned> planned, Reserve());
 
     std::vector<model::RunnerInput> inputs;
     inputs.reserve(planned.size());
-    double schedule_s = 0;
+    double schedule_s = sync_s_;  // The new tokens' slots, then every sequence's input.
     for (Planned& p : planned) {
       SeqState& s = seqs_[p.index];
       VTOKEN_RETURN_IF_ERROR(reclaimer_.FenceForRead(s.seq).status());
@@ -642,6 +642,7 @@ class Engine {
   std::deque<size_t> waiting_;
   std::vector<size_t> running_;
   std::map<int32_t, size_t> leaders_;  // Prefix group -> the member computing its prefix.
+  double sync_s_ = 0;  // This step's slot reservations (VirtualKvCache::SyncNewTokens).
   int64_t next_admission_ = 0;
   int64_t finished_ = 0;
   WallClock wall_clock_;

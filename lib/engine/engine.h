@@ -120,7 +120,9 @@ struct EngineResult {
   // Reclamation cost.
   int64_t plans = 0, moves = 0, bytes_moved = 0, blocks_reclaimed = 0, fence_waits = 0;
   double planner_s = 0, fence_s = 0, forward_s = 0, policy_s = 0;
-  double schedule_s = 0;  // Building the steps' inputs, fence waits excluded (host wall time).
+  // Building the steps' inputs: the new tokens' slots, then every sequence's context per KV
+  // group; fence waits excluded (host wall time).
+  double schedule_s = 0;
   // Verification (EngineOptions::verify).
   int64_t invariant_checks = 0, hash_checks = 0, violations = 0;
   std::vector<std::string> first_violations;

@@ -84,5 +84,22 @@ TEST(BlockPoolTest, SlotRefsDriveBlockLiveCounts) {
   EXPECT_TRUE(pool.CheckInvariants().ok());
 }
 
+TEST(BlockPoolTest, AddSlotRefsCountsARunLikeOneRefPerSlot) {
+  BlockPool pool({.num_blocks = 2, .block_size = 5});
+  const BlockId b = *pool.Allocate(0, AllocClass::kNormal);
+  pool.AddSlotRef(pool.FirstSlot(b) + 2);  // Already read by another sequence.
+  pool.AddSlotRefs(pool.FirstSlot(b) + 1, 3);
+  EXPECT_EQ(pool.live_count(b), 3);
+  EXPECT_EQ(pool.num_live_slots(), 3);
+  EXPECT_EQ(pool.slot_refs(pool.FirstSlot(b) + 2), 2);
+  pool.AddSlotRefs(pool.FirstSlot(b), 0);
+  EXPECT_EQ(pool.live_count(b), 3);
+  pool.DropSlotRef(pool.FirstSlot(b) + 2);
+  EXPECT_EQ(pool.live_count(b), 3);
+  pool.DropSlotRef(pool.FirstSlot(b) + 2);
+  EXPECT_EQ(pool.live_count(b), 2);
+  EXPECT_TRUE(pool.CheckInvariants().ok());
+}
+
 }  // namespace
 }  // namespace vtoken
