@@ -12,7 +12,8 @@ e.g.   /usr/bin/python3 experiments/seeds_table.py runs.csv quality policy polic
 
 KEYs are the export's columns that tell the grid points apart. Columns: seeds; blocks held per
 request (mean over the run); for vtoken, naive's blocks held over vtoken's (paired by seed, mean
-with min-max); held / ideal at finish; F (mean); ROUGE-L vs native, mean over
+with min-max); held / ideal at finish; F (mean); blocks under 50% used (the share of allocated
+block-steps, util_hist_0 + util_hist_1, mean with min-max); ROUGE-L vs native, mean over
 seeds with the min and max; vtoken = naive (ROUGE-L vtoken vs naive 1.0 in every seed). A native
 run shared by several points (it does not depend on the policy) is listed once. With --pair
 KEY=VALUE, a second table: paired by seed, each naive point's ROUGE-L vs native minus that of
@@ -33,6 +34,14 @@ def rouge_cells(g, mode):
     if mode == "vtoken":
         same = "yes" if (g["rouge_l_vs_naive"] == 1.0).all() else "no"
     return rouge_text, same
+
+
+def below_half_cell(g):
+    """Blocks under 50% used (util_hist_0 + util_hist_1), mean over seeds with min-max."""
+    if "util_hist_0" not in g.columns or "util_hist_1" not in g.columns:
+        return "-"
+    below = g["util_hist_0"] + g["util_hist_1"]
+    return f"{below.mean():.3f} ({below.min():.3f}-{below.max():.3f})"
 
 
 def main(csv, sweep, keys, pair=None):
@@ -56,8 +65,8 @@ def main(csv, sweep, keys, pair=None):
                     for _, r in runs[runs["mode"] == "naive"].iterrows()}
     print("| " + " | ".join(keys) + " | mode | seeds | blocks held / request (mean) | "
           "naive / vtoken blocks (min-max) | held / ideal at finish | F (mean) | "
-          "ROUGE-L vs native (min-max) | vtoken = naive |")
-    print("|" + "---|" * len(keys) + "---|---:|---:|---:|---:|---:|---|---|")
+          "blocks <50% used (min-max) | ROUGE-L vs native (min-max) | vtoken = naive |")
+    print("|" + "---|" * len(keys) + "---|---:|---:|---:|---:|---:|---:|---|---|")
     groups = runs.groupby([*keys, "mode"], dropna=False)
     for key, g in sorted(groups, key=lambda kv: (modes[kv[0][-1]] > 0, kv[0][:-1],
                                                  modes[kv[0][-1]])):
@@ -72,7 +81,8 @@ def main(csv, sweep, keys, pair=None):
         print(f"| {cells} | {mode} | {g[seed].nunique()} | "
               f"{g['blocks_mean'].mean():.1f} | {ratio_text} | "
               f"{g['held_over_ideal'].mean():.2f}x | "
-              f"{g['waste_ratio_mean'].mean():.3f} | {rouge_text} | {same} |")
+              f"{g['waste_ratio_mean'].mean():.3f} | {below_half_cell(g)} | {rouge_text} | "
+              f"{same} |")
     if pair is None:
         return
     pair_key, pair_value = pair

@@ -23,11 +23,13 @@ def run(tmp_path, rows, *args):
                           text=True)
 
 
-def row(mode, policy, seed, rouge, vs_naive=float("nan"), blocks=10.0, sweep="q"):
+def row(mode, policy, seed, rouge, vs_naive=float("nan"), blocks=10.0, sweep="q", below=0.3):
     return {"run_id": 0, "status": "completed", "sweep": sweep, "mode": mode, "policy": policy,
             "policy.name": policy, "workload.seed": seed, "blocks_mean": blocks,
             "blocks_final_mean": 2 * blocks, "ideal_final_mean": blocks,
-            "waste_ratio_mean": 0.5, "rouge_l_vs_native": rouge, "rouge_l_vs_naive": vs_naive}
+            "waste_ratio_mean": 0.5, "util_hist_0": below / 4, "util_hist_1": 3 * below / 4,
+            "util_hist_2": (1 - below) / 2, "util_hist_3": (1 - below) / 2,
+            "rouge_l_vs_native": rouge, "rouge_l_vs_naive": vs_naive}
 
 
 def rows():
@@ -35,7 +37,7 @@ def rows():
     for seed, (h2o, tova) in {1: (0.5, 0.7), 2: (0.6, 0.4)}.items():
         for policy in ("h2o", "tova"):  # The shared native run, once per point of the seed.
             out.append(row("native", float("nan"), seed, 1.0, blocks=40.0))
-        out.append(row("naive", "h2o", seed, h2o))
+        out.append(row("naive", "h2o", seed, h2o, below={1: 0.5, 2: 0.7}[seed]))
         out.append(row("vtoken", "h2o", seed, h2o, vs_naive=1.0, blocks=5.0))
         out.append(row("naive", "tova", seed, tova))
         out.append(row("vtoken", "tova", seed, tova, vs_naive=1.0 if seed == 1 else 0.9))
@@ -47,12 +49,13 @@ def test_means_over_seeds_and_pairs(tmp_path):
     r = run(tmp_path, rows(), "q", "policy", "--pair", "policy=h2o")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
-    assert "| - | native | 2 | 40.0 | - | 2.00x | 0.500 | - | - |" in lines
-    assert "| h2o | naive | 2 | 10.0 | - | 2.00x | 0.500 | 0.5500 (0.5000-0.6000) | - |" in lines
-    assert ("| h2o | vtoken | 2 | 5.0 | 2.00x (2.00-2.00) | 2.00x | 0.500 | 0.5500 (0.5000-0.6000) "
-            "| yes |") in lines
-    assert ("| tova | vtoken | 2 | 10.0 | 1.00x (1.00-1.00) | 2.00x | 0.500 | 0.5500 (0.4000-0.7000) "
-            "| no |") in lines
+    assert "| - | native | 2 | 40.0 | - | 2.00x | 0.500 | 0.300 (0.300-0.300) | - | - |" in lines
+    assert ("| h2o | naive | 2 | 10.0 | - | 2.00x | 0.500 | 0.600 (0.500-0.700) "
+            "| 0.5500 (0.5000-0.6000) | - |") in lines
+    assert ("| h2o | vtoken | 2 | 5.0 | 2.00x (2.00-2.00) | 2.00x | 0.500 | 0.300 (0.300-0.300) "
+            "| 0.5500 (0.5000-0.6000) | yes |") in lines
+    assert ("| tova | vtoken | 2 | 10.0 | 1.00x (1.00-1.00) | 2.00x | 0.500 | 0.300 (0.300-0.300) "
+            "| 0.5500 (0.4000-0.7000) | no |") in lines
     # Paired: tova - h2o = +0.2 (seed 1), -0.2 (seed 2).
     assert "| tova | 2 | +0.0000 (-0.2000, +0.2000) |" in lines
     assert not any(line.startswith("| h2o | 2 |") for line in lines)
@@ -62,7 +65,16 @@ def test_runs_without_native_leave_rouge_out(tmp_path):
     no_native = [dict(x, rouge_l_vs_native=float("nan")) for x in rows() if x["mode"] != "native"]
     r = run(tmp_path, no_native, "q", "policy")
     assert r.returncode == 0, r.stderr
-    assert "| h2o | naive | 2 | 10.0 | - | 2.00x | 0.500 | - | - |" in r.stdout.splitlines()
+    assert ("| h2o | naive | 2 | 10.0 | - | 2.00x | 0.500 | 0.600 (0.500-0.700) | - | - |"
+            in r.stdout.splitlines())
+
+
+def test_exports_without_the_histogram_leave_its_column_out(tmp_path):
+    no_hist = [{k: v for k, v in x.items() if not k.startswith("util_hist")} for x in rows()]
+    r = run(tmp_path, no_hist, "q", "policy")
+    assert r.returncode == 0, r.stderr
+    assert ("| h2o | naive | 2 | 10.0 | - | 2.00x | 0.500 | - | 0.5500 (0.5000-0.6000) | - |"
+            in r.stdout.splitlines())
 
 
 def test_a_sweep_with_seeds_uses_its_seed_column(tmp_path):
