@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cassert>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 namespace vtoken {
@@ -10,9 +11,7 @@ namespace vtoken {
 static_assert(sizeof(TokenTable::Entry) == 4, "a token table entry must stay 4 bytes");
 
 void TokenTable::AppendRun(SlotIndex first, int64_t count, BlockId block) {
-  auto it = held_.find(block);
-  assert(it != held_.end());
-  block_live_[it->second] += static_cast<int32_t>(count);
+  block_live_[held_.At(block)] += static_cast<int32_t>(count);
   if (pending_dead_ > 0) Compact();
   const size_t n = entries_.size(), add = static_cast<size_t>(count);
   assert(n + add < static_cast<size_t>(INT32_MAX));
@@ -61,7 +60,7 @@ int32_t TokenTable::MarkDead(TokenId token, BlockId block) {
   // Amortized O(1): a compaction reads at most five ids per id it removes (the list stays within
   // 1.25x the live tokens).
   if (4 * ++pending_dead_ > num_live_) Compact();
-  return --block_live_[held_.at(block)];
+  return --block_live_[held_.At(block)];
 }
 
 int32_t TokenTable::Relocate(TokenId token, SlotIndex dst, BlockId src_block, BlockId dst_block) {
@@ -70,28 +69,26 @@ int32_t TokenTable::Relocate(TokenId token, SlotIndex dst, BlockId src_block, Bl
   e.slot = dst;
   live_slots_[std::lower_bound(live_.begin(), live_.end(), static_cast<int32_t>(token)) -
               live_.begin()] = static_cast<int32_t>(dst);
-  ++block_live_[held_.at(dst_block)];
-  return --block_live_[held_.at(src_block)];
+  ++block_live_[held_.At(dst_block)];
+  return --block_live_[held_.At(src_block)];
 }
 
 void TokenTable::AddBlock(BlockId block) {
   assert(!holds(block));
-  held_.emplace(block, static_cast<int32_t>(blocks_.size()));
+  held_.Insert(block, static_cast<int32_t>(blocks_.size()));
   blocks_.push_back(block);
   block_live_.push_back(0);
 }
 
 void TokenTable::RemoveBlock(BlockId block) {
-  auto it = held_.find(block);
-  assert(it != held_.end());
-  const int32_t index = it->second;
+  const int32_t index = held_.At(block);
   const BlockId last = blocks_.back();
   blocks_[index] = last;
   block_live_[index] = block_live_.back();
-  held_.at(last) = index;
+  held_.At(last) = index;
   blocks_.pop_back();
   block_live_.pop_back();
-  held_.erase(it);
+  held_.Erase(block);
   if (tail_block_ == block) SetTail(kNoBlock, 0);
 }
 
@@ -153,15 +150,11 @@ void TokenTable::AppendLive(std::vector<SlotIndex>& slots, std::vector<TokenId>&
 }
 
 int64_t TokenTable::MemoryBytes() const {
-  // An unordered_map node holds the pair and a next pointer; the bucket array one pointer each.
-  const int64_t node =
-      static_cast<int64_t>(sizeof(std::pair<const BlockId, int32_t>) + sizeof(void*));
   return static_cast<int64_t>(entries_.capacity() * sizeof(Entry) +
                               (live_.capacity() + live_slots_.capacity()) * sizeof(int32_t) +
                               blocks_.capacity() * sizeof(BlockId) +
-                              block_live_.capacity() * sizeof(int32_t) +
-                              held_.bucket_count() * sizeof(void*)) +
-         static_cast<int64_t>(held_.size()) * node;
+                              block_live_.capacity() * sizeof(int32_t)) +
+         held_.MemoryBytes();
 }
 
 Status TokenTable::CheckInvariants(int32_t block_size) const {
@@ -204,7 +197,7 @@ Status TokenTable::CheckInvariants(int32_t block_size) const {
                          " dead tokens, expected " + std::to_string(pending_dead_));
   }
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    if (held_.at(blocks_[i]) != static_cast<int32_t>(i)) {
+    if (held_.Find(blocks_[i]) != static_cast<int32_t>(i)) {
       return InternalError("held block index is stale");
     }
     const auto it = live.find(blocks_[i]);

@@ -10,10 +10,11 @@
 // Not thread-safe.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
-#include <unordered_map>
 #include <vector>
 
+#include "lib/core/flat_block_map.h"
 #include "lib/core/status.h"
 #include "lib/core/types.h"
 
@@ -52,9 +53,12 @@ class TokenTable {
   void AddBlock(BlockId block);
   // REQUIRES: holds(block). Stops holding it; clears the tail if it was the tail.
   void RemoveBlock(BlockId block);
-  bool holds(BlockId block) const { return held_.count(block) > 0; }
+  bool holds(BlockId block) const { return held_.Contains(block); }
   // REQUIRES: holds(block).
-  int32_t live_in(BlockId block) const { return block_live_[held_.at(block)]; }
+  int32_t live_in(BlockId block) const {
+    assert(holds(block));
+    return block_live_[held_.Find(block)];
+  }
   // The live count of blocks()[i] (no lookup: what snapshots iterate).
   int32_t live_at(size_t i) const { return block_live_[i]; }
   // Blocks held, in no particular order.
@@ -108,7 +112,7 @@ class TokenTable {
   int64_t pending_dead_ = 0;
   std::vector<BlockId> blocks_;
   std::vector<int32_t> block_live_;                 // Live count of blocks_[i].
-  std::unordered_map<BlockId, int32_t> held_;  // Block -> its position in blocks_.
+  FlatBlockMap held_;                               // Block -> its position in blocks_.
   int64_t num_live_ = 0;
   BlockId tail_block_ = kNoBlock;
   int32_t tail_used_ = 0;
