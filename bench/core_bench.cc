@@ -107,6 +107,62 @@ void BM_AppendLive(benchmark::State& state) {
 }
 BENCHMARK(BM_AppendLive)->Arg(25)->Arg(50)->Arg(90);
 
+// One decode step of one token table at steady state, as the engine runs it with H2O at
+// evict_interval 1: append the step's token, evict one live token (random, seed 1), list the
+// context. The table holds about range(0) live tokens, a quarter of the tokens it has seen; it is
+// rebuilt (untimed) every 4,096 steps so that it stays that size.
+void BM_DecodeStepTable(benchmark::State& state) {
+  const int64_t live_target = state.range(0);
+  constexpr int32_t kBs = 16;
+  std::mt19937_64 rng(1);
+  TokenTable table;
+  std::vector<TokenId> live;  // The live ids in any order: victims are drawn from it.
+  SlotIndex next_slot = 0;
+  auto append = [&] {
+    const SlotIndex slot = next_slot++;
+    const BlockId block = static_cast<BlockId>(slot / kBs);
+    if (!table.holds(block)) table.AddBlock(block);
+    live.push_back(table.num_tokens());
+    table.Append(slot, block);
+  };
+  auto evict_one = [&] {
+    const size_t k = rng() % live.size();
+    const TokenId t = live[k];
+    live[k] = live.back();
+    live.pop_back();
+    const BlockId block = static_cast<BlockId>(table.entry(t).slot / kBs);
+    if (table.MarkDead(t, block) == 0 && block != table.num_tokens() / kBs)
+      table.RemoveBlock(block);
+  };
+  auto rebuild = [&] {
+    table = TokenTable();
+    live.clear();
+    next_slot = 0;
+    for (int64_t i = 0; i < 4 * live_target; ++i) append();
+    while (static_cast<int64_t>(live.size()) > live_target) evict_one();
+  };
+  rebuild();
+  std::vector<SlotIndex> slots;
+  std::vector<TokenId> tokens;
+  int64_t steps = 0;
+  for (auto _ : state) {
+    if (++steps % 4096 == 0) {
+      state.PauseTiming();
+      rebuild();
+      state.ResumeTiming();
+    }
+    append();
+    evict_one();
+    slots.clear();
+    tokens.clear();
+    table.AppendLive(slots, tokens);
+    benchmark::DoNotOptimize(slots.data());
+    benchmark::DoNotOptimize(tokens.data());
+  }
+  state.counters["live"] = static_cast<double>(table.num_live());
+}
+BENCHMARK(BM_DecodeStepTable)->Arg(256)->Arg(1024)->Arg(4096);
+
 // Plan() on a snapshot of a fully allocated pool of N blocks, 64 sequences, random utilization.
 void BM_Plan(benchmark::State& state) {
   const int32_t num_blocks = static_cast<int32_t>(state.range(0));

@@ -33,14 +33,30 @@ void TokenTable::AppendRun(SlotIndex first, int64_t count, BlockId block) {
 }
 
 void TokenTable::Compact() {
-  const Entry* entries = entries_.data();
-  // Branch-free: every entry is written, the cursor advances past the live ones only.
-  size_t out = 0;
-  for (size_t i = 0; i < live_.size(); ++i) {
-    const int32_t t = live_[i];
-    live_[out] = t;
-    live_slots_[out] = live_slots_[i];
-    out += entries[t].live;
+  size_t out = live_.size();
+  if (pending_dead_ <= kFewDead) {  // Each dead id out by binary search and one tail move.
+    for (int64_t d = 0; d < pending_dead_; ++d) {
+      const auto at = std::lower_bound(live_.begin(), live_.begin() + static_cast<ptrdiff_t>(out),
+                                       few_dead_[d]);
+      const size_t i = static_cast<size_t>(at - live_.begin());
+      std::copy(live_.begin() + static_cast<ptrdiff_t>(i + 1),
+                live_.begin() + static_cast<ptrdiff_t>(out),
+                live_.begin() + static_cast<ptrdiff_t>(i));
+      std::copy(live_slots_.begin() + static_cast<ptrdiff_t>(i + 1),
+                live_slots_.begin() + static_cast<ptrdiff_t>(out),
+                live_slots_.begin() + static_cast<ptrdiff_t>(i));
+      --out;
+    }
+  } else {
+    // Branch-free: every entry is written, the cursor advances past the live ones only.
+    const Entry* entries = entries_.data();
+    out = 0;
+    for (size_t i = 0; i < live_.size(); ++i) {
+      const int32_t t = live_[i];
+      live_[out] = t;
+      live_slots_[out] = live_slots_[i];
+      out += entries[t].live;
+    }
   }
   live_.resize(out);
   live_slots_.resize(out);
@@ -59,6 +75,7 @@ int32_t TokenTable::MarkDead(TokenId token, BlockId block) {
   --num_live_;
   // Amortized O(1): a compaction reads at most five ids per id it removes (the list stays within
   // 1.25x the live tokens).
+  if (pending_dead_ < kFewDead) few_dead_[pending_dead_] = static_cast<int32_t>(token);
   if (4 * ++pending_dead_ > num_live_) Compact();
   return --block_live_[held_.At(block)];
 }

@@ -4,7 +4,7 @@
 // Beside the entries, the table keeps its live tokens' ids and slots in logical order (8 bytes
 // per live token), so that listing the live context (what attention reads, every step) costs
 // O(live), not O(tokens ever appended): an evicted id leaves that list at the next append, or as
-// soon as a fifth of the list is dead.
+// soon as a fifth of the list is dead (a few ids by binary search, more in one pass).
 //
 // Pure bookkeeping: the table never touches the BlockPool. VirtualKvCache keeps both in step.
 // Not thread-safe.
@@ -110,6 +110,10 @@ class TokenTable {
   std::vector<int32_t> live_;
   std::vector<int32_t> live_slots_;
   int64_t pending_dead_ = 0;
+  // The first few of them (a step's usual evictions), which Compact erases one by one (binary
+  // search and a move of the list's tail) instead of passing over the whole list.
+  static constexpr int kFewDead = 4;
+  int32_t few_dead_[kFewDead] = {};
   std::vector<BlockId> blocks_;
   std::vector<int32_t> block_live_;                 // Live count of blocks_[i].
   FlatBlockMap held_;                               // Block -> its position in blocks_.

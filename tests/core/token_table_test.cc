@@ -80,7 +80,9 @@ TEST(TokenTableTest, LiveListingsMatchTheEntriesUnderRandomAppendsEvictionsAndRe
       } else if (op < 8) {
         std::vector<TokenId> victims = live;
         std::shuffle(victims.begin(), victims.end(), rng);
-        victims.resize(1 + rng() % victims.size());
+        // Half the bursts are a step's few (up to 4: erased one by one), the others any size.
+        const size_t most = op < 6 ? std::min<size_t>(4, victims.size()) : victims.size();
+        victims.resize(1 + rng() % most);
         for (TokenId t : victims) h.Evict(t);
       } else {
         h.Relocate(live[rng() % live.size()]);
