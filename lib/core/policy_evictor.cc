@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cmath>
 #include <limits>
 
@@ -335,39 +336,78 @@ std::pair<int64_t, int64_t> PolicyEvictor::Protected(int64_t keep) const {
   return {sinks, std::min(options_.num_recent, keep - sinks)};
 }
 
+std::vector<int64_t> LowestEntries(std::span<const float> scores, int64_t first, int64_t last,
+                                   int64_t k) {
+  assert(0 <= first && first <= last && last <= static_cast<int64_t>(scores.size()));
+  assert(0 <= k && k <= last - first);
+  // Each candidate as one integer ordered as the rule orders them: the score's bits mapped to an
+  // unsigned order (NaN as -inf, -0 as +0), then the index (older first).
+  const auto key = [&](int64_t i) {
+    float score = scores[static_cast<size_t>(i)];
+    if (std::isnan(score)) score = -std::numeric_limits<float>::infinity();
+    if (score == 0) score = 0;  // -0 == +0: the index decides.
+    const uint32_t bits = std::bit_cast<uint32_t>(score);
+    const uint32_t order = (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+    return uint64_t{order} << 32 | static_cast<uint64_t>(i);
+  };
+  std::vector<int64_t> lowest;
+  lowest.reserve(static_cast<size_t>(k));
+  constexpr int64_t kFew = 4;  // A decode step's usual victims: one scan, no candidate array.
+  if (k == 0) return lowest;
+  if (k <= kFew) {
+    uint64_t best[kFew];
+    int64_t held = 0;
+    for (int64_t i = first; i < last; ++i) {
+      const uint64_t c = key(i);
+      if (held == k && c >= best[k - 1]) continue;
+      int64_t j = held < k ? held++ : k - 1;
+      for (; j > 0 && best[j - 1] > c; --j) best[j] = best[j - 1];
+      best[j] = c;
+    }
+    for (int64_t j = 0; j < k; ++j) lowest.push_back(static_cast<int64_t>(best[j] & 0xffffffffu));
+  } else {
+    std::vector<uint64_t> candidates;
+    candidates.reserve(static_cast<size_t>(last - first));
+    for (int64_t i = first; i < last; ++i) candidates.push_back(key(i));
+    std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end());
+    for (int64_t j = 0; j < k; ++j) {
+      lowest.push_back(static_cast<int64_t>(candidates[static_cast<size_t>(j)] & 0xffffffffu));
+    }
+  }
+  std::sort(lowest.begin(), lowest.end());
+  return lowest;
+}
+
 std::vector<TokenId> PolicyEvictor::Pick(SeqState& s, const std::vector<float>& scores,
                                          int64_t keep) const {
   const int64_t n = static_cast<int64_t>(s.live.size());
   if (n <= keep) return {};
   const auto [sinks, recent] = Protected(keep);
-  // Candidates as (score, entry) in one integer each, ordered as the rule orders them: the
-  // score's bits mapped to an unsigned order (NaN as -inf, -0 as +0), then the entry (older
-  // first).
-  const auto order = [](float score) {
-    if (std::isnan(score)) score = -std::numeric_limits<float>::infinity();
-    if (score == 0) score = 0;  // -0 == +0: the entry decides.
-    const uint32_t bits = std::bit_cast<uint32_t>(score);
-    return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
-  };
-  std::vector<uint64_t> candidates;
-  candidates.reserve(static_cast<size_t>(n - sinks - recent));
-  for (int64_t i = sinks; i < n - recent; ++i) {
-    candidates.push_back(uint64_t{order(scores[i])} << 32 | static_cast<uint64_t>(i));
-  }
-  const int64_t num_victims = n - keep;
-  std::nth_element(candidates.begin(), candidates.begin() + (num_victims - 1), candidates.end());
-  // Mark the victims' entries, then one pass lists them (increasing, as the ids) and compacts
-  // the kept tokens' entries in place.
-  thread_local std::vector<uint8_t> doomed;
-  doomed.assign(static_cast<size_t>(n), 0);
-  for (int64_t j = 0; j < num_victims; ++j) doomed[candidates[j] & 0xffffffffu] = 1;
+  const std::vector<int64_t> doomed = LowestEntries(scores, sinks, n - recent, n - keep);
   std::vector<TokenId> victims;
-  victims.reserve(static_cast<size_t>(num_victims));
+  victims.reserve(doomed.size());
+  for (const int64_t i : doomed) victims.push_back(s.live[static_cast<size_t>(i)]);
+  // Drop the victims' entries, keeping the others in order: a few by moving each tail, more in
+  // one compacting pass.
   const size_t ss = static_cast<size_t>(state_size_);
+  if (doomed.size() <= 4) {
+    for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
+      const auto at = static_cast<std::ptrdiff_t>(*it);
+      s.live.erase(s.live.begin() + at);
+      s.written_step.erase(s.written_step.begin() + at);
+      s.attn.erase(s.attn.begin() + at);
+      s.attn_sum.erase(s.attn_sum.begin() + at);
+      s.key_norm.erase(s.key_norm.begin() + at);
+      s.state.erase(s.state.begin() + at * static_cast<std::ptrdiff_t>(ss),
+                    s.state.begin() + (at + 1) * static_cast<std::ptrdiff_t>(ss));
+    }
+    return victims;
+  }
   int64_t kept = 0;
+  size_t next = 0;  // The next victim in `doomed`.
   for (int64_t i = 0; i < n; ++i) {
-    if (doomed[i] != 0) {
-      victims.push_back(s.live[i]);
+    if (next < doomed.size() && doomed[next] == i) {
+      ++next;
       continue;
     }
     if (kept != i) {

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -49,6 +50,12 @@
 #include "lib/core/status.h"
 
 namespace vtoken {
+
+// The victim rule's selection: the indices in [first, last) of the `k` lowest `scores`, ordered by
+// (score, index) with NaN lowest and -0 equal to +0, returned in increasing order.
+// REQUIRES: 0 <= first <= last <= scores.size(), 0 <= k <= last - first.
+std::vector<int64_t> LowestEntries(std::span<const float> scores, int64_t first, int64_t last,
+                                   int64_t k);
 
 struct EvictorOptions {
   // Live tokens a sequence keeps after an eviction, >= 1. 0: use keep_ratio instead.

@@ -102,6 +102,31 @@ class ViewProbe final : public Policy {
 };
 VTOKEN_REGISTER_POLICY(ViewProbe, "test_view_probe", "test: records its views");
 
+// A token's score under ScatterProbe: a hash of its position, so victims scatter over the list.
+float ScatterScore(TokenId position) {
+  return static_cast<float>((static_cast<uint64_t>(position) * 0x9e3779b97f4a7c15ULL) >> 54);
+}
+
+// ViewProbe with ScatterScore scores.
+class ScatterProbe final : public Policy {
+ public:
+  int32_t state_size() const override { return 1; }
+  void Observe(std::span<const TokenView> tokens, PolicyContext&) const override {
+    for (const TokenView& t : tokens) t.state[0] += 1;
+  }
+  void Score(std::span<const TokenView> tokens, PolicyContext&,
+             std::span<float> scores) const override {
+    g_seen_views.clear();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const TokenView& t = tokens[i];
+      g_seen_views[t.position] = {t.age, t.attn, t.attn_sum, t.key_norm, t.state[0]};
+      scores[i] = ScatterScore(t.position);
+    }
+  }
+};
+VTOKEN_REGISTER_POLICY(ScatterProbe, "test_scatter_probe",
+                       "test: records its views, scattered scores");
+
 // Observe calls of the two ObserveCounter policies below.
 int g_observe_calls = 0;
 
@@ -395,6 +420,62 @@ TEST(PolicyEvictorTest, SurvivorsKeepTheirSignalsAndStateAcrossCallerEvictions) 
                   .ok());
 }
 
+// The evictor drops its own victims' entries (one by one for a step's few, in one pass for more)
+// and every survivor keeps its signals and state: each step appends 1-7 tokens to a budget of 8,
+// so that many victims go, scattered over the live list; the next Score sees each survivor's sums,
+// last signals and Observe count as a plain model of the steps has them.
+TEST(PolicyEvictorTest, SurvivorsKeepTheirSignalsAndStateAcrossTheirOwnEvictions) {
+  for (const uint64_t seed : {1u, 2u, 3u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    std::unique_ptr<PolicyEvictor> e = Make("test_scatter_probe", {.budget_tokens = 8});
+    std::vector<TokenId> live;
+    TokenId next = 0;
+    std::map<TokenId, float> sum, last_attn, last_norm, observed;
+    std::map<TokenId, int64_t> written;
+    for (int64_t step = 0; step < 200; ++step) {
+      for (int i = 1 + static_cast<int>(rng() % 7); i > 0; --i) {
+        written[next] = step;
+        live.push_back(next++);
+      }
+      std::vector<float> attn, norm;
+      for (TokenId t : live) {
+        attn.push_back(static_cast<float>(rng() % 1000) / 997.0f);
+        norm.push_back(static_cast<float>(rng() % 1000) / 991.0f);
+        sum[t] += attn.back();
+        last_attn[t] = attn.back();
+        last_norm[t] = norm.back();
+        observed[t] += 1;
+      }
+      ASSERT_TRUE(e->Observe(1, live, attn, norm).ok()) << "step " << step;
+      g_seen_views.clear();
+      StatusOr<std::vector<TokenId>> victims = e->Victims(1);
+      ASSERT_TRUE(victims.ok());
+      // Over the budget, the step's Score saw every live token as the model has it.
+      ASSERT_EQ(g_seen_views.size(), live.size() > 8 ? live.size() : 0) << "step " << step;
+      for (TokenId t : live) {
+        if (g_seen_views.empty()) break;
+        const SeenView& v = g_seen_views.at(t);
+        ASSERT_EQ(v.attn_sum, sum[t]) << "step " << step << " token " << t;
+        ASSERT_EQ(v.attn, last_attn[t]) << "step " << step << " token " << t;
+        ASSERT_EQ(v.key_norm, last_norm[t]) << "step " << step << " token " << t;
+        ASSERT_EQ(v.observed, observed[t]) << "step " << step << " token " << t;
+        ASSERT_EQ(v.age, step - written[t]) << "step " << step << " token " << t;
+      }
+      // The lowest (score, position) beyond the budget, in increasing order.
+      std::vector<TokenId> order = live;
+      std::stable_sort(order.begin(), order.end(),
+                       [](TokenId a, TokenId b) { return ScatterScore(a) < ScatterScore(b); });
+      std::vector<TokenId> expect(
+          order.begin(),
+          order.begin() + static_cast<ptrdiff_t>(live.size() - std::min<size_t>(8, live.size())));
+      std::sort(expect.begin(), expect.end());
+      ASSERT_EQ(*victims, expect) << "step " << step;
+      for (TokenId t : expect) live.erase(std::find(live.begin(), live.end(), t));
+    }
+  }
+}
+
 // The policy's per-token state is keyed by logical id: a relocation that moves the tokens'
 // slots leaves every surviving token with the state it had.
 TEST(PolicyEvictorTest, StateFollowsTokensThroughRelocation) {
@@ -438,6 +519,42 @@ TEST(PolicyEvictorTest, StateFollowsTokensThroughRelocation) {
   }
   for (TokenId t : {TokenId{40}, TokenId{41}, TokenId{42}}) {
     EXPECT_FLOAT_EQ(g_seen_state.at(t)[1], attn[0]) << "new token " << t << " starts at zero";
+  }
+}
+
+// LowestEntries (the victim rule's selection) against a full sort of (score, index), with ties,
+// NaN, infinities and both zeros, for every k: the scan for k <= 4 and the partial sort above.
+TEST(LowestEntriesTest, PicksTheSortsFirstKInIndexOrder) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> specials = {nan, -inf, inf, 0.0f, -0.0f, 1.0f, 1.0f, -1.0f};
+  for (const uint64_t seed : {1u, 2u, 3u, 4u, 5u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    for (int round = 0; round < 200; ++round) {
+      const int64_t n = static_cast<int64_t>(rng() % 24);
+      std::vector<float> scores(static_cast<size_t>(n));
+      for (float& x : scores) {
+        x = rng() % 3 == 0 ? specials[rng() % specials.size()]
+                           : static_cast<float>(rng() % 5) * 0.5f;  // Many ties.
+      }
+      const int64_t first = n == 0 ? 0 : static_cast<int64_t>(rng() % (n + 1));
+      const int64_t last = first + static_cast<int64_t>(rng() % (n - first + 1));
+      auto rank = [](float x) {
+        return std::isnan(x) ? -std::numeric_limits<float>::infinity() : x;
+      };
+      std::vector<int64_t> order(static_cast<size_t>(last - first));
+      std::iota(order.begin(), order.end(), first);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return rank(scores[a]) < rank(scores[b]);  // -0 < +0 is false: equal, index order.
+      });
+      for (int64_t k = 0; k <= last - first; ++k) {
+        std::vector<int64_t> expect(order.begin(), order.begin() + k);
+        std::sort(expect.begin(), expect.end());
+        ASSERT_EQ(LowestEntries(scores, first, last, k), expect)
+            << "round " << round << " n " << n << " [" << first << ", " << last << ") k " << k;
+      }
+    }
   }
 }
 
