@@ -365,16 +365,23 @@ std::vector<int64_t> LowestEntries(std::span<const float> scores, int64_t first,
       best[j] = c;
     }
     for (int64_t j = 0; j < k; ++j) lowest.push_back(static_cast<int64_t>(best[j] & 0xffffffffu));
-  } else {
-    std::vector<uint64_t> candidates;
-    candidates.reserve(static_cast<size_t>(last - first));
-    for (int64_t i = first; i < last; ++i) candidates.push_back(key(i));
-    std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end());
-    for (int64_t j = 0; j < k; ++j) {
-      lowest.push_back(static_cast<int64_t>(candidates[static_cast<size_t>(j)] & 0xffffffffu));
-    }
+    std::sort(lowest.begin(), lowest.end());
+    return lowest;
   }
-  std::sort(lowest.begin(), lowest.end());
+  std::vector<uint64_t> candidates;
+  candidates.reserve(static_cast<size_t>(last - first));
+  for (int64_t i = first; i < last; ++i) candidates.push_back(key(i));
+  std::nth_element(candidates.begin(), candidates.begin() + (k - 1), candidates.end());
+  // Mark the chosen, then list them in increasing order: O(n), where sorting them is O(k log k)
+  // (the prefill's eviction chooses most of the prompt).
+  thread_local std::vector<uint8_t> chosen;
+  chosen.assign(static_cast<size_t>(last - first), 0);
+  for (int64_t j = 0; j < k; ++j) {
+    chosen[(candidates[static_cast<size_t>(j)] & 0xffffffffu) - static_cast<uint64_t>(first)] = 1;
+  }
+  for (int64_t i = first; i < last; ++i) {
+    if (chosen[static_cast<size_t>(i - first)] != 0) lowest.push_back(i);
+  }
   return lowest;
 }
 
