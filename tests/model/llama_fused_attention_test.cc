@@ -112,7 +112,10 @@ TEST_P(FusedAttentionTest, MatchesTheTorchReference) {
     SCOPED_TRACE("sequence " + std::to_string(s));
     const double err = ((*a)[s].last_logits - (*b)[s].last_logits).abs().max().item<double>() /
                        (*b)[s].last_logits.abs().max().item<double>();
-    EXPECT_LT(err, 1e-5);
+    // fp32 in two summation orders: over 6,250 (seed, case, sequence) samples the largest error
+    // was 3.2e-5 and 1 in 70 runs of one case passed 1e-5 (2026-12-04); a wrong key or scale is
+    // off by far more than 1e-4.
+    EXPECT_LT(err, 1e-4);
     ASSERT_EQ((*a)[s].attn.size(), (*b)[s].attn.size());
     ASSERT_EQ((*a)[s].attn.size(), inputs[s].context_slots.size() + inputs[s].tokens.size());
     for (size_t j = 0; j < (*a)[s].attn.size(); ++j) {
