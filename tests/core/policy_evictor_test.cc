@@ -83,32 +83,15 @@ struct SeenView {
 };
 std::map<TokenId, SeenView> g_seen_views;
 
-// State: [0] how many steps observed the token. Scores: the position.
-class ViewProbe final : public Policy {
- public:
-  int32_t state_size() const override { return 1; }
-  void Observe(std::span<const TokenView> tokens, PolicyContext&) const override {
-    for (const TokenView& t : tokens) t.state[0] += 1;
-  }
-  void Score(std::span<const TokenView> tokens, PolicyContext&,
-             std::span<float> scores) const override {
-    g_seen_views.clear();
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      const TokenView& t = tokens[i];
-      g_seen_views[t.position] = {t.age, t.attn, t.attn_sum, t.key_norm, t.state[0]};
-      scores[i] = static_cast<float>(t.position);
-    }
-  }
-};
-VTOKEN_REGISTER_POLICY(ViewProbe, "test_view_probe", "test: records its views");
-
 // A token's score under ScatterProbe: a hash of its position, so victims scatter over the list.
 float ScatterScore(TokenId position) {
   return static_cast<float>((static_cast<uint64_t>(position) * 0x9e3779b97f4a7c15ULL) >> 54);
 }
 
-// ViewProbe with ScatterScore scores.
-class ScatterProbe final : public Policy {
+// State: [0] how many steps observed the token. Records its views at Score; scores tokens by
+// position (ViewProbe, the oldest go first) or by ScatterScore (ScatterProbe).
+template <bool kScatter>
+class RecordingProbe final : public Policy {
  public:
   int32_t state_size() const override { return 1; }
   void Observe(std::span<const TokenView> tokens, PolicyContext&) const override {
@@ -120,10 +103,13 @@ class ScatterProbe final : public Policy {
     for (size_t i = 0; i < tokens.size(); ++i) {
       const TokenView& t = tokens[i];
       g_seen_views[t.position] = {t.age, t.attn, t.attn_sum, t.key_norm, t.state[0]};
-      scores[i] = ScatterScore(t.position);
+      scores[i] = kScatter ? ScatterScore(t.position) : static_cast<float>(t.position);
     }
   }
 };
+using ViewProbe = RecordingProbe<false>;
+using ScatterProbe = RecordingProbe<true>;
+VTOKEN_REGISTER_POLICY(ViewProbe, "test_view_probe", "test: records its views");
 VTOKEN_REGISTER_POLICY(ScatterProbe, "test_scatter_probe",
                        "test: records its views, scattered scores");
 
