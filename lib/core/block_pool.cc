@@ -86,13 +86,6 @@ void BlockPool::MaybeFree(BlockId block) {
   free_list_.push_back(block);
 }
 
-void BlockPool::AddSlotRef(SlotIndex slot) {
-  if (slot_refs_[slot]++ == 0) {
-    ++blocks_[BlockOf(slot)].live;
-    ++num_live_slots_;
-  }
-}
-
 void BlockPool::AddSlotRefs(SlotIndex first, int64_t count) {
   assert(count >= 0 && (count == 0 || BlockOf(first) == BlockOf(first + count - 1)));
   int32_t opened = 0;

@@ -65,7 +65,7 @@ class BlockPool {
   void Unpin(BlockId block);
 
   // A live token now occupies `slot` (counted once per sequence that reads it).
-  void AddSlotRef(SlotIndex slot);
+  void AddSlotRef(SlotIndex slot) { AddSlotRefs(slot, 1); }
   // AddSlotRef of slots [first, first + count). REQUIRES: they lie in one block.
   void AddSlotRefs(SlotIndex first, int64_t count);
   // REQUIRES: slot_refs(slot) > 0.

@@ -394,10 +394,11 @@ std::vector<TokenId> PolicyEvictor::Pick(SeqState& s, const std::vector<float>& 
   std::vector<TokenId> victims;
   victims.reserve(doomed.size());
   for (const int64_t i : doomed) victims.push_back(s.live[static_cast<size_t>(i)]);
-  // Drop the victims' entries, keeping the others in order: a few by moving each tail, more in
-  // one compacting pass.
+  // Drop the victims' entries, keeping the others in order: a decode step's few by moving each
+  // array's tail, more in one compacting pass.
+  constexpr size_t kFewVictims = 4;
   const size_t ss = static_cast<size_t>(state_size_);
-  if (doomed.size() <= 4) {
+  if (doomed.size() <= kFewVictims) {
     for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
       const auto at = static_cast<std::ptrdiff_t>(*it);
       s.live.erase(s.live.begin() + at);

@@ -33,35 +33,28 @@ void TokenTable::AppendRun(SlotIndex first, int64_t count, BlockId block) {
 }
 
 void TokenTable::Compact() {
-  size_t out = live_.size();
   if (pending_dead_ <= kFewDead) {  // Each dead id out by binary search and one tail move.
     for (int64_t d = 0; d < pending_dead_; ++d) {
-      const auto at = std::lower_bound(live_.begin(), live_.begin() + static_cast<ptrdiff_t>(out),
-                                       few_dead_[d]);
-      const size_t i = static_cast<size_t>(at - live_.begin());
-      std::copy(live_.begin() + static_cast<ptrdiff_t>(i + 1),
-                live_.begin() + static_cast<ptrdiff_t>(out),
-                live_.begin() + static_cast<ptrdiff_t>(i));
-      std::copy(live_slots_.begin() + static_cast<ptrdiff_t>(i + 1),
-                live_slots_.begin() + static_cast<ptrdiff_t>(out),
-                live_slots_.begin() + static_cast<ptrdiff_t>(i));
-      --out;
+      const auto at = std::lower_bound(live_.begin(), live_.end(), few_dead_[d]);
+      live_slots_.erase(live_slots_.begin() + (at - live_.begin()));
+      live_.erase(at);
     }
   } else {
     // Branch-free: every entry is written, the cursor advances past the live ones only.
     const Entry* entries = entries_.data();
-    out = 0;
+    size_t out = 0;
     for (size_t i = 0; i < live_.size(); ++i) {
       const int32_t t = live_[i];
       live_[out] = t;
       live_slots_[out] = live_slots_[i];
       out += entries[t].live;
     }
+    live_.resize(out);
+    live_slots_.resize(out);
   }
-  live_.resize(out);
-  live_slots_.resize(out);
   pending_dead_ = 0;
-  if (live_.capacity() > out + out / 2 + 4) {
+  const size_t size = live_.size();
+  if (live_.capacity() > size + size / 2 + 4) {
     live_.shrink_to_fit();
     live_slots_.shrink_to_fit();
   }

@@ -335,8 +335,10 @@ class Engine {
   // tokens, so the relocations a failed reservation forced have already moved the slots it lists.
   Context LiveContext(SeqId seq, int64_t n) const {
     Context c;
-    size_t live = 1;  // AppendLive's spare element.
-    for (int32_t g = 0; g < groups_; ++g) live += static_cast<size_t>(cache_.table(seq, g).num_live());
+    size_t live = 1;  // AppendLive's spare element (when the list holds dead ids).
+    for (int32_t g = 0; g < groups_; ++g) {
+      live += static_cast<size_t>(cache_.table(seq, g).num_live() - n);
+    }
     c.slots.reserve(live);
     c.positions.reserve(live);
     if (groups_ > 1) c.offsets.reserve(static_cast<size_t>(groups_) + 1);
@@ -349,8 +351,8 @@ class Engine {
   }
 
   // Registers this step's new tokens for every running sequence, preempting the newest
-  // sequences when the pool runs out.
-  StatusOr<std::vector<Planned>> Reserve() {
+  // sequences when the pool runs out. Adds the time the reservations took to `sync_s`.
+  StatusOr<std::vector<Planned>> Reserve(double& sync_s) {
     std::vector<Planned> planned;
     std::vector<size_t> order = running_;
     std::sort(order.begin(), order.end(),
@@ -374,7 +376,7 @@ class Engine {
       while (true) {
         const auto sync_start = Clock::now();
         StatusOr<std::vector<SlotIndex>> slots = cache_.SyncNewTokens(s.seq, n);
-        sync_s_ += Since(sync_start);
+        sync_s += Since(sync_start);
         if (slots.ok()) {
           planned.push_back({index, n, std::move(*slots)});
           budget -= n;
@@ -514,12 +516,11 @@ class Engine {
     const int64_t moves_before = reclaimer_.stats().moves;
     const int64_t fences_before = reclaimer_.stats().fence_waits;
     Admit();
-    sync_s_ = 0;
-    VTOKEN_ASSIGN_OR_RETURN(std::vector<Planned> planned, Reserve());
+    double schedule_s = 0;  // The new tokens' slots, then every sequence's input.
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<Planned> planned, Reserve(schedule_s));
 
     std::vector<model::RunnerInput> inputs;
     inputs.reserve(planned.size());
-    double schedule_s = sync_s_;  // The new tokens' slots, then every sequence's input.
     for (Planned& p : planned) {
       SeqState& s = seqs_[p.index];
       VTOKEN_RETURN_IF_ERROR(reclaimer_.FenceForRead(s.seq).status());
@@ -642,7 +643,6 @@ class Engine {
   std::deque<size_t> waiting_;
   std::vector<size_t> running_;
   std::map<int32_t, size_t> leaders_;  // Prefix group -> the member computing its prefix.
-  double sync_s_ = 0;  // This step's slot reservations (VirtualKvCache::SyncNewTokens).
   int64_t next_admission_ = 0;
   int64_t finished_ = 0;
   WallClock wall_clock_;
