@@ -1,5 +1,6 @@
 #include "lib/core/check_harness.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "lib/core/eviction_driver.h"

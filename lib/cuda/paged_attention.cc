@@ -1,5 +1,6 @@
 #include "lib/cuda/paged_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>

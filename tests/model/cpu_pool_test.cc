@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
 #include <random>
 #include <set>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace vtoken::model {

@@ -7,6 +7,7 @@
 // (as written before 2026-12-03) still replays native, with the sim's own tokens.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "lib/engine/engine.h"
