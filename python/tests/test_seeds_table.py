@@ -95,3 +95,34 @@ def test_bad_arguments_are_one_line_errors(tmp_path):
     one_seed = [{k: v for k, v in x.items() if k != "workload.seed"} for x in rows()]
     r = run(tmp_path, one_seed, "q", "policy")
     assert r.returncode != 0 and "has no seed or workload.seed column" in r.stderr
+
+
+def test_a_vtoken_only_sweep_takes_its_naive_ratio_from_the_baseline_runs(tmp_path):
+    # The ablations: the sweep has vtoken runs only (no ROUGE-L vs naive of their own); one run
+    # named "abl" outside any sweep per seed holds native and naive.
+    out = []
+    for seed, naive_blocks in {1: 20.0, 2: 30.0}.items():
+        for flag in (False, True):
+            out.append(dict(row("vtoken", "h2o", seed, float("nan"), blocks=10.0 if flag else 5.0),
+                            **{"engine.force_sync": flag, "name": "ablations"}))
+        for mode, blocks in (("native", 40.0), ("naive", naive_blocks)):
+            out.append(dict(row(mode, "h2o", seed, 0.5, blocks=blocks, sweep=float("nan")),
+                            **{"engine.force_sync": False, "name": "abl"}))
+    out.append(dict(row("naive", "h2o", 1, 0.5, blocks=1.0, sweep=float("nan")),
+                    **{"engine.force_sync": False, "name": "other"}))  # Another name: left out.
+    r = run(tmp_path, out, "q", "engine.force_sync", "--baseline", "abl")
+    assert r.returncode == 0, r.stderr
+    lines = [line for line in r.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert lines[1:] == [
+        "| - | native | 2 | 40.0 | - | 2.00x | 0.500 | 0.300 (0.300-0.300) | - | - |",
+        "| - | naive | 2 | 25.0 | - | 2.00x | 0.500 | 0.300 (0.300-0.300) | 0.5000 (0.5000-0.5000) | - |",
+        "| False | vtoken | 2 | 5.0 | 5.00x (4.00-6.00) | 2.00x | 0.500 | 0.300 (0.300-0.300) | - | - |",
+        "| True | vtoken | 2 | 10.0 | 2.50x (2.00-3.00) | 2.00x | 0.500 | 0.300 (0.300-0.300) | - | - |",
+    ]
+    # Without the baseline the sweep still prints, with no ratio and no vtoken = naive verdict.
+    r = run(tmp_path, out, "q", "engine.force_sync")
+    assert r.returncode == 0, r.stderr
+    assert ("| False | vtoken | 2 | 5.0 | - | 2.00x | 0.500 | 0.300 (0.300-0.300) | - | - |"
+            in r.stdout.splitlines())
+    r = run(tmp_path, out, "q", "engine.force_sync", "--baseline", "nothing")
+    assert r.returncode != 0 and "no completed runs named nothing outside a sweep" in r.stderr
