@@ -135,17 +135,17 @@ void TokenTable::AppendLive(std::vector<SlotIndex>& slots, std::vector<TokenId>&
       v->reserve(std::max(v->size() + written, 2 * v->capacity()));
     }
   }
-  slots.resize(slots_at + written);
-  tokens.resize(tokens_at + written);
-  SlotIndex* s = slots.data() + slots_at;
-  TokenId* k = tokens.data() + tokens_at;
   const int32_t* ids = live_.data();
   const int32_t* at = live_slots_.data();
-  if (pending_dead_ == 0) {  // Every listed token is live: two widening copies.
-    for (size_t i = 0; i < live; ++i) s[i] = at[i];
-    for (size_t i = 0; i < live; ++i) k[i] = ids[i];
+  if (pending_dead_ == 0) {  // Every listed token is live: two widening copies (no zero-fill).
+    slots.insert(slots.end(), at, at + live);
+    tokens.insert(tokens.end(), ids, ids + live);
   } else {
     // Branch-free: every listed token is written, and the cursors advance past the live ones.
+    slots.resize(slots_at + written);
+    tokens.resize(tokens_at + written);
+    SlotIndex* s = slots.data() + slots_at;
+    TokenId* k = tokens.data() + tokens_at;
     const Entry* entries = entries_.data();
     for (size_t i = 0; i < live_.size(); ++i) {
       const bool is_live = entries[ids[i]].live;
@@ -154,9 +154,9 @@ void TokenTable::AppendLive(std::vector<SlotIndex>& slots, std::vector<TokenId>&
       s += is_live;
       k += is_live;
     }
+    slots.resize(slots_at + live);
+    tokens.resize(tokens_at + live);
   }
-  slots.resize(slots_at + live);
-  tokens.resize(tokens_at + live);
 }
 
 int64_t TokenTable::MemoryBytes() const {

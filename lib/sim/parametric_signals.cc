@@ -7,11 +7,17 @@
 namespace vtoken::sim {
 namespace {
 
+// Key's first two rounds: one value per (seed, request, stream), hoisted out of per-token loops.
+uint64_t KeyPrefix(uint64_t seed, int64_t request, uint64_t stream) {
+  return Mix(Mix(seed ^ (stream * 0xd6e8feb86659fd93ULL)) ^ static_cast<uint64_t>(request));
+}
+
+inline uint64_t KeyFrom(uint64_t prefix, int64_t position, int64_t query) {
+  return Mix(Mix(prefix ^ static_cast<uint64_t>(position)) ^ static_cast<uint64_t>(query));
+}
+
 uint64_t Key(uint64_t seed, int64_t request, int64_t position, int64_t query, uint64_t stream) {
-  uint64_t h = Mix(seed ^ (stream * 0xd6e8feb86659fd93ULL));
-  h = Mix(h ^ static_cast<uint64_t>(request));
-  h = Mix(h ^ static_cast<uint64_t>(position));
-  return Mix(h ^ static_cast<uint64_t>(query));
+  return KeyFrom(KeyPrefix(seed, request, stream), position, query);
 }
 
 // A standard normal from one 64-bit hash (Box-Muller on its two 32-bit halves).
@@ -116,14 +122,16 @@ StatusOr<int32_t> ParametricSignals::Fill(const SignalQuery& q, std::span<float>
     recency_.push_back(static_cast<float>(
         p_.recency_weight * std::pow(1.0 + static_cast<double>(d), -p_.recency_exponent)));
   }
+  const uint64_t group_key = KeyPrefix(p_.seed, q.request, kGroup);
+  const uint64_t noise_key = KeyPrefix(p_.seed, q.request, kNoise);
   double total = 0;
   for (size_t i = 0; i < n; ++i) {
     const int64_t pos = q.positions[i];
     float w = t.importance[pos];
-    if (q.num_groups > 1) w *= group_[Key(p_.seed, q.request, pos, q.group, kGroup) >> 52];
+    if (q.num_groups > 1) w *= group_[KeyFrom(group_key, pos, q.group) >> 52];
     float s = w + recency_[query - pos];
     if (pos < p_.num_sinks) s += static_cast<float>(p_.sink_weight);
-    s *= noise_[Key(p_.seed, q.request, pos, query, kNoise) >> 52];
+    s *= noise_[KeyFrom(noise_key, pos, query) >> 52];
     attn[i] = s;
     total += s;
     key_norm[i] = t.key_norm[pos];

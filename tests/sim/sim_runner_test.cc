@@ -356,6 +356,26 @@ TEST(ParametricSignalsTest, MassSumsToOneAndFollowsTheModel) {
   EXPECT_EQ(p.Validate().code(), StatusCode::kInvalidArgument);
 }
 
+// The draws behind every simulated figure in the docs (docs/PAPER.md, RESULTS §9): a change to
+// the hash chain or the noise tables changes them all, so it must be deliberate (new constants
+// here, the docs' runs made again). Per-head groups draw the group factor too.
+TEST(ParametricSignalsTest, DrawsArePinned) {
+  ParametricSignals s(VtTinyFit());
+  const std::vector<int64_t> pos = {0, 5, 17, 300, 301};
+  std::vector<float> attn(pos.size()), kn(pos.size());
+  ASSERT_TRUE(
+      s.Fill({.request = 7, .positions = pos, .num_new = 1, .group = 3, .num_groups = 8}, attn, kn)
+          .ok());
+  const std::vector<float> want_attn = {0.000146086633f, 0.00025822781f, 0.00109966507f, 0.2056171f,
+                                        0.792878926f};
+  const std::vector<float> want_kn = {11.3699484f, 9.42815495f, 7.08748007f, 8.97889709f,
+                                      9.00221539f};
+  for (size_t i = 0; i < pos.size(); ++i) {
+    EXPECT_FLOAT_EQ(attn[i], want_attn[i]) << "position " << pos[i];
+    EXPECT_FLOAT_EQ(kn[i], want_kn[i]) << "position " << pos[i];
+  }
+}
+
 TEST(SignalTraceTest, RoundTripReplayAndErrors) {
   const std::string path =
       (std::filesystem::temp_directory_path() / "vtoken_sim_trace_test.trace").string();
