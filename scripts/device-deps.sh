@@ -79,3 +79,7 @@ tree_bytes="$(cd "$REPO" && git ls-files -z | xargs -0 du -cb 2>/dev/null | tail
 mib() { echo "$(($1 / 1048576)).$((($1 % 1048576) * 10 / 1048576)) MiB"; }
 echo "device-deps: ${#packages[@]} packages in $DEPS: $(mib "$deps_bytes"); tracked tree" \
   "$(mib "$tree_bytes"); together $(mib $((deps_bytes + tree_bytes))) of the 64 MiB carry limit"
+# The device call carries both or nothing: a tree that outgrows the limit fails here (and so in
+# CI, through scripts/deps-only-check.sh), not on the GPU machine.
+((deps_bytes + tree_bytes <= 64 * 1048576)) ||
+  die "the tracked tree and $DEPS together exceed the device tool's 64 MiB carry limit"
