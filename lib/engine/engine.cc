@@ -48,6 +48,7 @@ struct SeqState {
   bool observed = false;        // The policy saw this sequence's prefill.
   int64_t shared_tokens = 0;    // Leading tokens shared with its prefix group (BOS included).
   bool awaiting_fork = false;   // Admitted; will fork its group leader's shared prefix.
+  int64_t prefix_request = -1;  // The leader's request id once forked (RunnerInput's field).
   int64_t admitted = 0;         // Admission order; preemption takes the newest.
   RequestResult result;
   double blocks_sum = 0;
@@ -260,6 +261,7 @@ class Engine {
       cache_.ReserveTokens(m.seq, static_cast<int64_t>(m.tokens.size()) + m.request->max_tokens);
       m.num_computed = l.num_computed;
       m.awaiting_fork = false;
+      m.prefix_request = l.request->id;
       ++result_.forks;
     }
     return Status::Ok();
@@ -288,6 +290,7 @@ class Engine {
     s.seq = kNoSeq;
     s.num_computed = 0;
     s.awaiting_fork = false;
+    s.prefix_request = -1;  // A restart computes its prefix or forks it again.
     ++s.result.preemptions;
     ++result_.preemptions;
     running_.erase(std::find(running_.begin(), running_.end(), index));
@@ -527,6 +530,7 @@ class Engine {
       const auto schedule_start = Clock::now();  // The fence's wait is fence_s, not this.
       model::RunnerInput in;
       in.request = s.request->id;
+      in.prefix_request = s.prefix_request;
       in.tokens.assign(s.tokens.begin() + s.num_computed,
                        s.tokens.begin() + s.num_computed + p.n);
       for (int64_t i = 0; i < p.n; ++i) in.positions.push_back(s.num_computed + i);

@@ -40,6 +40,10 @@ struct SamplingParams {
 // KvGroupOf(granularity, l, h). At G == 1 every field means what it always meant.
 struct RunnerInput {
   int64_t request = 0;                   // Caller's id, keys per-request sampler state.
+  // The request whose K/V this one's leading context tokens are, or -1: a prefix fork reads the
+  // slots its group leader wrote (the engine's prefix sharing). Verifying runners accept slots
+  // written under either id (SimRunner's tags); the others ignore it.
+  int64_t prefix_request = -1;
   std::vector<int32_t> tokens;           // New tokens (prefill chunk or 1 decode token).
   std::vector<int64_t> positions;        // Their RoPE positions (logical token ids).
   std::vector<SlotIndex> write_slots;    // Where their KV goes (per group, see above).

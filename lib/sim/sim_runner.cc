@@ -200,7 +200,8 @@ StatusOr<std::vector<model::RunnerOutput>> SimRunner::Forward(
         if (s < 0 || s >= o_.num_slots) return InvalidArgumentError(who() + ": slot out of range");
         const uint64_t tag = tags_[s];
         if (tag == 0 || TagPosition(tag) != in.context_positions[j] ||
-            TagGroup(tag) != static_cast<int32_t>(g)) {
+            TagGroup(tag) != static_cast<int32_t>(g) ||
+            (TagRequest(tag) != in.request && TagRequest(tag) != in.prefix_request)) {
           return FailedPreconditionError(
               who() + " reads token " + std::to_string(in.context_positions[j]) +
               (groups > 1 ? " of group " + std::to_string(g) : std::string()) + " at slot " +

@@ -6,7 +6,8 @@
 //     The copy engine moves tags as a real copy moves bytes, when the copy completes on the
 //     virtual clock; TokenKvHash hashes the tag, so the engine's relocation verification
 //     compares tags where a real runner compares KV hashes. Every forward also checks that each
-//     context slot holds the token the engine says it reads (FailedPrecondition otherwise);
+//     context slot holds the token the engine says it reads: its position and group, written by
+//     this request or by RunnerInput::prefix_request (FailedPrecondition otherwise);
 //   - a signal source (signal_source.h): parametric attention or a replayed trace;
 //   - a virtual clock (model::RunClock) advanced by the roofline cost model (cost_model.h):
 //     each forward costs ForwardCost, the host's own work host_overhead_s after it; relocation

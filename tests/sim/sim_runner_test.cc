@@ -81,6 +81,41 @@ TEST(SimRunnerTest, VtokenRunVerifiesEveryMoveByTag) {
   EXPECT_GT(r->invariant_checks, 0);
 }
 
+// Prefix forks read the slots their group leader wrote: the engine names the leader
+// (RunnerInput::prefix_request) and every forward's tag check accepts them, in every mode and at
+// head granularity; without the name the first fork's read fails the run.
+TEST(SimRunnerTest, PrefixForksReadTheirLeadersSlots) {
+  std::vector<engine::Request> reqs = Requests(6);
+  for (engine::Request& r : reqs) {
+    std::copy(reqs[0].prompt_tokens.begin(), reqs[0].prompt_tokens.begin() + 150,
+              r.prompt_tokens.begin());
+    r.prefix_group = 0;
+    r.shared_prefix_tokens = 150;
+  }
+  for (Mode mode : {Mode::kNative, Mode::kNaive, Mode::kVtoken}) {
+    for (Granularity g : {Granularity::kToken, Granularity::kHead}) {
+      SCOPED_TRACE(std::string(ModeName(mode)) + (g == Granularity::kHead ? " head" : " token"));
+      engine::EngineOptions o = Options(mode);
+      SimOptions so;
+      so.granularity = g;
+      if (g == Granularity::kHead) {
+        const model::ModelConfig c = SmallConfig();
+        o.evictor.granularity = g;
+        o.evictor.num_layers = static_cast<int32_t>(c.num_hidden_layers);
+        o.evictor.num_kv_heads = static_cast<int32_t>(c.num_key_value_heads);
+        const int32_t groups = NumKvGroups(g, c.num_hidden_layers, c.num_key_value_heads);
+        o.pool.num_blocks *= groups;
+        o.pool.headroom_blocks *= groups;
+      }
+      std::unique_ptr<SimRunner> runner = MakeRunner(o, so);
+      StatusOr<engine::EngineResult> r = engine::RunEngine(o, *runner, reqs);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(r->forks, 5);
+      EXPECT_EQ(r->violations, 0);
+    }
+  }
+}
+
 TEST(SimRunnerTest, PlantedWrongCopyIsCaught) {
   const engine::EngineOptions o = Options(Mode::kVtoken);
   SimOptions so;
@@ -126,6 +161,21 @@ TEST(SimRunnerTest, ForwardRefusesAContextSlotHoldingAnotherToken) {
   next.context_positions = {0, 1};
   EXPECT_NE(runner->Forward({next}).status().message().find("which holds nothing"),
             std::string::npos);
+  // Request 4 at the same positions reads request 3's slots: refused, unless the engine names 3
+  // as the request whose prefix 4 forked.
+  next.request = 4;
+  next.context_slots = {10, 11};
+  next.write_slots = {13};
+  const auto other = runner->Forward({next});
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find(
+                "request 4 reads token 0 at slot 10, which holds token 0 of request 3"),
+            std::string::npos)
+      << other.status().message();
+  next.prefix_request = 3;
+  EXPECT_TRUE(runner->Forward({next}).ok());
+  next.prefix_request = 5;
+  EXPECT_FALSE(runner->Forward({next}).ok());
 }
 
 TEST(SimRunnerTest, SameConfigAndSeedGiveIdenticalResults) {
