@@ -95,7 +95,9 @@ def main(csv, sweep, keys, pair=None, baseline=None):
         key = key[:-1]
         mode = key[-1]
         rouge_text, same = rouge_cells(g, mode)
-        own = [(naive_blocks.get(tuple(r[k] for k in keys) + (r[seed],)), r) for _, r in g.iterrows()]
+        # Naive's blocks for each seed of the point: its own naive run, else the baseline's.
+        own = [(naive_blocks.get(tuple(r[k] for k in keys) + (r[seed],)), r)
+               for _, r in g.iterrows()]
         if all(blocks is None for blocks, _ in own):
             own = [(base_naive.get(r[seed]), r) for _, r in g.iterrows()]
         ratios = [blocks / r["blocks_mean"] for blocks, r in own if blocks is not None]

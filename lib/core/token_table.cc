@@ -125,23 +125,18 @@ void TokenTable::AppendLive(std::vector<SlotIndex>& slots, std::vector<TokenId>&
                             int64_t leave_out) const {
   assert(leave_out >= 0 && leave_out <= num_live_);
   const size_t live = static_cast<size_t>(num_live_ - leave_out);
-  // With dead tokens listed, all live tokens are written (one spare element), then cut.
-  const size_t written = pending_dead_ == 0 ? live : static_cast<size_t>(num_live_) + 1;
-  const size_t slots_at = slots.size(), tokens_at = tokens.size();
-  // Callers append one table per KV group to the same vectors: growth stays geometric (an
-  // exact reserve per call would copy the vectors once per group).
-  for (auto* v : {&slots, &tokens}) {
-    if (v->capacity() < v->size() + written) {
-      v->reserve(std::max(v->size() + written, 2 * v->capacity()));
-    }
-  }
+  // Callers append one table per KV group to the same vectors; insert and resize grow them
+  // geometrically (never an exact reserve per call, which would copy them once per group).
   const int32_t* ids = live_.data();
   const int32_t* at = live_slots_.data();
   if (pending_dead_ == 0) {  // Every listed token is live: two widening copies (no zero-fill).
     slots.insert(slots.end(), at, at + live);
     tokens.insert(tokens.end(), ids, ids + live);
   } else {
-    // Branch-free: every listed token is written, and the cursors advance past the live ones.
+    // Branch-free: every listed token is written (all live ones and one spare element), the
+    // cursors advance past the live ones, then the vectors are cut.
+    const size_t slots_at = slots.size(), tokens_at = tokens.size();
+    const size_t written = static_cast<size_t>(num_live_) + 1;
     slots.resize(slots_at + written);
     tokens.resize(tokens_at + written);
     SlotIndex* s = slots.data() + slots_at;

@@ -24,18 +24,31 @@ fs::path SourceDir() {
   return dir != nullptr ? fs::path(dir) : fs::current_path();
 }
 
-// Every `#include` target of the .h/.cc/.cu/.cuh files under `dir`, with its file.
-std::vector<std::pair<std::string, std::string>> Includes(const fs::path& dir) {
-  std::vector<std::pair<std::string, std::string>> out;
-  const std::regex include(R"(^\s*#\s*include\s*[<"]([^>"]+)[>"])");
+// An `#include` line: [1] the delimiter (`<` or `"`), [2] the target.
+const std::regex& IncludeLine() {
+  static const std::regex include(R"(^\s*#\s*include\s*([<"])([^>"]+)[>"])");
+  return include;
+}
+
+// The .h/.cc/.cu/.cuh files under `dir`.
+std::vector<fs::path> SourceFiles(const fs::path& dir) {
+  std::vector<fs::path> out;
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
     const std::string ext = entry.path().extension().string();
-    if (ext != ".h" && ext != ".cc" && ext != ".cu" && ext != ".cuh") continue;
-    std::ifstream in(entry.path());
+    if (ext == ".h" || ext == ".cc" || ext == ".cu" || ext == ".cuh") out.push_back(entry.path());
+  }
+  return out;
+}
+
+// Every `#include` target of the source files under `dir`, with its file.
+std::vector<std::pair<std::string, std::string>> Includes(const fs::path& dir) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const fs::path& file : SourceFiles(dir)) {
+    std::ifstream in(file);
     std::string line;
     std::smatch m;
     while (std::getline(in, line)) {
-      if (std::regex_search(line, m, include)) out.emplace_back(entry.path().string(), m[1]);
+      if (std::regex_search(line, m, IncludeLine())) out.emplace_back(file.string(), m[2]);
     }
   }
   return out;
@@ -85,13 +98,12 @@ struct SourceFile {
 
 SourceFile ReadSource(const fs::path& file) {
   SourceFile out;
-  const std::regex include(R"(^\s*#\s*include\s*([<"])([^>"]+)[>"])");
   const std::regex literal(R"("(\\.|[^"\\])*")");
   std::ifstream in(file);
   std::string line;
   std::smatch m;
   while (std::getline(in, line)) {
-    if (std::regex_search(line, m, include)) {
+    if (std::regex_search(line, m, IncludeLine())) {
       const std::string header = m[2];
       fs::path own;
       for (const fs::path& base : {SourceDir(), file.parent_path()}) {
@@ -126,10 +138,8 @@ TEST(LayeringTest, SourcesIncludeTheCHeadersTheyUse) {
   std::map<fs::path, SourceFile> files;
   for (const char* dir : {"lib", "apps", "bench", "tests", "policies", "python"}) {
     if (!fs::exists(SourceDir() / dir)) continue;
-    for (const auto& entry : fs::recursive_directory_iterator(SourceDir() / dir)) {
-      const std::string ext = entry.path().extension().string();
-      if (ext != ".h" && ext != ".cc" && ext != ".cu" && ext != ".cuh") continue;
-      files[entry.path().lexically_normal()] = ReadSource(entry.path());
+    for (const fs::path& file : SourceFiles(SourceDir() / dir)) {
+      files[file.lexically_normal()] = ReadSource(file);
     }
   }
   ASSERT_GT(files.size(), 200u) << "sources not found under " << SourceDir();
