@@ -38,6 +38,27 @@ TEST(PreTokenizeTest, DigitGroups) {
   EXPECT_EQ(PreTokenize(SplitPattern::kGpt2, "a 12345b"), (Pieces{"a", " 12345", "b"}));
 }
 
+// Expected pieces from Hugging Face tokenizers 0.23.3: pre_tokenizers.Sequence([Digits(
+// individual_digits=True), ByteLevel(add_prefix_space=False, use_regex=True)]).pre_tokenize_str.
+TEST(PreTokenizeTest, SmolLmIsolatesEveryNumberBeforeGpt2sRegex) {
+  EXPECT_EQ(PreTokenize(SplitPattern::kSmolLm, "a 12345b"),
+            (Pieces{"a", " ", "1", "2", "3", "4", "5", "b"}));
+  EXPECT_EQ(PreTokenize(SplitPattern::kSmolLm, "x1 y"), (Pieces{"x", "1", " y"}));
+  EXPECT_EQ(PreTokenize(SplitPattern::kSmolLm, "Price: 3.50$"),
+            (Pieces{"Price", ":", " ", "3", ".", "5", "0", "$"}));
+  // The regex runs on each stretch alone: a whitespace run before a digit ends its stretch, so
+  // \s+(?!\S) keeps all of it.
+  EXPECT_EQ(PreTokenize(SplitPattern::kSmolLm, "a  1"), (Pieces{"a", "  ", "1"}));
+  EXPECT_EQ(PreTokenize(SplitPattern::kSmolLm, "a \t1b"), (Pieces{"a", " \t", "1", "b"}));
+  EXPECT_EQ(PreTokenize(SplitPattern::kSmolLm, "hi\n\n  3 there\n"),
+            (Pieces{"hi", "\n\n  ", "3", " there", "\n"}));
+  // \p{N} beyond ASCII: superscript two, Arabic-Indic three.
+  EXPECT_EQ(PreTokenize(SplitPattern::kSmolLm, "v²=٣x"), (Pieces{"v", "²", "=", "٣", "x"}));
+  EXPECT_EQ(PreTokenize(SplitPattern::kSmolLm, "don't 42's"),
+            (Pieces{"don", "'t", " ", "4", "2", "'s"}));
+  EXPECT_EQ(PreTokenize(SplitPattern::kSmolLm, ""), (Pieces{}));
+}
+
 TEST(PreTokenizeTest, WhitespaceRunsBeforeWords) {
   EXPECT_EQ(PreTokenize(SplitPattern::kLlama3, "a   b  "), (Pieces{"a", "  ", " b", "  "}));
   EXPECT_EQ(PreTokenize(SplitPattern::kGpt2, "a   b  "), (Pieces{"a", "  ", " b", "  "}));
@@ -80,6 +101,10 @@ TEST(PreTokenizeTest, KnownRegexesAreRecognized) {
     EXPECT_EQ(SplitPatternFromRegex(SplitPatternRegex(p)), p) << SplitPatternName(p);
   }
   EXPECT_EQ(SplitPatternFromRegex("\\d+"), std::nullopt);
+  // SmolLM's ByteLevel step runs GPT-2's regex; one Split with that regex is plain GPT-2.
+  EXPECT_EQ(SplitPatternRegex(SplitPattern::kSmolLm), SplitPatternRegex(SplitPattern::kGpt2));
+  EXPECT_EQ(SplitPatternFromRegex(SplitPatternRegex(SplitPattern::kSmolLm)), SplitPattern::kGpt2);
+  EXPECT_STREQ(SplitPatternName(SplitPattern::kSmolLm), "smollm");
 }
 
 TEST(ByteLevelTest, MappingIsGpt2s) {
@@ -261,6 +286,89 @@ TEST_F(TokenizerTest, Qwen2FormWithNfcNormalizer) {
   Status s = LoadError(json.dump());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("unsupported normalizer \"NFKC\""), std::string::npos) << s.message();
+}
+
+// SmolLM2's tokenizer.json form: Sequence[Digits(individual_digits), ByteLevel(use_regex)].
+Json SmolLmPreTokenizer(bool individual_digits, bool add_prefix_space) {
+  return {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Digits"}, {"individual_digits", individual_digits}},
+            {{"type", "ByteLevel"},
+             {"add_prefix_space", add_prefix_space},
+             {"trim_offsets", true},
+             {"use_regex", true}}}}};
+}
+
+TEST_F(TokenizerTest, SmolLmDigitsFormLoadsAndSavesBack) {
+  Json json = FixtureJson(false, false);
+  json["pre_tokenizer"] = SmolLmPreTokenizer(true, false);
+  Tokenizer tok = LoadJson(json);
+  EXPECT_EQ(tok.spec().pattern, SplitPattern::kSmolLm);
+  EXPECT_EQ(tok.Encode("x 123"), (Ids{'x', ' ', '1', '2', '3'}));
+  EXPECT_EQ(tok.Encode(" the 1the"), (Ids{258, ' ', '1', 't', 257}));
+
+  std::string path = (dir_ / "saved.json").string();
+  ASSERT_TRUE(tok.Save(path).ok());
+  Json saved = Json::parse(std::ifstream(path));
+  EXPECT_EQ(saved["pre_tokenizer"], SmolLmPreTokenizer(true, false));
+  auto again = Tokenizer::Load(path);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->spec().pattern, SplitPattern::kSmolLm);
+  EXPECT_EQ(again->Encode(" the 1the"), tok.Encode(" the 1the"));
+}
+
+TEST_F(TokenizerTest, SmolLmDigitsFormVariantsWeCannotMatch) {
+  Json json = FixtureJson(false, false);
+  json["pre_tokenizer"] = SmolLmPreTokenizer(false, false);
+  Status s = LoadError(json.dump());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("pre_tokenizer Digits without individual_digits"), std::string::npos)
+      << s.message();
+  json["pre_tokenizer"] = SmolLmPreTokenizer(true, true);
+  s = LoadError(json.dump());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("add_prefix_space after Digits"), std::string::npos) << s.message();
+}
+
+TEST_F(TokenizerTest, WithoutParseSpecialOnlyNonSpecialAddedTokensAreMatched) {
+  Json json = FixtureJson(false, false);
+  json["added_tokens"].push_back({{"id", 266}, {"content", "<tool>"}, {"special", false}});
+  Tokenizer tok = LoadJson(json);
+  const std::string text = "<|end_of_text|><tool> the";
+  EXPECT_EQ(tok.Encode(text), (Ids{kEos, 266, 258}));
+  Ids as_text = tok.Encode(text, /*parse_special=*/false);
+  ASSERT_EQ(as_text.size(), 17u);  // "<|end_of_text|>" byte by byte, then <tool> and " the".
+  EXPECT_EQ(as_text[0], '<');
+  EXPECT_EQ((Ids(as_text.end() - 2, as_text.end())), (Ids{266, 258}));
+  EXPECT_EQ(tok.Decode(as_text), text);
+  // A non-special added token survives skip_special; a special one does not.
+  EXPECT_EQ(tok.Decode(Ids{kEos, 266}, /*skip_special=*/true), "<tool>");
+}
+
+TEST_F(TokenizerTest, ExplicitIdsWinOverNames) {
+  Json json = FixtureJson(false, false);
+  json["added_tokens"].push_back({{"id", 266}, {"content", "<|im_end|>"}, {"special", true}});
+  Tokenizer by_name = LoadJson(json);
+  EXPECT_EQ(by_name.bos_id(), kBos);
+  EXPECT_EQ(by_name.eos_id(), kEos);
+  EXPECT_EQ(by_name.eot_id(), 266);
+
+  TokenizerSpec spec = by_name.spec();
+  spec.bos_id = 266;
+  spec.eos_id = 'e';
+  spec.eot_id = kEos;
+  auto tok = Tokenizer::Create(spec);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  EXPECT_EQ(tok->bos_id(), 266);
+  EXPECT_EQ(tok->eos_id(), 'e');
+  EXPECT_EQ(tok->eot_id(), kEos);
+  // An explicit BOS is not a template BOS: nothing is prepended unless bos_token says so.
+  EXPECT_EQ(tok->template_bos_id(), std::nullopt);
+
+  spec.eot_id = 267;
+  auto bad = Tokenizer::Create(spec);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "EOT id 267 names no token");
 }
 
 TEST_F(TokenizerTest, SaveThenLoadGivesTheSameTokenizer) {

@@ -168,6 +168,42 @@ size_t MatchLlama3(const CodePoints& t, size_t i, size_t max_digits) {
   return MatchTrailingWhitespace(t, i);
 }
 
+// The find-all of one regex, given its matcher: the match length at code point i (always >= 1:
+// every code point starts a match of some alternative, so the pieces tile the text).
+template <typename Matcher>
+std::vector<std::string_view> SplitByMatcher(std::string_view text, Matcher match) {
+  CodePoints t(text);
+  std::vector<std::string_view> pieces;
+  for (size_t i = 0; i < t.size();) {
+    size_t n = match(t, i);
+    pieces.push_back(text.substr(t.offset[i], t.offset[i + n] - t.offset[i]));
+    i += n;
+  }
+  return pieces;
+}
+
+// kSmolLm: each number code point alone, and GPT-2's regex on each stretch between them. The
+// stretches are split separately: a lookahead never sees past a digit (" 1" is " ", "1").
+std::vector<std::string_view> PreTokenizeDigitsThenGpt2(std::string_view text) {
+  std::vector<std::string_view> pieces;
+  size_t stretch_start = 0;
+  auto flush = [&](size_t end) {
+    std::string_view stretch = text.substr(stretch_start, end - stretch_start);
+    for (std::string_view piece : SplitByMatcher(stretch, MatchGpt2)) pieces.push_back(piece);
+  };
+  for (size_t i = 0; i < text.size();) {
+    auto [c, len] = DecodeUtf8(text.substr(i));
+    if (IsNumber(c)) {
+      flush(i);
+      pieces.push_back(text.substr(i, len));
+      stretch_start = i + len;
+    }
+    i += len;
+  }
+  flush(text.size());
+  return pieces;
+}
+
 std::array<std::string, 256> BuildByteToUnicode() {
   std::array<std::string, 256> table;
   int next = 0;
@@ -189,6 +225,7 @@ const std::array<std::string, 256>& ByteToUnicodeTable() {
 std::string_view SplitPatternRegex(SplitPattern pattern) {
   switch (pattern) {
     case SplitPattern::kGpt2:
+    case SplitPattern::kSmolLm:
       return kGpt2Regex;
     case SplitPattern::kLlama3:
       return kLlama3Regex;
@@ -213,32 +250,26 @@ const char* SplitPatternName(SplitPattern pattern) {
       return "llama3";
     case SplitPattern::kQwen2:
       return "qwen2";
+    case SplitPattern::kSmolLm:
+      return "smollm";
   }
   return "?";
 }
 
 std::vector<std::string_view> PreTokenize(SplitPattern pattern, std::string_view text) {
-  CodePoints t(text);
-  std::vector<std::string_view> pieces;
-  size_t i = 0;
-  while (i < t.size()) {
-    size_t n = 0;
-    switch (pattern) {
-      case SplitPattern::kGpt2:
-        n = MatchGpt2(t, i);
-        break;
-      case SplitPattern::kLlama3:
-        n = MatchLlama3(t, i, 3);
-        break;
-      case SplitPattern::kQwen2:
-        n = MatchLlama3(t, i, 1);
-        break;
-    }
-    // Every code point starts a match of some alternative, so n >= 1 and the pieces tile text.
-    pieces.push_back(text.substr(t.offset[i], t.offset[i + n] - t.offset[i]));
-    i += n;
+  switch (pattern) {
+    case SplitPattern::kGpt2:
+      return SplitByMatcher(text, MatchGpt2);
+    case SplitPattern::kLlama3:
+      return SplitByMatcher(text,
+                            [](const CodePoints& t, size_t i) { return MatchLlama3(t, i, 3); });
+    case SplitPattern::kQwen2:
+      return SplitByMatcher(text,
+                            [](const CodePoints& t, size_t i) { return MatchLlama3(t, i, 1); });
+    case SplitPattern::kSmolLm:
+      return PreTokenizeDigitsThenGpt2(text);
   }
-  return pieces;
+  return {};
 }
 
 bool IsLetter(char32_t c) {

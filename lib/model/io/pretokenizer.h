@@ -1,5 +1,5 @@
-// Pre-tokenization for byte-level BPE tokenizers (GPT-2, Llama 3, Qwen2): the regex split that
-// cuts text into pre-tokens before BPE, and GPT-2's byte <-> unicode mapping.
+// Pre-tokenization for byte-level BPE tokenizers (GPT-2, Llama 3, Qwen2, SmolLM2): the regex split
+// that cuts text into pre-tokens before BPE, and GPT-2's byte <-> unicode mapping.
 //
 // std::regex has no \p{L} / \p{N}, so each known split regex is implemented by a hand-written
 // matcher that follows the regex's leftmost-first alternation and backtracking exactly. Unicode
@@ -17,20 +17,26 @@
 
 namespace vtoken::model {
 
-// The split regexes we can match. Any other regex in a tokenizer.json is rejected.
+// The splits we can match. Any other split in a tokenizer.json is rejected.
 enum class SplitPattern {
   kGpt2,    // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
   kLlama3,  // case-insensitive contractions, letters with one leading non-letter, \p{N}{1,3}, ...
   kQwen2,   // Llama 3's pattern with single digits (\p{N} instead of \p{N}{1,3}).
+  // SmolLM2 and StarCoder: every \p{N} code point is a pre-token of its own, then GPT-2's regex
+  // splits each stretch between them (Hugging Face's Sequence[Digits(individual_digits),
+  // ByteLevel(use_regex)]; llama.cpp's pre-tokenizer "smollm").
+  kSmolLm,
 };
 
-// Returns the exact regex string tokenizer.json uses for `pattern`.
+// Returns the exact regex string tokenizer.json uses for `pattern`; for kSmolLm, the GPT-2 regex
+// its ByteLevel step runs after the digits are split off.
 std::string_view SplitPatternRegex(SplitPattern pattern);
 
-// Returns the pattern whose regex is exactly `regex`, or nullopt.
+// Returns the pattern that is exactly one Split with `regex` (kGpt2, kLlama3 or kQwen2), or
+// nullopt.
 std::optional<SplitPattern> SplitPatternFromRegex(std::string_view regex);
 
-// "gpt2", "llama3" or "qwen2".
+// "gpt2", "llama3", "qwen2" or "smollm".
 const char* SplitPatternName(SplitPattern pattern);
 
 // Splits `text` into pre-tokens as the regex's find-all with Isolated behavior would. The pieces

@@ -45,6 +45,7 @@ std::string ByteLevelDecode(std::string_view token) {
 
 constexpr std::string_view kBosNames[] = {"<|begin_of_text|>", "<s>", "<bos>"};
 constexpr std::string_view kEosNames[] = {"<|end_of_text|>", "<|endoftext|>", "</s>", "<eos>"};
+constexpr std::string_view kEotNames[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>"};
 
 // ---- tokenizer.json parsing --------------------------------------------------------------------
 
@@ -207,6 +208,20 @@ class SpecParser {
     return Status::Ok();
   }
 
+  // Sequence[Digits, ByteLevel(use_regex)]: SmolLM2's digits one by one, then GPT-2's regex.
+  Status ParseDigitsThenByteLevel(const Json& digits, const Json& bl, TokenizerSpec& spec) const {
+    VTOKEN_ASSIGN_OR_RETURN(bool individual,
+                            GetBool(digits, "individual_digits", false, "pre_tokenizer Digits"));
+    if (!individual) return Unsupported("pre_tokenizer Digits without individual_digits");
+    VTOKEN_RETURN_IF_ERROR(ParseByteLevel(bl, /*splits=*/true, spec));
+    // ByteLevel would prepend its space to every piece Digits cut, not to each text segment.
+    if (spec.add_prefix_space) {
+      return Unsupported("pre_tokenizer ByteLevel add_prefix_space after Digits");
+    }
+    spec.pattern = SplitPattern::kSmolLm;
+    return Status::Ok();
+  }
+
   Status ParsePreTokenizer(const Json& pre, TokenizerSpec& spec) const {
     if (pre.is_null()) return Unsupported("pre_tokenizer is null (byte-level BPE needs ByteLevel)");
     VTOKEN_RETURN_IF_ERROR(ExpectObject(pre, "pre_tokenizer"));
@@ -216,14 +231,19 @@ class SpecParser {
       return ParseByteLevel(pre, /*splits=*/true, spec);
     }
     const Json& steps = Field(pre, "pretokenizers");
-    if (type != "Sequence" || !steps.is_array() || steps.size() != 2 || !steps[0].is_object() ||
-        !steps[1].is_object() || Field(steps[0], "type") != "Split" ||
-        Field(steps[1], "type") != "ByteLevel") {
-      return Unsupported("unsupported pre_tokenizer " + type.dump() +
-                         " (need ByteLevel or Sequence[Split, ByteLevel])");
+    if (type == "Sequence" && steps.is_array() && steps.size() == 2 && steps[0].is_object() &&
+        steps[1].is_object() && Field(steps[1], "type") == "ByteLevel") {
+      if (Field(steps[0], "type") == "Split") {
+        VTOKEN_RETURN_IF_ERROR(ParseSplit(steps[0], spec));
+        return ParseByteLevel(steps[1], /*splits=*/false, spec);
+      }
+      if (Field(steps[0], "type") == "Digits") {
+        return ParseDigitsThenByteLevel(steps[0], steps[1], spec);
+      }
     }
-    VTOKEN_RETURN_IF_ERROR(ParseSplit(steps[0], spec));
-    return ParseByteLevel(steps[1], /*splits=*/false, spec);
+    return Unsupported("unsupported pre_tokenizer " + type.dump() +
+                       " (need ByteLevel, Sequence[Split, ByteLevel] or Sequence[Digits, "
+                       "ByteLevel])");
   }
 
   Status ParseDecoder(const Json& decoder) const {
@@ -249,7 +269,7 @@ class SpecParser {
       const Json& cls = Field(post, "cls");
       if (!cls.is_array() || cls.empty() || !cls[0].is_string()) {
         return DataLoss("post_processor " + type.get<std::string>() +
-                       " needs \"cls\": [token, id]");
+                        " needs \"cls\": [token, id]");
       }
       spec.bos_token = cls[0].get<std::string>();
       return Status::Ok();
@@ -390,22 +410,28 @@ StatusOr<Tokenizer> Tokenizer::Create(TokenizerSpec spec) {
     ix.unk_id = it->second;
   }
   if (s.bos_token) {
-    tok.bos_id_ = tok.TokenId(*s.bos_token);
-    if (!tok.bos_id_) {
+    tok.template_bos_id_ = tok.TokenId(*s.bos_token);
+    if (!tok.template_bos_id_) {
       return InvalidArgumentError("post_processor BOS token '" + *s.bos_token + "' is unknown");
     }
-    tok.template_bos_id_ = tok.bos_id_;
   }
-  for (std::string_view name : kBosNames) {
-    if (!tok.bos_id_ && ix.added_to_id.contains(name)) {
-      tok.bos_id_ = ix.added_to_id.find(name)->second;
+  for (auto [id, what] : {std::pair{s.bos_id, "BOS"}, {s.eos_id, "EOS"}, {s.eot_id, "EOT"}}) {
+    if (id && (*id < 0 || *id > max_id || !tok.id_used_[*id])) {
+      return InvalidArgumentError(std::string(what) + " id " + std::to_string(*id) +
+                                  " names no token");
     }
   }
-  for (std::string_view name : kEosNames) {
-    if (!tok.eos_id_ && ix.added_to_id.contains(name)) {
-      tok.eos_id_ = ix.added_to_id.find(name)->second;
+  auto by_name = [&](std::span<const std::string_view> names) -> std::optional<int32_t> {
+    for (std::string_view name : names) {
+      if (auto it = ix.added_to_id.find(name); it != ix.added_to_id.end()) return it->second;
     }
-  }
+    return std::nullopt;
+  };
+  tok.bos_id_ = s.bos_id               ? s.bos_id
+                : tok.template_bos_id_ ? tok.template_bos_id_
+                                       : by_name(kBosNames);
+  tok.eos_id_ = s.eos_id ? s.eos_id : by_name(kEosNames);
+  tok.eot_id_ = s.eot_id ? s.eot_id : by_name(kEotNames);
   return tok;
 }
 
@@ -477,7 +503,7 @@ void Tokenizer::EncodePreToken(std::string_view piece, std::vector<int32_t>& out
   for (int i = 0; i >= 0; i = sym[i].next) out.push_back(sym[i].id);
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view text) const {
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool parse_special) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3);
   // Pre-tokens repeat a lot in natural text; caching their ids makes BPE cost per distinct word.
@@ -506,7 +532,7 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text) const {
   for (size_t i = 0; i < text.size();) {
     const AddedToken* match = nullptr;
     for (const AddedToken* t : index_->added_by_first_byte[static_cast<uint8_t>(text[i])]) {
-      if (text.compare(i, t->content.size(), t->content) == 0) {
+      if ((parse_special || !t->special) && text.compare(i, t->content.size(), t->content) == 0) {
         match = t;
         break;
       }
@@ -576,6 +602,10 @@ Status Tokenizer::Save(const std::string& path) const {
   if (s.pattern == SplitPattern::kGpt2 && s.add_prefix_space) {
     byte_level["use_regex"] = true;
     root["pre_tokenizer"] = byte_level;
+  } else if (s.pattern == SplitPattern::kSmolLm) {
+    byte_level["use_regex"] = true;
+    OrderedJson digits = {{"type", "Digits"}, {"individual_digits", true}};
+    root["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {digits, byte_level}}};
   } else {
     OrderedJson split = {{"type", "Split"},
                          {"pattern", {{"Regex", std::string(SplitPatternRegex(s.pattern))}}},
@@ -594,7 +624,7 @@ Status Tokenizer::Save(const std::string& path) const {
         {"pair", {bos, a, bos, b}},
         {"special_tokens",
          {{*s.bos_token,
-           {{"id", *s.bos_token}, {"ids", {*bos_id_}}, {"tokens", {*s.bos_token}}}}}}};
+           {{"id", *s.bos_token}, {"ids", {*template_bos_id_}}, {"tokens", {*s.bos_token}}}}}}};
   } else {
     root["post_processor"] = nullptr;
   }

@@ -1,5 +1,5 @@
-// Tokenizer: byte-level BPE as used by GPT-2, Llama 3 and Qwen2, loaded from (and saved to) a
-// Hugging Face tokenizer.json.
+// Tokenizer: byte-level BPE as used by GPT-2, Llama 3, Qwen2 and SmolLM2, loaded from (and saved
+// to) a Hugging Face tokenizer.json, or built from GGUF metadata (gguf_tokenizer.h).
 //
 // Encoding: added tokens (e.g. "<|begin_of_text|>") are split out of the text first and emitted
 // as their ids; every other segment is cut into pre-tokens by the split regex (pretokenizer.h),
@@ -9,7 +9,8 @@
 // Supported tokenizer.json subset: model BPE (vocab, merges as "a b" strings or [a, b] arrays,
 // ignore_merges, unk_token); pre_tokenizer ByteLevel(use_regex: true) with the GPT-2 regex, or
 // Sequence[Split(Regex, Isolated), ByteLevel(use_regex: false)] with the GPT-2, Llama 3 or Qwen2
-// regex; decoder ByteLevel; normalizer null or NFC (NFC is treated as the identity: input is
+// regex, or Sequence[Digits(individual_digits: true), ByteLevel(use_regex: true)] (SmolLM2);
+// decoder ByteLevel; normalizer null or NFC (NFC is treated as the identity: input is
 // assumed to be NFC already, as nearly all text is); post_processor is read only for the token
 // it puts before a single sequence (TemplateProcessing's leading special token,
 // RobertaProcessing's and BertProcessing's cls; see PromptBosId). BPE dropout is ignored
@@ -60,6 +61,12 @@ struct TokenizerSpec {
   // The token the post_processor puts before a single sequence (TemplateProcessing,
   // RobertaProcessing, BertProcessing), if any. Save writes it as a TemplateProcessing.
   std::optional<std::string> bos_token;
+  // Ids named explicitly by the source (GGUF's tokenizer.ggml.bos_token_id, eos_token_id,
+  // eot_token_id); when set they win over the by-name rules of bos_id(), eos_id() and eot_id().
+  // Each must name a token. Save does not write them: tokenizer.json has no place for them.
+  std::optional<int32_t> bos_id;
+  std::optional<int32_t> eos_id;
+  std::optional<int32_t> eot_id;
 };
 
 class Tokenizer {
@@ -74,11 +81,15 @@ class Tokenizer {
   static StatusOr<Tokenizer> Create(TokenizerSpec spec);
 
   // Writes a tokenizer.json that Hugging Face `tokenizers` and Load both read: model BPE,
-  // Sequence[Split(regex, Isolated), ByteLevel] pre-tokenizer, ByteLevel decoder, added_tokens.
+  // Sequence[Split(regex, Isolated), ByteLevel] pre-tokenizer (SmolLM: Sequence[Digits,
+  // ByteLevel]), ByteLevel decoder, added_tokens.
   Status Save(const std::string& path) const;
 
-  // Returns the token ids of `text` (any bytes; invalid UTF-8 is encoded byte by byte).
-  std::vector<int32_t> Encode(std::string_view text) const;
+  // Returns the token ids of `text` (any bytes; invalid UTF-8 is encoded byte by byte). Added
+  // tokens are matched leftmost-longest. Without `parse_special` only the non-special added tokens
+  // are matched and a special token's text is encoded as plain text (llama.cpp's
+  // parse_special=false; Hugging Face's split_special_tokens=True).
+  std::vector<int32_t> Encode(std::string_view text, bool parse_special = true) const;
 
   // Returns the bytes the ids stand for (added tokens as their content). Ids that name no token
   // are skipped, and with `skip_special` so are special added tokens (<|end_of_text|>, ...), as
@@ -94,13 +105,16 @@ class Tokenizer {
   // Id of an added token (by content) or vocab token (by byte-level string), or nullopt.
   std::optional<int32_t> TokenId(std::string_view token) const;
 
-  // BOS: the post_processor's template token, else an added token named <|begin_of_text|>, <s>
-  // or <bos>. EOS: an added token named <|end_of_text|>, <|endoftext|>, </s> or <eos>.
+  // Each is spec()'s explicit id when set. Else BOS: the post_processor's template token, else an
+  // added token named <|begin_of_text|>, <s> or <bos>. EOS: an added token named <|end_of_text|>,
+  // <|endoftext|>, </s> or <eos>. EOT (the chat template's end of a turn): an added token named
+  // <|eot_id|>, <|im_end|>, <|end|> or <end_of_turn>.
   std::optional<int32_t> bos_id() const { return bos_id_; }
   // The post_processor's token before a single sequence (spec().bos_token), or nullopt when the
   // post_processor adds none: what Hugging Face's encode(add_special_tokens=True) prepends.
   std::optional<int32_t> template_bos_id() const { return template_bos_id_; }
   std::optional<int32_t> eos_id() const { return eos_id_; }
+  std::optional<int32_t> eot_id() const { return eot_id_; }
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -120,6 +134,7 @@ class Tokenizer {
   std::vector<bool> id_special_;
   std::optional<int32_t> bos_id_;
   std::optional<int32_t> eos_id_;
+  std::optional<int32_t> eot_id_;
   std::optional<int32_t> template_bos_id_;
 };
 
