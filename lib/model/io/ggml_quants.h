@@ -32,7 +32,8 @@ Status DequantizeTensor(const GgufTensor& tensor, std::span<float> out);
 // Quantizes floats into `type`'s blocks, as ggml's reference quantize_row_*_ref does (for
 // Q8_0, Q4_0, Q4_1, F16, BF16 and F32; others are InvalidArgument). Used by the tests' GGUF
 // writer and by anyone who wants a small quantized file. in.size() must be a multiple of the
-// block size; returns the bytes.
+// block size (else InvalidArgument); returns the bytes. NaN and infinite inputs give the bytes
+// ggml's reference gives on x86-64 (where its float -> int8 casts are defined by the CPU).
 StatusOr<std::string> QuantizeRow(GgmlType type, std::span<const float> in);
 
 }  // namespace vtoken::model

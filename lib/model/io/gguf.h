@@ -28,6 +28,11 @@
 
 namespace vtoken::model {
 
+// The reader's limits on metadata, against stack exhaustion and huge allocations. A
+// 262,144-token vocabulary with scores, token types and merges is about 1.3 million values.
+inline constexpr int kGgufMaxArrayDepth = 16;                 // arrays of arrays of ...
+inline constexpr uint64_t kGgufMaxMetadataValues = 1u << 24;  // array elements, all arrays
+
 // Metadata value types, with their numbers in the file.
 enum class GgufType : uint32_t {
   kUint8 = 0,
@@ -48,8 +53,10 @@ enum class GgufType : uint32_t {
 // "uint8", ..., "array"; "unknown" for a number outside the enum.
 const char* GgufTypeName(GgufType type);
 
-// One metadata value. Integers of every width are held in `integer` (signed ones sign-extended,
-// uint64 values above INT64_MAX in `uinteger` only), floats in `real`, booleans in `boolean`.
+// One metadata value. Integers: `integer` holds every value that fits in int64 (signed types
+// sign-extended); the unsigned types also hold it in `uinteger`, the only place for a uint64 above
+// INT64_MAX (whose `integer` is then 0). Floats are in `real`, booleans in `boolean`. The
+// factories below fill the fields as the reader does, so values compare equal with ==.
 struct GgufValue {
   GgufType type = GgufType::kUint32;
   int64_t integer = 0;
@@ -66,7 +73,11 @@ struct GgufValue {
   static GgufValue Uint32(uint32_t v);
   static GgufValue Int32(int32_t v);
   static GgufValue Uint64(uint64_t v);
+  // Any integer type (uint64 values above INT64_MAX: use Uint64). The writer rejects a value
+  // outside the type's range.
+  static GgufValue Integer(GgufType type, int64_t v);
   static GgufValue Float32(float v);
+  static GgufValue Float64(double v);
   static GgufValue Bool(bool v);
   static GgufValue String(std::string v);
   // An array of `element_type`; every element must have that type.
@@ -104,8 +115,8 @@ class GgufMetadata {
   std::vector<std::string> order_;
 };
 
-// ggml tensor types, with their numbers in the file. Every type ggml defined as of 2026 is listed
-// so that the reader can size any tensor; Dequantize supports the ones marked (see ggml_quants.h).
+// ggml tensor types, with their numbers in the file. Every type gguf-py 0.19 lists is here, so
+// that the reader can size any tensor; DequantizeRow supports the ones marked (ggml_quants.h).
 enum class GgmlType : uint32_t {
   kF32 = 0,   // supported
   kF16 = 1,   // supported
@@ -139,14 +150,17 @@ enum class GgmlType : uint32_t {
   kTQ1_0 = 34,
   kTQ2_0 = 35,
   kMXFP4 = 39,
+  kNVFP4 = 40,
+  kQ1_0 = 41,
 };
 
 // Layout of a ggml type: elements per block and bytes per block (1 and the element size for the
-// plain types). nullopt for a number ggml does not define (3, 4, 31-33, 36-38, > 39).
+// plain types), as gguf-py's GGML_QUANT_SIZES has them. nullopt for a number ggml does not define
+// (4, 5 and 31-33, 36-38: types since removed; above 41).
 struct GgmlTypeTraits {
-  const char* name;     // "F32", "Q4_K", ... as gguf-py spells them
-  int64_t block_size;   // elements per block
-  int64_t type_size;    // bytes per block
+  const char* name;    // "F32", "Q4_K", ... as gguf-py spells them
+  int64_t block_size;  // elements per block
+  int64_t type_size;   // bytes per block
 };
 std::optional<GgmlTypeTraits> GgmlTypeInfo(uint32_t type);
 
@@ -154,9 +168,9 @@ std::optional<GgmlTypeTraits> GgmlTypeInfo(uint32_t type);
 struct GgufTensor {
   std::string name;
   GgmlType type;
-  std::vector<int64_t> dims;   // ne[0] first, as in the file (ne[0] is the fastest-varying)
-  std::vector<int64_t> shape;  // dims reversed: the row-major (torch / Hugging Face) shape
-  uint64_t offset = 0;         // absolute offset of the data in the file
+  std::vector<int64_t> dims;         // ne[0] first, as in the file (ne[0] is the fastest-varying)
+  std::vector<int64_t> shape;        // dims reversed: the row-major (torch / Hugging Face) shape
+  uint64_t offset = 0;               // absolute offset of the data in the file
   std::span<const std::byte> bytes;  // the data, inside the mapping
 
   int64_t num_elements() const;  // product of dims
@@ -165,16 +179,20 @@ struct GgufTensor {
 class GgufFile {
  public:
   // Maps and validates `path`. Errors, each one line naming the file, the field and the byte
-  // offset where it was read:
+  // offset where it was read ("m.gguf: tensor 3 (blk.0.attn_q.weight) dims[1] at byte 1234: ..."):
   //   NotFound         the file does not exist;
-  //   DataLoss         truncated anywhere, wrong magic, a count, string length, array length or
-  //                    dimension that cannot fit in the bytes left, n_dims outside 1..4, a zero
-  //                    or negative dimension product overflow, an unknown metadata value type,
-  //                    an unknown ggml type, a row length not a multiple of the type's block
-  //                    size, tensor data past the end of the file, a tensor offset not a multiple
-  //                    of the alignment, overlapping tensors, a duplicate key or tensor name,
-  //                    `general.alignment` not a power of two;
-  //   InvalidArgument  version other than 2 or 3 (v1 files used 32-bit counts).
+  //   DataLoss         truncated anywhere, wrong magic, a count, string length or array length
+  //                    that cannot fit in the bytes left (each element at its smallest size),
+  //                    arrays nested deeper than kGgufMaxArrayDepth or more than
+  //                    kGgufMaxMetadataValues metadata values in all, an unknown metadata value
+  //                    type, a bool other than 0 or 1, n_dims outside 1..4, a dimension below 1 or
+  //                    above INT64_MAX, an element count or byte size that overflows int64, an
+  //                    unknown ggml type, a row length (dims[0]) not a multiple of the type's
+  //                    block size, tensor data past the end of the file, a tensor offset not a
+  //                    multiple of the alignment, overlapping tensors, a duplicate key or tensor
+  //                    name, `general.alignment` not an integer power of two;
+  //   InvalidArgument  version other than 2 or 3 (v1 files used 32-bit counts), other I/O errors.
+  // Unused bytes between tensors are allowed (llama.cpp's writer leaves none but padding).
   static StatusOr<GgufFile> Open(const std::string& path);
 
   GgufFile(GgufFile&& other) noexcept;
@@ -186,6 +204,8 @@ class GgufFile {
   const std::string& path() const { return path_; }
   uint32_t version() const { return version_; }
   uint64_t alignment() const { return alignment_; }
+  // Where the data area starts: the end of the tensor infos, padded to alignment(). Past the
+  // end of the file only when there are no tensors.
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return map_size_; }
   const GgufMetadata& metadata() const { return metadata_; }
@@ -219,9 +239,13 @@ struct GgufTensorToWrite {
 };
 
 // Writes a GGUF v3 file (`version` 2 also accepted) with `metadata` in keys() order and the
-// tensors in the given order, each aligned to `general.alignment` (default 32). Writes a
-// temporary file beside `path` and renames it. InvalidArgument for a data size that disagrees
-// with the type and dims, a duplicate tensor name, or an I/O failure (naming the path).
+// tensors in the given order, each aligned to `general.alignment` (default 32) and padded to it.
+// Writes a temporary file beside `path` and renames it. InvalidArgument (naming the path and the
+// key or tensor) for a version other than 2 or 3, a value whose type is not a GgufType, an array
+// element of another type than the array's, an integer outside its type's range,
+// `general.alignment` not an integer power of two, an unknown ggml type, n_dims outside 1..4, a
+// dimension below 1, a row not a multiple of the block size, a data size that disagrees with the
+// type and dims, a duplicate tensor name, or an I/O failure.
 Status WriteGguf(const std::string& path, const GgufMetadata& metadata,
                  const std::vector<GgufTensorToWrite>& tensors, uint32_t version = 3);
 
