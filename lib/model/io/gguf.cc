@@ -996,21 +996,27 @@ Status WriteGguf(const std::string& path, const GgufMetadata& metadata,
     return InvalidArgumentError(path + ": padding to alignment " + std::to_string(alignment) +
                                 " overflows");
   }
-  header.resize(data_offset, '\0');
 
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return InvalidArgumentError(tmp + ": cannot create: " + std::strerror(errno));
   Status s = WriteAll(fd, header.data(), header.size(), tmp);
+  // Zeros up to `n` bytes, in pieces: an alignment may be far larger than the file.
   const std::string zeros(std::min<uint64_t>(alignment, 1 << 16), '\0');
+  auto pad = [&](uint64_t n) {
+    while (s.ok() && n > 0) {
+      const uint64_t piece = std::min<uint64_t>(n, zeros.size());
+      s = WriteAll(fd, zeros.data(), piece, tmp);
+      n -= piece;
+    }
+  };
+  // Without tensors the data area is empty: the file ends with the tensor infos (as the reader
+  // allows), so that a huge alignment does not write a huge file.
+  if (!tensors.empty()) pad(data_offset - header.size());
   for (size_t i = 0; s.ok() && i < tensors.size(); ++i) {
     s = WriteAll(fd, tensors[i].data.data(), tensors[i].data.size(), tmp);
     const uint64_t next = i + 1 < tensors.size() ? offsets[i + 1] : cursor;
-    for (uint64_t pad = next - offsets[i] - tensors[i].data.size(); s.ok() && pad > 0;) {
-      const uint64_t n = std::min<uint64_t>(pad, zeros.size());
-      s = WriteAll(fd, zeros.data(), n, tmp);
-      pad -= n;
-    }
+    pad(next - offsets[i] - tensors[i].data.size());
   }
   // fsync before rename: otherwise a crash can leave the new name pointing at an empty file.
   if (s.ok() && ::fsync(fd) != 0) {

@@ -239,8 +239,9 @@ struct GgufTensorToWrite {
 };
 
 // Writes a GGUF v3 file (`version` 2 also accepted) with `metadata` in keys() order and the
-// tensors in the given order, each aligned to `general.alignment` (default 32) and padded to it.
-// Writes a temporary file beside `path` and renames it. InvalidArgument (naming the path and the
+// tensors in the given order, each aligned to `general.alignment` (default 32) and padded to it
+// (a file without tensors ends after the tensor infos, unpadded). Writes a temporary file beside
+// `path` and renames it. InvalidArgument (naming the path and the
 // key or tensor) for a version other than 2 or 3, a value whose type is not a GgufType, an array
 // element of another type than the array's, an integer outside its type's range,
 // `general.alignment` not an integer power of two, an unknown ggml type, n_dims outside 1..4, a

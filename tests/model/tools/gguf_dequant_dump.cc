@@ -1,0 +1,98 @@
+// gguf_dequant_dump: the torch-free GGUF reader and dequantization, driven by
+// scripts/check-gguf-dequant.py, which compares its output with gguf-py's.
+//
+//   gguf_dequant_dump FILE          per tensor in file order, a line "name\ttype\tN\n" and then N
+//                                   little-endian float32s (N = 0 and the word "unsupported" for
+//                                   a type DequantizeRow lacks); the time taken goes to stderr
+//   gguf_dequant_dump --types       per ggml type id with a layout, "id\tname\tblock\tbytes"
+//   gguf_dequant_dump --quantize TYPE
+//                                   reads float32s from stdin, writes QuantizeRow's bytes
+//
+// Exits 1 with the error on stderr when the file does not open or a call fails.
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "lib/model/io/ggml_quants.h"
+#include "lib/model/io/gguf.h"
+
+namespace {
+
+using vtoken::Status;
+using vtoken::StatusOr;
+using namespace vtoken::model;
+
+int Fail(const std::string& what) {
+  std::fprintf(stderr, "gguf_dequant_dump: %s\n", what.c_str());
+  return 1;
+}
+
+int DumpTypes() {
+  for (uint32_t id = 0; id < 256; ++id) {
+    if (std::optional<GgmlTypeTraits> t = GgmlTypeInfo(id)) {
+      std::printf("%u\t%s\t%lld\t%lld\n", id, t->name, static_cast<long long>(t->block_size),
+                  static_cast<long long>(t->type_size));
+    }
+  }
+  return 0;
+}
+
+int Quantize(const std::string& type_name) {
+  std::optional<GgmlType> type;
+  for (uint32_t id = 0; id < 256 && !type; ++id) {
+    std::optional<GgmlTypeTraits> t = GgmlTypeInfo(id);
+    if (t && type_name == t->name) type = static_cast<GgmlType>(id);
+  }
+  if (!type) return Fail("unknown ggml type " + type_name);
+  const std::string in((std::istreambuf_iterator<char>(std::cin)), {});
+  if (in.size() % sizeof(float) != 0) return Fail("stdin is not a whole number of float32s");
+  std::vector<float> x(in.size() / sizeof(float));
+  if (!x.empty()) std::memcpy(x.data(), in.data(), in.size());
+  StatusOr<std::string> q = QuantizeRow(*type, x);
+  if (!q.ok()) return Fail(q.status().ToString());
+  std::fwrite(q->data(), 1, q->size(), stdout);
+  return 0;
+}
+
+int Dump(const std::string& path) {
+  StatusOr<GgufFile> file = GgufFile::Open(path);
+  if (!file.ok()) return Fail(file.status().ToString());
+  std::vector<float> out;
+  double seconds = 0;
+  int64_t elements = 0;
+  for (const GgufTensor& t : file->tensors()) {
+    const char* type = GgmlTypeInfo(static_cast<uint32_t>(t.type))->name;
+    if (!CanDequantize(t.type)) {
+      std::printf("%s\t%s\tunsupported\n", t.name.c_str(), type);
+      continue;
+    }
+    out.resize(static_cast<size_t>(t.num_elements()));
+    const auto start = std::chrono::steady_clock::now();
+    Status s = DequantizeTensor(t, out);
+    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!s.ok()) return Fail(s.ToString());
+    elements += t.num_elements();
+    std::printf("%s\t%s\t%zu\n", t.name.c_str(), type, out.size());
+    std::fwrite(out.data(), sizeof(float), out.size(), stdout);
+  }
+  std::fprintf(stderr,
+               "gguf_dequant_dump: %zu tensors, %lld elements dequantized in %.3f s (%.0f M/s)\n",
+               file->tensors().size(), static_cast<long long>(elements), seconds,
+               seconds > 0 ? static_cast<double>(elements) / seconds / 1e6 : 0.0);
+  return std::fflush(stdout) == 0 ? 0 : Fail("write to stdout failed");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 1 && args[0] == "--types") return DumpTypes();
+  if (args.size() == 2 && args[0] == "--quantize") return Quantize(args[1]);
+  if (args.size() == 1 && args[0].rfind("--", 0) != 0) return Dump(args[0]);
+  std::fprintf(stderr, "usage: gguf_dequant_dump FILE | --types | --quantize TYPE\n");
+  return 2;
+}
