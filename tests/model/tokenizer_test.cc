@@ -91,6 +91,14 @@ TEST(PreTokenizeTest, NonAsciiLetters) {
   EXPECT_EQ(PreTokenize(SplitPattern::kGpt2, "a\u00A0b"), (Pieces{"a", "\u00A0", "b"}));
 }
 
+TEST(PreTokenizeTest, NumberFormsHoldTwoLetters) {
+  // U+2160..U+2188 are Roman numerals except U+2183 / U+2184 (reversed C), which are letters.
+  EXPECT_TRUE(IsNumber(0x2182));
+  EXPECT_TRUE(IsLetter(0x2183) && IsLetter(0x2184));
+  EXPECT_FALSE(IsNumber(0x2183) || IsNumber(0x2184));
+  EXPECT_TRUE(IsNumber(0x2185));
+}
+
 TEST(PreTokenizeTest, InvalidUtf8IsSplitLikePunctuation) {
   EXPECT_EQ(PreTokenize(SplitPattern::kLlama3, "ab\xFF\xFE cd\xC3"),
             (Pieces{"ab", "\xFF\xFE", " cd", "\xC3"}));
