@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "lib/model/io/pretokenizer.h"
@@ -273,6 +275,10 @@ TEST(GgufTokenizerTest, SavedAsTokenizerJsonItLoadsBackTheSame) {
   const fs::path path =
       fs::temp_directory_path() / ("vtoken_gguf_tokenizer_" + std::to_string(::getpid()) + ".json");
   ASSERT_TRUE(tok.Save(path.string()).ok());
+  // Hugging Face keeps an added token's id only if model.vocab lists it too.
+  const nlohmann::json saved = nlohmann::json::parse(std::ifstream(path));
+  EXPECT_EQ(saved["model"]["vocab"]["<|im_start|>"], kImStart);
+  EXPECT_EQ(saved["model"]["vocab"]["<tool>"], kTool);
   auto again = Tokenizer::Load(path.string());
   fs::remove(path);
   ASSERT_TRUE(again.ok()) << again.status().ToString();

@@ -642,7 +642,12 @@ Status Tokenizer::Save(const std::string& path) const {
   model["fuse_unk"] = false;
   model["byte_fallback"] = false;
   model["ignore_merges"] = s.ignore_merges;
+  // Hugging Face gives an added token missing from the model's vocab a new id after the vocab,
+  // whatever its "id" says; listed in the vocab too (as its tokenizer.json files do), it keeps it.
   std::vector<std::pair<std::string, int32_t>> vocab = s.vocab;
+  for (const AddedToken& t : s.added_tokens) {
+    if (!index_->token_to_id.contains(t.content)) vocab.emplace_back(t.content, t.id);
+  }
   std::sort(vocab.begin(), vocab.end(),
             [](const auto& x, const auto& y) { return x.second < y.second; });
   OrderedJson vocab_json = OrderedJson::object();
