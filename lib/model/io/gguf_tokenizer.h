@@ -17,11 +17,17 @@
 //                    parse_special is set (llama.cpp's tokenizer_st_partition always splits them
 //                    out, as Hugging Face does for non-special added tokens), always decoded;
 //   byte             rejected (SentencePiece's "<0xNN>" tokens have no place in byte-level BPE).
-// Differences from llama.cpp, none of which SmolLM2 reaches: overlapping added tokens are matched
-// leftmost-longest (llama.cpp splits out the longest token everywhere first); an unused token
-// decodes to its text (llama.cpp: to nothing); the EOT by name does not consider <|endoftext|>.
+// Differences from llama.cpp. In the vocabulary, none of which SmolLM2's file has: overlapping
+// added tokens are matched leftmost-longest (llama.cpp splits out the longest token everywhere
+// first); an unused token decodes to its text (llama.cpp: to nothing); tokens llama.cpp promotes
+// to control by name (an <|im_end|> typed normal) keep their type; the EOT by name does not
+// consider <|endoftext|>; without bos_token_id there is no BOS (llama.cpp: id 11);
+// tokenizer.ggml.add_eos_token is not read (the engine appends no EOS). In text: the Unicode
+// classes of the split are approximated (pretokenizer.h; digits of some scripts are missed);
+// Decode gives the tokens' exact bytes, never llama_detokenize's clean-up of spaces before
+// punctuation (which llama.cpp applies for "gpt-2" and "llama3", not "smollm" or "qwen2").
 //
-// Thread safety: a pure function.
+// Thread safety: pure functions.
 #pragma once
 
 #include <optional>
@@ -53,11 +59,11 @@ std::optional<GgufPreTokenizer> GgufPreTokenizerFromName(std::string_view pre);
 // iff add_bos_token (what the engine prepends to a prompt, as llama.cpp's tokenize(add_special)
 // does), bos_id()/eos_id()/eot_id() are the file's ids (EOT: tokenizer.ggml.eot_token_id, else the
 // token named <|eot_id|>, <|im_end|>, <|end|> or <end_of_turn>). Errors are one line starting
-// with `name_for_errors`: InvalidArgument for a tokenizer.ggml.model other than "gpt2", a pre name
-// GgufPreTokenizerFromName does not know, a byte token, a malformed merge, a token type outside
-// 1..6, an id key out of range, add_bos_token without bos_token_id, tokens and token_type of
-// different lengths, or a duplicate token; the getters' errors (NotFound, InvalidArgument) for a
-// missing or mistyped key.
+// with `name_for_errors`: InvalidArgument for a tokenizer.ggml.model other than "gpt2", a missing
+// tokenizer.ggml.pre or a name GgufPreTokenizerFromName does not know, a byte token, a malformed
+// merge or one naming an unknown token, a token type outside 1..6, an id key out of range,
+// add_bos_token without bos_token_id, tokens and token_type of different lengths, or a duplicate
+// token; the getters' errors (NotFound, InvalidArgument) for a missing or mistyped key.
 StatusOr<Tokenizer> TokenizerFromGguf(const GgufMetadata& metadata,
                                       const std::string& name_for_errors);
 
