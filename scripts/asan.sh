@@ -12,7 +12,7 @@ for t in tests/model/*_test.cc; do
   name=$(basename "$t" .cc)
   [[ $name =~ ^(llama|paged|sampler|trainer|torch)_ ]] || targets+=("$name")
 done
-targets+=(op_harness_fuzz_replay safetensors_fuzz_replay config_json_fuzz_replay
+targets+=(op_harness_fuzz_replay safetensors_fuzz_replay gguf_fuzz_replay config_json_fuzz_replay
           tokenizer_json_fuzz_replay experiment_config_fuzz_replay jsonl_workload_fuzz_replay)
 cmake --build build/asan --target "${targets[@]}" -j "$(nproc)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
 shift || true
 TARGETS=("$@")
-((${#TARGETS[@]})) || TARGETS=(op_harness safetensors config_json tokenizer_json experiment_config jsonl_workload)
+((${#TARGETS[@]})) || TARGETS=(op_harness safetensors gguf config_json tokenizer_json experiment_config jsonl_workload)
 BUILD=build/fuzz
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_C_COMPILER=clang -DVTOKEN_WITH_TORCH=OFF -DVTOKEN_WITH_CUDA=OFF -DVTOKEN_BUILD_BENCH=OFF \

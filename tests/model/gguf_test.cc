@@ -527,6 +527,20 @@ std::vector<CorruptCase> CorruptCases() {
     add("duplicate key", kData, "metadata 1 (k) at byte " + std::to_string(at) + ": duplicate key",
         r);
   }
+  {
+    RawGguf r;
+    r.Header(0, 2).KeyU32("a\nb", 1);
+    const size_t at = r.at();
+    r.KeyU32("a\nb", 2);
+    add("names in errors are escaped", kData,
+        "metadata 1 (a\\x0ab) at byte " + std::to_string(at) + ": duplicate key", r);
+  }
+  {
+    RawGguf r;
+    r.Header(1, 0).TensorInfo(std::string(300, 'w'), {8}, 99, 0);
+    add("long names in errors are cut", kData,
+        "tensor 0 (" + std::string(100, 'w') + "...) type at byte 344: unknown ggml type 99", r);
+  }
   for (uint32_t alignment : {0u, 48u}) {
     RawGguf r;
     r.Header(0, 1).Str("general.alignment").U32(static_cast<uint32_t>(GgufType::kUint32));

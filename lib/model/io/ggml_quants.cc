@@ -18,8 +18,7 @@
 namespace vtoken::model {
 namespace {
 
-constexpr int kQK = 32;    // elements per block of the Q4_0 ... Q8_0 family
-constexpr int kQKK = 256;  // elements per K-quant super-block
+constexpr int kQK = 32;  // elements per block of the Q4_0 ... Q8_0 family (K-quants: 256)
 
 uint16_t Load16(const uint8_t* p) {
   uint16_t v;

@@ -89,17 +89,31 @@ uint64_t MinValueSize(GgufType t) {
   return ScalarSize(t);
 }
 
-std::string Quote(std::string_view s) {
-  std::string quoted(1, '\'');
-  quoted.append(s);
-  quoted.push_back('\'');
-  return quoted;
+// A key or tensor name as errors show it: control bytes as \xNN, at most 100 bytes, so that an
+// error stays one short line whatever the file holds.
+std::string Printable(std::string_view s) {
+  constexpr size_t kMaxShown = 100;
+  std::string out;
+  for (size_t i = 0; i < s.size() && i < kMaxShown; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) {
+      char hex[5];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      out += hex;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > kMaxShown) out += "...";
+  return out;
 }
+
+std::string Quote(std::string_view s) { return "'" + Printable(s) + "'"; }
 
 // Field names for errors: "metadata 3 (general.name)", "tensor 3 (blk.0.attn_q.weight)".
 std::string Entry(const char* kind, uint64_t index, std::string_view name) {
   std::string s = std::string(kind) + " " + std::to_string(index);
-  if (!name.empty()) s += " (" + std::string(name) + ")";
+  if (!name.empty()) s += " (" + Printable(name) + ")";
   return s;
 }
 
