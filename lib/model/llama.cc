@@ -8,6 +8,7 @@
 #include <span>
 
 #include "lib/model/io/checkpoint.h"
+#include "lib/model/io/gguf_model.h"
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_ops.h"
 #include "lib/model/io/safetensors.h"
@@ -193,6 +194,19 @@ StatusOr<LlamaModel> LlamaModel::FromDirectory(const std::string& dir,
   ModelConfig config = checkpoint.config();
   VTOKEN_ASSIGN_OR_RETURN(config.bos_token_ids, PromptBosTokenIds(dir, config));
   return FromNamedTensors(config, tensors, options);
+}
+
+StatusOr<LlamaModel> LlamaModel::FromGguf(const std::string& path, const LlamaOptions& options) {
+  VTOKEN_ASSIGN_OR_RETURN(GgufCheckpoint checkpoint, GgufCheckpoint::Open(path));
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (const TensorSpec& spec : RequiredTensors(checkpoint.config())) {
+    // One tensor at a time, moved to the device at once, as FromDirectory does.
+    auto t = torch::empty(spec.shape, torch::kFloat32);
+    VTOKEN_RETURN_IF_ERROR(
+        checkpoint.Read(spec.name, std::span<float>(t.data_ptr<float>(), t.numel())));
+    tensors.emplace_back(spec.name, t.to(options.device, options.compute_dtype));
+  }
+  return FromNamedTensors(checkpoint.config(), tensors, options);
 }
 
 Status LlamaModel::Finish() {

@@ -159,6 +159,12 @@ class LlamaModel {
   static StatusOr<LlamaModel> FromDirectory(const std::string& dir,
                                             const LlamaOptions& options = {});
 
+  // Loads a GGUF file through GgufCheckpoint: every tensor dequantized to fp32 (Q and K rows
+  // un-permuted), then converted to compute_dtype. config() is GgufCheckpoint's: its BOS is the
+  // one llama.cpp prepends (none unless the file says so), its EOS ids include the end-of-turn
+  // token. Errors are GgufCheckpoint::Open's.
+  static StatusOr<LlamaModel> FromGguf(const std::string& path, const LlamaOptions& options = {});
+
   const ModelConfig& config() const { return config_; }
   const LlamaOptions& options() const { return options_; }
 

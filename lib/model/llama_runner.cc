@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "lib/model/io/hf_config.h"
+#include "lib/model/io/model_files.h"
 #include "lib/model/torch_device.h"
 
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
@@ -113,7 +114,11 @@ Status CheckModelLoads(const std::string& spec, const LlamaOptions& options) {
 StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
                                const LlamaOptions& options) {
   VTOKEN_ASSIGN_OR_RETURN(std::optional<ModelConfig> synthetic, CheckSpec(spec, options));
-  if (!synthetic) return LlamaModel::FromDirectory(spec, options);
+  if (!synthetic) {
+    VTOKEN_ASSIGN_OR_RETURN(const std::string path, ResolveModelPath(spec));
+    if (IsModelFile(path)) return LlamaModel::FromGguf(path, options);
+    return LlamaModel::FromDirectory(path, options);
+  }
   return LlamaModel::RandomInit(*synthetic, seed, options);
 }
 

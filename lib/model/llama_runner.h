@@ -3,7 +3,8 @@
 // sampler per request. The copy engine is lib/cuda's CudaCopyEngine (relocation kernel on its own
 // stream, ordered after the forward's KV writes on torch's default stream) when the KV tensors
 // are on the current CUDA device and lib/model was built with lib/cuda
-// (VTOKEN_MODEL_CUDA_KERNELS); a TorchCopyEngine otherwise. LoadModel resolves a model spec: a Hugging Face directory, or
+// (VTOKEN_MODEL_CUDA_KERNELS); a TorchCopyEngine otherwise. LoadModel resolves a model spec: a
+// Hugging Face directory, a GGUF file, a fetched short name (model_files.h), or
 // "synthetic:NAME" (real shapes, seeded random weights; see model::SyntheticConfigNames()).
 #pragma once
 
@@ -24,7 +25,8 @@
 
 namespace vtoken::model {
 
-// Loads `spec`: a model directory (config.json + safetensors) or "synthetic:NAME". A synthetic
+// Loads `spec`: a model directory (config.json + safetensors), a GGUF file, a short name
+// (ResolveModelPath) or "synthetic:NAME". A synthetic
 // model whose weights would not fit in this machine's memory is refused with a message giving the
 // bytes it needs. `seed` seeds synthetic weights (drawn on options.device). Returns
 // CheckDtypeRuns' error first when this libtorch cannot run options.compute_dtype there.

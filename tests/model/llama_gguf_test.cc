@@ -1,0 +1,95 @@
+// A model reads the same from a GGUF file as from its Hugging Face directory: vt-tiny written to
+// GGUF by the tests' own converter (llama.cpp's names and Q/K row permutation) gives bit-identical
+// logits in F32, and logits within Q8_0's rounding when its matrices are Q8_0; LoadModel takes
+// the file's path.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "lib/model/io/checkpoint.h"
+#include "lib/model/llama.h"
+#include "lib/model/llama_runner.h"
+#include "tests/model/gguf_test_writer.h"
+
+namespace vtoken::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string TinyDir() {
+  const char* src = std::getenv("VTOKEN_SOURCE_DIR");
+  return std::string(src != nullptr ? src : ".") + "/models/vt-tiny";
+}
+
+class LlamaGgufTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("vtoken_llama_gguf_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Convert(GgmlType type) {
+    StatusOr<Checkpoint> c = LoadCheckpoint(TinyDir());
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    const std::string path = (dir_ / "tiny.gguf").string();
+    EXPECT_EQ(testing::WriteLlamaGguf(*c, path, type), "");
+    return path;
+  }
+
+  static torch::Tensor Logits(const LlamaModel& m) {
+    // 40 tokens of vt-tiny's vocabulary, a BOS first.
+    auto tokens = torch::arange(2, 82, 2, torch::kInt64).unsqueeze(0);
+    tokens[0][0] = 2046;
+    torch::NoGradGuard no_grad;
+    return m.ForwardDense(tokens);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(LlamaGgufTest, F32FileGivesTheDirectorysLogitsExactly) {
+  StatusOr<LlamaModel> hf = LlamaModel::FromDirectory(TinyDir());
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  StatusOr<LlamaModel> gguf = LlamaModel::FromGguf(Convert(GgmlType::kF32));
+  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+  EXPECT_EQ(gguf->NumParameters(), hf->NumParameters());
+  EXPECT_TRUE(torch::equal(Logits(*gguf), Logits(*hf)));
+}
+
+TEST_F(LlamaGgufTest, Q8_0FileGivesLogitsWithinItsRounding) {
+  StatusOr<LlamaModel> hf = LlamaModel::FromDirectory(TinyDir());
+  ASSERT_TRUE(hf.ok());
+  StatusOr<LlamaModel> gguf = LlamaModel::FromGguf(Convert(GgmlType::kQ8_0));
+  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+  const torch::Tensor want = Logits(*hf), got = Logits(*gguf);
+  const double diff = (got - want).abs().max().item<double>();
+  const double scale = want.abs().max().item<double>();
+  std::printf("Q8_0 vs F32 logits: max abs difference %.5f (max |logit| %.3f)\n", diff, scale);
+  EXPECT_GT(diff, 0.0);  // the file really is quantized
+  EXPECT_LT(diff, 0.02 * scale);
+  // Greedy choices agree wherever F32's top-2 margin exceeds twice the largest difference.
+  const auto top2 = want.topk(2, -1);
+  const torch::Tensor margin = std::get<0>(top2).select(-1, 0) - std::get<0>(top2).select(-1, 1);
+  const torch::Tensor clear = margin > 2 * diff;
+  EXPECT_GT(clear.sum().item<int64_t>(), 0);
+  EXPECT_TRUE(torch::equal(got.argmax(-1).masked_select(clear), want.argmax(-1).masked_select(clear)));
+}
+
+TEST_F(LlamaGgufTest, LoadModelTakesAGgufPath) {
+  StatusOr<LlamaModel> m = LoadModel(Convert(GgmlType::kF32), 1);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(m->config().num_hidden_layers, 6);
+  StatusOr<LlamaModel> missing = LoadModel((dir_ / "none.gguf").string(), 1);
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace vtoken::model
