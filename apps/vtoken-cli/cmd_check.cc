@@ -34,7 +34,7 @@ struct CheckArgs {
   std::string dtype = "float32";
 };
 
-int RunModelCheckCommand(const CheckArgs& args) {
+int RunModelCheckCommand(const CheckArgs& args, bool max_prompt_given) {
   if (ModelCheckHook() == nullptr) {
     std::fprintf(stderr, "vtoken-cli: error: --model needs a build with libtorch\n");
     return 2;
@@ -55,6 +55,7 @@ int RunModelCheckCommand(const CheckArgs& args) {
   m.num_requests = args.num_requests;
   m.block_size = args.options.pool.block_size;
   m.async_copies = args.options.async_copies;
+  if (max_prompt_given) m.max_prompt = args.options.max_prompt_tokens;
   return ModelCheckHook()(m);
 }
 
@@ -237,7 +238,9 @@ CLI::App* SetupCheck(CLI::App& app) {
   cmd->add_option("--max-seqs", o.max_seqs, "Concurrent sequences at most")
       ->capture_default_str()
       ->check(IntIn(1));
-  cmd->add_option("--max-prompt", o.max_prompt_tokens, "Longest initial prompt in tokens")
+  cmd->add_option("--max-prompt", o.max_prompt_tokens,
+                  "Longest initial prompt in tokens (with --model: default half to three "
+                  "quarters of the model's context)")
       ->capture_default_str()
       ->check(IntIn(1));
   cmd->add_option("--trigger", args->trigger, "Reclaim trigger: always or pressure")
@@ -288,7 +291,7 @@ CLI::App* SetupCheck(CLI::App& app) {
         return;
       }
     }
-    SetExitCode(args->model.empty() ? RunCheckCommand(*args) : RunModelCheckCommand(*args));
+    SetExitCode(args->model.empty() ? RunCheckCommand(*args) : RunModelCheckCommand(*args, cmd->count("--max-prompt") > 0));
   });
   return cmd;
 }

@@ -474,6 +474,7 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(work.String("prompt_template", w.prompt_template));
   VTOKEN_RETURN_IF_ERROR(work.String("truncate", w.truncate));
   VTOKEN_RETURN_IF_ERROR(work.String("corpus", w.corpus_path));
+  VTOKEN_RETURN_IF_ERROR(work.Bool("chat", w.chat));
   VTOKEN_RETURN_IF_ERROR(work.Finish());
 
   engine::EngineOptions& e = c.engine;
@@ -735,6 +736,7 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
   if (w.truncate != defaults.truncate) {
     resolved["workload"].as_table()->insert("truncate", w.truncate);
   }
+  if (w.chat) resolved["workload"].as_table()->insert("chat", true);
   // Per-layer / per-head KV groups (token granularity records nothing, as before they existed).
   if (c.granularity != Granularity::kToken) {
     resolved.insert("cache", toml::table{{"granularity", GranularityName(c.granularity)}});

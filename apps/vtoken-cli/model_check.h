@@ -21,6 +21,8 @@ struct ModelCheckArgs {
   std::string device = "cpu";     // "cpu", "cuda" or "cuda:N".
   std::string dtype = "float32";  // "float32", "bfloat16" or "float16".
   Granularity granularity = Granularity::kToken;
+  // Longest prompt in tokens; 0: prompts of half to three quarters of the model's context.
+  int64_t max_prompt = 0;
 };
 
 using ModelCheckFn = int (*)(const ModelCheckArgs&);

@@ -8,14 +8,14 @@
 #include "lib/core/memory_budget.h"
 #include "lib/core/virtual_kv_cache.h"
 #include "lib/model/io/device_spec.h"
+#include "lib/model/io/model_files.h"
 #include "lib/sim/sim_spec.h"
 
 namespace vtoken::cli {
 
 Status CheckRunFiles(const ExperimentConfig& c) {
-  if (!sim::IsSimSpec(c.model) && c.model.rfind("synthetic:", 0) != 0 &&
-      !std::filesystem::is_directory(c.model)) {
-    return NotFoundError("model directory " + c.model + " not found");
+  if (!sim::IsSimSpec(c.model) && c.model.rfind("synthetic:", 0) != 0) {
+    VTOKEN_RETURN_IF_ERROR(model::ResolveModelPath(c.model).status());
   }
   if (!c.workload.corpus_path.empty() && !std::filesystem::exists(c.workload.corpus_path)) {
     return NotFoundError("corpus file " + c.workload.corpus_path +
@@ -36,7 +36,7 @@ bool EvictionConfigured(const ExperimentConfig& c) {
 StatusOr<model::ModelConfig> PeekModelConfig(const std::string& model) {
   if (sim::IsSimSpec(model)) return sim::SimModelConfig(model);
   if (model.rfind("synthetic:", 0) == 0) return model::SyntheticConfig(model.substr(10));
-  return model::ParseConfigJson(model + "/config.json");
+  return model::ReadModelConfig(model);
 }
 
 Status SplitPoolIntoKvGroups(engine::EngineOptions& e, Granularity granularity,

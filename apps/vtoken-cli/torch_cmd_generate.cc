@@ -22,6 +22,7 @@
 #include "lib/engine/engine.h"
 #include "lib/engine/workload.h"
 #include "lib/model/cpu_threads.h"
+#include "lib/model/io/model_files.h"
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_runner.h"
 #include "lib/model/torch_device.h"
@@ -32,6 +33,7 @@ namespace {
 struct GenerateArgs {
   std::string model = "models/vt-tiny";
   std::string prompt;
+  bool chat = false;
   int64_t max_tokens = 64;
   std::string policy;
   std::vector<std::string> policy_params;
@@ -110,7 +112,7 @@ int RunGenerate(const GenerateArgs& a) {
     params = std::move(*raw);
   }
   if (a.model.rfind("synthetic:", 0) == 0 || a.model.rfind("sim:", 0) == 0) {
-    return Fail("synthetic models have no tokenizer: generate needs a model directory");
+    return Fail("synthetic models have no tokenizer: generate needs a model directory or file");
   }
   // Errors start with `device "..."` / `dtype "..."`: "--" makes them name the flag.
   StatusOr<model::LlamaOptions> options = model::LlamaOptionsFor(a.device, a.dtype);
@@ -122,15 +124,24 @@ int RunGenerate(const GenerateArgs& a) {
   if (!threads.ok()) return Fail("--" + threads.status().message());
   StatusOr<Granularity> granularity = ParseGranularity(a.granularity);
   if (!granularity.ok()) return Fail("--granularity: " + granularity.status().message());
-  StatusOr<model::ModelConfig> config = model::ParseConfigJson(a.model + "/config.json");
+  StatusOr<model::ModelConfig> config = model::ReadModelConfig(a.model);
   if (!config.ok()) return Fail(config.status().message());
-  StatusOr<model::Tokenizer> tokenizer = model::Tokenizer::Load(a.model + "/tokenizer.json");
+  StatusOr<model::Tokenizer> tokenizer = model::LoadModelTokenizer(a.model);
   if (!tokenizer.ok()) return Fail(tokenizer.status().message());
-  const std::vector<int32_t> prompt = tokenizer->Encode(a.prompt);
+  const int64_t bos = model::PromptBosId(&*tokenizer, *config) ? 1 : 0;
+  // --chat: the prompt as the model's chat template renders one user turn (special tokens in it
+  // are parsed, as llama.cpp does with a rendered template).
+  std::string prompt_text = a.prompt;
+  if (a.chat) {
+    StatusOr<model::ChatTemplate> chat = model::LoadModelChatTemplate(a.model);
+    if (!chat.ok()) return Fail("--chat: " + chat.status().message());
+    const model::ChatWrap wrap = model::ChatWrapFor(*chat, bos == 1);
+    prompt_text = wrap.before + a.prompt + wrap.after;
+  }
+  const std::vector<int32_t> prompt = tokenizer->Encode(prompt_text);
   if (prompt.empty()) return Fail("--prompt encodes to no tokens");
 
   // Everything that can be refused is refused before the weights and KV tensors exist.
-  const int64_t bos = model::PromptBosId(&*tokenizer, *config) ? 1 : 0;
   const int64_t positions = static_cast<int64_t>(prompt.size()) + bos;
   if (positions + a.max_tokens > config->max_position_embeddings) {
     return Fail("--max-tokens " + std::to_string(a.max_tokens) + ": the prompt's " +
@@ -206,7 +217,7 @@ int RunGenerate(const GenerateArgs& a) {
   if (!runner.ok()) return Fail(runner.status().message());
   engine::Request request;
   request.id = 0;
-  request.prompt = a.prompt;
+  request.prompt = prompt_text;
   request.prompt_tokens = prompt;
   request.max_tokens = a.max_tokens;
   StatusOr<engine::EngineResult> result = engine::RunEngine(o, **runner, {request});
@@ -214,8 +225,8 @@ int RunGenerate(const GenerateArgs& a) {
   const engine::RequestResult& r = result->requests[0];
   const std::string text = tokenizer->Decode(r.output_tokens, /*skip_special=*/true);
   if (a.output == "text") {
-    // fwrite: the bytes exactly, a NUL included.
-    std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
+    // fwrite: the bytes exactly, a NUL included. A chat prints the answer alone.
+    if (!a.chat) std::fwrite(a.prompt.data(), 1, a.prompt.size(), stdout);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fputc('\n', stdout);
   } else if (a.output == "ids") {
@@ -229,6 +240,7 @@ int RunGenerate(const GenerateArgs& a) {
                         {"device", a.device},
                         {"dtype", a.dtype},
                         {"granularity", a.granularity},
+                        {"chat", a.chat},
                         {"cuda_graphs", a.cuda_graphs},
                         {"threads", torch::get_num_threads()},
                         {"kv_groups", result->kv_groups},
@@ -266,9 +278,14 @@ CLI::App* SetupGenerate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand(
       "generate", "Generate a continuation with a real model through the paged KV cache");
-  cmd->add_option("--model", a->model, "Model directory (Hugging Face layout)")
+  cmd->add_option("--model", a->model,
+                  "Model: a Hugging Face directory, a .gguf file or a fetched name "
+                  "(smollm2-135m; scripts/fetch-model.sh)")
       ->capture_default_str();
   cmd->add_option("--prompt", a->prompt, "Prompt text")->required();
+  cmd->add_flag("--chat", a->chat,
+                "Wrap the prompt as a user turn of the model's chat template (ChatML, Llama 3) "
+                "and print only the answer; generation stops at the end-of-turn token");
   cmd->add_option("--max-tokens", a->max_tokens, "Tokens to generate")
       ->capture_default_str()
       ->check(IntIn(1, engine::kMaxRequestTokens));

@@ -32,6 +32,10 @@ int RunModelCheck(const ModelCheckArgs& a) {
   w.seed = a.seed;
   w.input_min = std::max<int64_t>(8, context / 2);
   w.input_max = std::max<int64_t>(9, context * 3 / 4);
+  if (a.max_prompt > 0) {  // --max-prompt: prompts of half that to that
+    w.input_max = std::min(w.input_max, std::max<int64_t>(9, a.max_prompt));
+    w.input_min = std::min(w.input_min, std::max<int64_t>(8, w.input_max / 2));
+  }
   w.output_min = 32;
   w.output_max = 64;
   w.max_total_tokens = context - 1;

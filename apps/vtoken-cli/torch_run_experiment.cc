@@ -22,6 +22,7 @@
 #include "lib/engine/workload.h"
 #include "lib/model/blas_info.h"
 #include "lib/model/cpu_threads.h"
+#include "lib/model/io/model_files.h"
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_runner.h"
 #include "lib/model/torch_device.h"
@@ -133,7 +134,41 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeShapeRunner(const ExperimentCo
       std::make_unique<ShapeRunner>(shape, *options, slots, c.granularity));
 }
 
-StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig& c) {
+// This process's resident memory in bytes (/proc/self/statm), or -1 where it cannot be read.
+int64_t ResidentBytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return -1;
+  long long size = 0, resident = 0;
+  const int n = std::fscanf(f, "%lld %lld", &size, &resident);
+  std::fclose(f);
+  return n == 2 ? resident * sysconf(_SC_PAGESIZE) : -1;
+}
+
+// The run header's line on a loaded model: the file, its format and tensor types, parameters,
+// load time, resident memory and the KV bytes one token takes in every layer and head.
+std::string ModelLoadLine(const model::ModelDescription& d, const model::LlamaModel& m,
+                          double load_s, const std::string& dtype) {
+  const model::ModelConfig& mc = m.config();
+  const int64_t dtype_bytes = static_cast<int64_t>(c10::elementSize(m.options().compute_dtype));
+  const int64_t kv_bytes =
+      mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * 2 * dtype_bytes;
+  char line[1024];
+  std::snprintf(line, sizeof(line),
+                "model: %s (%s: %s), %.1fM parameters, loaded in %.2f s, resident %lld MiB; KV "
+                "%lld bytes/token (%lld layers x %lld KV heads x %lld dims x K,V x %lld B %s)",
+                d.path.c_str(), d.format.c_str(), d.quantization.c_str(),
+                static_cast<double>(m.NumParameters()) / 1e6, load_s,
+                static_cast<long long>(ResidentBytes() >> 20), static_cast<long long>(kv_bytes),
+                static_cast<long long>(mc.num_hidden_layers),
+                static_cast<long long>(mc.num_key_value_heads),
+                static_cast<long long>(mc.head_dim), static_cast<long long>(dtype_bytes),
+                dtype.c_str());
+  return line;
+}
+
+// `model_line`, when given, receives ModelLoadLine for a real model ("" otherwise).
+StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig& c,
+                                                         std::string* model_line = nullptr) {
   const int64_t slots = int64_t{c.engine.pool.num_blocks} * c.engine.pool.block_size;
   if (sim::IsSimSpec(c.model)) {
     StatusOr<std::unique_ptr<sim::SimRunner>> r =
@@ -147,7 +182,14 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
   }
   VTOKEN_RETURN_IF_ERROR(
       model::SetCpuThreads(static_cast<int>(ModelThreads(c.model_threads))).status());
+  const auto start = std::chrono::steady_clock::now();
   VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed, *options));
+  if (!IsSyntheticLlama(c.model)) {
+    const double load_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    VTOKEN_ASSIGN_OR_RETURN(const model::ModelDescription d, model::DescribeModel(c.model));
+    if (model_line != nullptr) *model_line = ModelLoadLine(d, m, load_s, c.model_dtype);
+  }
   VTOKEN_ASSIGN_OR_RETURN(
       std::unique_ptr<model::LlamaRunner> r,
       model::LlamaRunner::Create(std::move(m), {.num_slots = slots,
@@ -217,8 +259,17 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
   VTOKEN_RETURN_IF_ERROR(CheckRunFiles(c));
   std::optional<model::Tokenizer> tokenizer;
   if (!IsSynthetic(c.model)) {
-    VTOKEN_ASSIGN_OR_RETURN(model::Tokenizer t, model::Tokenizer::Load(c.model + "/tokenizer.json"));
+    VTOKEN_ASSIGN_OR_RETURN(model::Tokenizer t, model::LoadModelTokenizer(c.model));
     tokenizer = std::move(t);
+  }
+  std::optional<model::ChatTemplate> chat;
+  if (c.workload.chat) {
+    if (!tokenizer) {
+      return InvalidArgumentError(c.file + ": workload.chat needs a model with a tokenizer and a "
+                                  "chat template, not " + c.model);
+    }
+    VTOKEN_ASSIGN_OR_RETURN(model::ChatTemplate t, model::LoadModelChatTemplate(c.model));
+    chat = std::move(t);
   }
   if (c.workload.kind != "jsonl" && tokenizer && c.workload.corpus_path.empty()) {
     return InvalidArgumentError(c.file + ": workload.corpus is required for a real model");
@@ -238,10 +289,11 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
   // One runner serves every mode: each run writes every KV slot before reading it, and a
   // finished run leaves no sampler state or pending copy behind.
   std::unique_ptr<model::ModelRunner> runner;
+  std::string model_line;  // printed with the run's header, once nothing can fail before it
   if (dry_run && IsSyntheticLlama(c.model) && shape.ok()) {
     VTOKEN_ASSIGN_OR_RETURN(runner, MakeShapeRunner(c, *shape));
   } else {
-    VTOKEN_ASSIGN_OR_RETURN(runner, MakeRunner(c));
+    VTOKEN_ASSIGN_OR_RETURN(runner, MakeRunner(c, &model_line));
   }
   auto* sim_runner = dynamic_cast<sim::SimRunner*>(runner.get());
   if (!record_signals.empty() && c.granularity != Granularity::kToken) {
@@ -253,6 +305,11 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     return InvalidArgumentError("--record-signals needs a real model, not " + c.model);
   }
   engine::WorkloadOptions wo = c.workload;
+  if (chat) {
+    const model::ChatWrap wrap = model::ChatWrapFor(*chat, runner->bos_token_id().has_value());
+    wo.chat_prefix = wrap.before;
+    wo.chat_suffix = wrap.after;
+  }
   VTOKEN_ASSIGN_OR_RETURN(
       std::vector<engine::Request> requests,
       engine::GenerateWorkload(wo, tokenizer ? &*tokenizer : nullptr, runner->vocab_size()));
@@ -275,6 +332,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     prompt_tokens += static_cast<int64_t>(r.prompt_tokens.size());
     output_tokens += r.max_tokens;
   }
+  if (!model_line.empty()) std::fprintf(stderr, "%s\n", model_line.c_str());
   std::fprintf(stderr,
                "experiment %s: model %s, %zu requests (%s, %lld prompt / %lld output tokens), "
                "pool %d x %d slots%s, modes:",

@@ -613,6 +613,24 @@ StatusOr<std::vector<Request>> GenerateWorkload(const WorkloadOptions& options,
       for (Request& r : requests) r.prompt = tokenizer->Decode(r.prompt_tokens);
     }
   }
+  if (options.chat) {
+    if (tokenizer == nullptr) {
+      return InvalidArgumentError("workload.chat needs a model with a tokenizer and a chat template");
+    }
+    if (options.chat_prefix.empty() && options.chat_suffix.empty()) {
+      return InvalidArgumentError("workload.chat: no chat template was rendered around the prompts");
+    }
+    const std::vector<int32_t> before = tokenizer->Encode(options.chat_prefix);
+    const std::vector<int32_t> after = tokenizer->Encode(options.chat_suffix);
+    for (Request& r : requests) {
+      std::vector<int32_t> wrapped = before;
+      wrapped.insert(wrapped.end(), r.prompt_tokens.begin(), r.prompt_tokens.end());
+      wrapped.insert(wrapped.end(), after.begin(), after.end());
+      r.prompt_tokens = std::move(wrapped);
+      r.prompt = options.chat_prefix + r.prompt + options.chat_suffix;
+      if (r.prefix_group >= 0) r.shared_prefix_tokens += static_cast<int64_t>(before.size());
+    }
+  }
   AssignArrivals(options, requests);
   return requests;
 }

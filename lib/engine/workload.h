@@ -101,6 +101,16 @@ struct WorkloadOptions {
   std::string truncate = "end";
   // Synthetic kinds with a tokenizer: plain text file that prompts are drawn from.
   std::string corpus_path;
+
+  // Wrap every prompt as a user turn of the model's chat template (config key workload.chat),
+  // so an instruct model answers instead of continuing the text. The caller renders the template
+  // around the content and sets the two texts below (GenerateWorkload refuses chat without them):
+  // each prompt's tokens become Encode(chat_prefix) + the prompt's tokens + Encode(chat_suffix).
+  // Lengths (input_*, max_total_tokens, jsonl truncation) count the content; the template's
+  // tokens come on top, and a shared prefix grows by chat_prefix's tokens.
+  bool chat = false;
+  std::string chat_prefix;  // e.g. "<|im_start|>system\n...<|im_end|>\n<|im_start|>user\n"
+  std::string chat_suffix;  // e.g. "<|im_end|>\n<|im_start|>assistant\n"
 };
 
 // The most tokens any one length (input, output, total, a JSONL max_tokens) and the most
@@ -130,8 +140,10 @@ int64_t WorkloadBytes(const WorkloadOptions& options);
 // "chatgpt") turn right after it, and max_tokens its token count (jsonl_default_max_tokens
 // without one).
 //
+// With options.chat, each prompt is wrapped as WorkloadOptions::chat says (after any cut).
+//
 // Errors: InvalidArgument from ValidateWorkloadOptions, or a bad vocab_size / missing
-// tokenizer; NotFound for an unreadable corpus or JSONL file; DataLoss for a malformed JSONL
+// tokenizer (chat needs one, and a chat_prefix or chat_suffix); NotFound for an unreadable corpus or JSONL file; DataLoss for a malformed JSONL
 // line or an empty corpus (naming the file and 1-based line number).
 StatusOr<std::vector<Request>> GenerateWorkload(const WorkloadOptions& options,
                                                 const model::Tokenizer* tokenizer,

@@ -22,7 +22,11 @@
 #include <thread>
 #include <vector>
 
+#include "lib/model/io/checkpoint.h"
+#include "lib/model/io/gguf.h"
+#include "lib/model/io/tokenizer.h"
 #include "tests/cli/cli_test_util.h"
+#include "tests/model/gguf_test_writer.h"
 
 extern char** environ;
 
@@ -104,6 +108,55 @@ void DropFromHeader(const std::string& from, const std::string& to, const std::s
   text.resize(n, ' ');
   bytes.replace(8, n, text);
   std::ofstream(to, std::ios::binary) << bytes;
+}
+
+// vt-tiny as a GGUF file at `path` (F32, with its tokenizer), its metadata and tensors passed
+// through `edit` first.
+void TinyGguf(const std::string& path,
+              const std::function<void(model::GgufMetadata&,
+                                       std::vector<model::GgufTensorToWrite>&)>& edit = nullptr) {
+  StatusOr<model::Checkpoint> c = model::LoadCheckpoint(Source() + "/models/vt-tiny");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  StatusOr<model::Tokenizer> t = model::Tokenizer::Load(Source() + "/models/vt-tiny/tokenizer.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  fs::create_directories(fs::path(path).parent_path());
+  const std::string plain = path + ".plain";
+  ASSERT_EQ(model::testing::WriteLlamaGguf(*c, plain, model::GgmlType::kF32,
+                                           model::testing::TokenizerMetadata(*t)),
+            "");
+  if (edit == nullptr) {
+    fs::rename(plain, path);
+    return;
+  }
+  StatusOr<model::GgufFile> file = model::GgufFile::Open(plain);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  model::GgufMetadata metadata = file->metadata();
+  std::vector<model::GgufTensorToWrite> tensors;
+  for (const model::GgufTensor& g : file->tensors()) {
+    tensors.push_back({g.name, g.type, g.dims, g.bytes});
+  }
+  edit(metadata, tensors);
+  ASSERT_TRUE(model::WriteGguf(path, metadata, tensors).ok());
+  fs::remove(plain);
+}
+
+// Overwrites `bytes` at `offset` of the file (the first `at` occurrence of `after` plus
+// `offset` when `after` is given).
+void Patch(const std::string& path, const std::string& after, int64_t offset,
+           const std::string& bytes) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  std::string head(1 << 20, '\0');
+  f.read(head.data(), static_cast<std::streamsize>(head.size()));
+  const size_t at = after.empty() ? 0 : head.find(after) + after.size();
+  f.clear();
+  f.seekp(static_cast<std::streamoff>(at + offset));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string Le64(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(v >> (8 * i));
+  return s;
 }
 
 std::vector<std::string> Run(const std::string& config, std::vector<std::string> more) {
@@ -215,6 +268,95 @@ std::vector<Case> Cases() {
       {"SetThroughAValue", Sim({"model.path.x=1"}), "--set model.path.x: 'path' in"},
       {"GpuUtilizationOnARealModel", Tiny({"engine.gpu_memory_utilization=0.9"}), "gpu_memory_utilization"},
       {"CudaGraphsOnTheCpu", Tiny({"engine.cuda_graphs=true"}), "key 'engine.cuda_graphs' needs model.device = \"cuda\""},
+      // GGUF files (vt-tiny converted by the tests' writer, then broken).
+      {"GgufTruncated", Tiny({"model.path='{dir}/m.gguf'"}), "m.gguf",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf");
+         fs::resize_file(d + "/m.gguf", 1000);
+       }},
+      {"GgufWrongMagic", Tiny({"model.path='{dir}/m.gguf'"}), "magic",
+       [](const std::string& d) { TinyGguf(d + "/m.gguf"); Patch(d + "/m.gguf", "", 0, "GGML"); }},
+      {"GgufVersion1", Tiny({"model.path='{dir}/m.gguf'"}), "GGUF version 1 is not supported",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf");
+         Patch(d + "/m.gguf", "", 4, std::string("\x01\0\0\0", 4));
+       }},
+      {"GgufTensorCountBeyondFile", Tiny({"model.path='{dir}/m.gguf'"}), "tensor count",
+       [](const std::string& d) { TinyGguf(d + "/m.gguf"); Patch(d + "/m.gguf", "", 8, Le64(1ull << 40)); }},
+      {"GgufMetadataCountBeyondFile", Tiny({"model.path='{dir}/m.gguf'"}), "metadata count",
+       [](const std::string& d) { TinyGguf(d + "/m.gguf"); Patch(d + "/m.gguf", "", 16, Le64(1ull << 40)); }},
+      {"GgufStringPastTheEnd", Tiny({"model.path='{dir}/m.gguf'"}), "key",
+       [](const std::string& d) { TinyGguf(d + "/m.gguf"); Patch(d + "/m.gguf", "", 24, Le64(1ull << 50)); }},
+      {"GgufUnknownType", Tiny({"model.path='{dir}/m.gguf'"}), "unknown ggml type 31",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf");
+         // After the name: n_dims (4 bytes), two dims (16), then the type.
+         Patch(d + "/m.gguf", "token_embd.weight", 20, std::string("\x1f\0\0\0", 4));
+       }},
+      {"GgufMisalignedData", Tiny({"model.path='{dir}/m.gguf'"}), "not a multiple of the alignment",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf");
+         Patch(d + "/m.gguf", "token_embd.weight", 24, Le64(1));
+       }},
+      {"GgufDataPastTheEnd", Tiny({"model.path='{dir}/m.gguf'"}), "runs past the end of the file",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf");
+         fs::resize_file(d + "/m.gguf", fs::file_size(d + "/m.gguf") - 64);
+       }},
+      {"GgufMissingTensor", Tiny({"model.path='{dir}/m.gguf'"}), "tensor output_norm.weight (model.norm.weight) is missing",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf", [](auto&, auto& tensors) {
+           std::erase_if(tensors, [](const auto& t) { return t.name == "output_norm.weight"; });
+         });
+       }},
+      {"GgufShapeDisagrees", Tiny({"model.path='{dir}/m.gguf'"}), "tensor blk.0.ffn_gate.weight has shape [512, 192] (row-major), the metadata implies [640, 192]",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf", [](auto& m, auto&) {
+           m.Set("llama.feed_forward_length", model::GgufValue::Uint32(640));
+         });
+       }},
+      {"GgufArchitecture", Tiny({"model.path='{dir}/m.gguf'"}), "architecture 'gptneox' is not supported",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf", [](auto& m, auto&) {
+           m.Set("general.architecture", model::GgufValue::String("gptneox"));
+         });
+       }},
+      {"GgufVocabularyDisagrees", Tiny({"model.path='{dir}/m.gguf'"}), "token_embd.weight has 2048 rows",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf", [](auto& m, auto&) {
+           std::vector<std::string> tokens = m.GetStringArray("tokenizer.ggml.tokens").value();
+           std::vector<int64_t> types = m.GetIntArray("tokenizer.ggml.token_type").value();
+           tokens.push_back("extra");
+           std::vector<int32_t> types32(types.begin(), types.end());
+           types32.push_back(1);
+           m.Set("tokenizer.ggml.tokens", model::GgufValue::StringArray(tokens));
+           m.Set("tokenizer.ggml.token_type", model::GgufValue::Int32Array(types32));
+           m.Set("llama.vocab_size", model::GgufValue::Uint32(2049));
+         });
+       }},
+      {"GgufUnknownPreTokenizer", Tiny({"model.path='{dir}/m.gguf'"}), "tekken",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf", [](auto& m, auto&) {
+           m.Set("tokenizer.ggml.pre", model::GgufValue::String("tekken"));
+         });
+       }},
+      {"GgufSentencePiece", Tiny({"model.path='{dir}/m.gguf'"}), "llama",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf", [](auto& m, auto&) {
+           m.Set("tokenizer.ggml.model", model::GgufValue::String("llama"));
+         });
+       }},
+      {"GgufChatWithoutTemplate", Tiny({"model.path='{dir}/m.gguf'", "workload.chat=true"}), "chat_template",
+       [](const std::string& d) { TinyGguf(d + "/m.gguf"); }},
+      {"GgufGenerateChatOtherTemplate",
+       {"generate", "--model", "{dir}/m.gguf", "--prompt", "hi", "--chat"}, "{% for m in messages %}{{ m.content }}",
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf", [](auto& m, auto&) {
+           m.Set("tokenizer.chat_template",
+                 model::GgufValue::String("{% for m in messages %}{{ m.content }}{% endfor %}\nmore"));
+         });
+       }},
+      {"UnknownShortName", Tiny({"model.path='no-such-model'"}), "model no-such-model not found: not a file, a directory or a known model name (known: smollm2-135m)"},
       // Model directories.
       {"ModelMissing", Tiny({"model.path='{dir}/none'"}), "/none"},
       {"TruncatedWeights", Tiny({"model.path='{dir}/m'"}), "model.safetensors",

@@ -35,7 +35,7 @@ expect_error "unknown policy" run experiments/quickstart.toml --set policy.name=
 expect_error "block_size" run experiments/quickstart.toml --set engine.block_size=0
 expect_error "pool too small" run experiments/quickstart.toml --set engine.num_blocks=40
 expect_error "keep_ratio" run experiments/quickstart.toml --set policy.keep_ratio=1.5
-expect_error "model directory models/none not found" run experiments/quickstart.toml --set model.path=models/none
+expect_error "model models/none not found" run experiments/quickstart.toml --set model.path=models/none
 expect_error "not found" run "$TMP/missing.toml"
 expect_error "model.dtype" run experiments/quickstart.toml --set model.dtype=int8
 expect_error "model.device" run experiments/quickstart.toml --set model.device=tpu

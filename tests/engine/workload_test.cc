@@ -308,6 +308,37 @@ TEST_F(WorkloadTest, PrefixGroupsFromCorpus) {
   for (const Request& q : r) EXPECT_EQ(q.prompt, tok.Decode(q.prompt_tokens));
 }
 
+TEST_F(WorkloadTest, ChatWrapsEveryPromptBetweenTheTemplatesTokens) {
+  const model::Tokenizer tok = ByteTokenizer();
+  WorkloadOptions o;
+  o.num_requests = 8;
+  o.prefix_sharing_degree = 2;
+  o.corpus_path = Corpus();
+  const auto plain = MustGenerate(o, &tok, 0);
+  o.chat = true;
+  o.chat_prefix = "<user>\n";
+  o.chat_suffix = "</user><bot>";
+  const auto chat = MustGenerate(o, &tok, 0);
+  ASSERT_EQ(chat.size(), plain.size());
+  for (size_t i = 0; i < chat.size(); ++i) {
+    // One token per byte: the content's tokens sit between 7 and 12 template tokens, unchanged.
+    std::vector<int32_t> want = tok.Encode("<user>\n");
+    want.insert(want.end(), plain[i].prompt_tokens.begin(), plain[i].prompt_tokens.end());
+    const std::vector<int32_t> after = tok.Encode("</user><bot>");
+    want.insert(want.end(), after.begin(), after.end());
+    EXPECT_EQ(chat[i].prompt_tokens, want) << i;
+    EXPECT_EQ(chat[i].prompt, "<user>\n" + plain[i].prompt + "</user><bot>");
+    EXPECT_EQ(chat[i].max_tokens, plain[i].max_tokens);
+    // The template's first tokens are shared too.
+    EXPECT_EQ(chat[i].shared_prefix_tokens, plain[i].shared_prefix_tokens + 7) << i;
+  }
+  o.chat_prefix.clear();
+  o.chat_suffix.clear();
+  EXPECT_EQ(GenerateWorkload(o, &tok, 0).status().code(), StatusCode::kInvalidArgument);
+  o.chat_prefix = "x";
+  EXPECT_EQ(GenerateWorkload(o, nullptr, 300).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(WorkloadTest, CorpusPromptsStartAtALineAndHaveTheSampledLength) {
   const model::Tokenizer tok = ByteTokenizer();
   WorkloadOptions o;

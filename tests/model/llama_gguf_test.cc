@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>

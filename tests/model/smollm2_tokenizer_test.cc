@@ -1,7 +1,8 @@
 // The tokenizer of the real SmolLM2-135M-Instruct GGUF file against llama.cpp's own tokenization
 // of it (tests/fixtures/smollm2_llamacpp, written by scripts/make-llamacpp-fixture.py with
-// llama-cpp-python). The model file comes from VTOKEN_SMOLLM2_GGUF (ctest sets it after fetching
-// the file), the fixtures from VTOKEN_SOURCE_DIR; a missing one fails the test, never skips it.
+// llama-cpp-python). The model file is smollm2-135m as smollm2_path.h finds it (ctest's fixture
+// fetches it first), the fixtures come from VTOKEN_SOURCE_DIR; a missing one fails the test,
+// never skips it.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include "lib/model/io/chat_template.h"
 #include "lib/model/io/gguf.h"
 #include "lib/model/io/gguf_tokenizer.h"
+#include "tests/model/smollm2_path.h"
 
 namespace vtoken::model {
 namespace {
@@ -37,20 +39,17 @@ using Ids = std::vector<int32_t>;
   return ::testing::AssertionSuccess();
 }
 
-constexpr char kModelHint[] =
-    "ctest sets it to the file scripts/fetch-model.sh smollm2-135m fetches";
 constexpr char kSourceHint[] = "ctest sets it to the source tree";
 
 class SmolLm2TokenizerTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string path;
-    ::testing::AssertionResult found =
-        FileFromEnvironment("VTOKEN_SMOLLM2_GGUF", "", kModelHint, path);
-    if (!found) {
-      setup_error_ = found.message();
+    StatusOr<std::string> found = testing::SmolLm2Path();
+    if (!found.ok()) {
+      setup_error_ = found.status().ToString();
       return;
     }
+    const std::string path = *found;
     auto file = GgufFile::Open(path);
     if (!file.ok()) {
       setup_error_ = file.status().ToString();

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# The real model through the command line (the `smollm2` ctest fixture fetches it):
+#   - `generate --model smollm2-135m --chat` answers a question (the answer names Paris);
+#   - `run` on a small quickstart-like workload in the three modes, at token and head granularity,
+#     with chat-wrapped prompts and prefix sharing: the run header names the GGUF file, its tensor
+#     types and the real KV bytes per token; naive and vtoken produce identical outputs; vtoken
+#     moves tokens;
+#   - `check --model smollm2-135m` relocates real K/V with no violation;
+#   - bf16 generation runs.
+# Usage: smollm2_cli_test.sh VTOKEN_CLI SOURCE_DIR
+source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
+bash scripts/make-corpus.sh build/corpus >/dev/null || fail "corpus"
+
+answer=$("$CLI" generate --model smollm2-135m --chat --prompt "What is the capital of France?" \
+  --max-tokens 24 2>"$TMP/gen.err")
+echo "chat answer: $answer"
+[[ $answer == *Paris* ]] || fail "chat answer lacks Paris: '$answer' ($(cat "$TMP/gen.err"))"
+
+outputs() {
+  sqlite3 "$1" "select group_concat(text, '|') from (select o.text from outputs o join runs r
+    on r.id = o.run_id where r.mode='$2' order by o.request_id)"
+}
+
+cat >"$TMP/s.toml" <<'TOML'
+name = "smollm2_cli"
+modes = ["native", "naive", "vtoken"]
+[model]
+path = "smollm2-135m"
+[workload]
+kind = "longbench_like"
+num_requests = 4
+input_min = 200
+input_max = 260
+output_min = 24
+output_max = 24
+corpus = "build/corpus/kjv.txt"
+chat = true
+[engine]
+num_blocks = 96
+block_size = 16
+[policy]
+name = "h2o"
+keep_ratio = 0.25
+num_sink = 4
+num_recent = 16
+[reclaim]
+trigger = "always"
+TOML
+
+for granularity in token head; do
+  db=$TMP/$granularity.db
+  "$CLI" run "$TMP/s.toml" --db "$db" --set cache.granularity="\"$granularity\"" \
+    >"$TMP/$granularity.out" 2>"$TMP/$granularity.err" || fail "run $granularity: $(tail -3 "$TMP/$granularity.err")"
+  grep -q "model: .*SmolLM2-135M-Instruct.Q4_1.gguf (gguf: Q4_1 x210, F32 x61, Q8_0 x1)" "$TMP/$granularity.err" ||
+    fail "$granularity: no model line: $(grep model: "$TMP/$granularity.err")"
+  grep -q "KV 46080 bytes/token (30 layers x 3 KV heads x 64 dims x K,V x 4 B float32)" "$TMP/$granularity.err" ||
+    fail "$granularity: KV bytes: $(grep model: "$TMP/$granularity.err")"
+  naive=$(outputs "$db" naive)
+  [[ -n $naive && $naive == "$(outputs "$db" vtoken)" ]] || fail "$granularity: naive and vtoken outputs differ"
+  moved=$(sqlite3 "$db" "select value > 0 from summary s join runs r on r.id = s.run_id
+    where r.mode = 'vtoken' and s.name = 'moves'")
+  [[ $moved == 1 ]] || fail "$granularity: vtoken moved no token"
+done
+grep -q "blocks held / request" "$TMP/token.out" || fail "no comparison table"
+
+# Prefix sharing over chat-wrapped prompts: the shared prefix includes the template's tokens.
+"$CLI" run "$TMP/s.toml" --db "$TMP/p.db" --set 'modes=["naive", "vtoken"]' \
+  --set workload.prefix_sharing_degree=2 >/dev/null 2>"$TMP/p.err" || fail "prefix sharing: $(tail -3 "$TMP/p.err")"
+[[ -n $(outputs "$TMP/p.db" naive) && $(outputs "$TMP/p.db" naive) == "$(outputs "$TMP/p.db" vtoken)" ]] ||
+  fail "prefix sharing: naive and vtoken outputs differ"
+
+"$CLI" check --model smollm2-135m --requests 3 --max-prompt 160 >"$TMP/check.out" 2>&1 || fail "check: $(tail -3 "$TMP/check.out")"
+grep -Eq "^  violations +0$" "$TMP/check.out" || fail "check: $(tail -5 "$TMP/check.out")"
+
+"$CLI" generate --model smollm2-135m --prompt "The capital of France is" --max-tokens 8 \
+  --dtype bfloat16 >"$TMP/bf16.out" 2>"$TMP/bf16.err" || fail "bf16: $(cat "$TMP/bf16.err")"
+
+finish smollm2_cli
