@@ -1,13 +1,7 @@
 #include "lib/model/io/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <span>
@@ -273,31 +267,10 @@ int64_t GgufTensor::num_elements() const {
 StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
   GgufFile file;
   file.path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return NotFoundError(path + ": no such file");
-    return InvalidArgumentError(path + ": cannot open: " + std::strerror(errno));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return InvalidArgumentError(path + ": cannot stat: " + std::strerror(err));
-  }
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
-  if (file_size > 0) {  // mmap refuses an empty mapping; the parser reports the empty file.
-    void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    int map_errno = errno;
-    ::close(fd);  // The mapping keeps the file alive.
-    if (map == MAP_FAILED) {
-      return InvalidArgumentError(path + ": mmap failed: " + std::strerror(map_errno));
-    }
-    file.map_ = map;
-    file.map_size_ = file_size;
-  } else {
-    ::close(fd);
-  }
-  const auto* base = static_cast<const std::byte*>(file.map_);
+  VTOKEN_ASSIGN_OR_RETURN(file.file_, MappedFile::Open(path));
+  // An empty file maps to no bytes; the parser reports it.
+  const uint64_t file_size = file.file_.size();
+  const std::byte* base = file.file_.data();
   Parser p(path, base, file_size);
 
   const std::byte* magic;
@@ -470,31 +443,9 @@ StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
   return file;
 }
 
-GgufFile::GgufFile(GgufFile&& other) noexcept { *this = std::move(other); }
-
-GgufFile& GgufFile::operator=(GgufFile&& other) noexcept {
-  if (this != &other) {
-    Unmap();
-    path_ = std::move(other.path_);
-    map_ = std::exchange(other.map_, nullptr);
-    map_size_ = std::exchange(other.map_size_, 0);
-    version_ = other.version_;
-    alignment_ = other.alignment_;
-    data_offset_ = other.data_offset_;
-    metadata_ = std::move(other.metadata_);
-    tensors_ = std::move(other.tensors_);
-    index_ = std::move(other.index_);
-  }
-  return *this;
-}
-
-GgufFile::~GgufFile() { Unmap(); }
-
-void GgufFile::Unmap() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
-  map_ = nullptr;
-  map_size_ = 0;
-}
+GgufFile::GgufFile(GgufFile&& other) noexcept = default;
+GgufFile& GgufFile::operator=(GgufFile&& other) noexcept = default;
+GgufFile::~GgufFile() = default;
 
 const GgufTensor* GgufFile::Find(std::string_view name) const {
   auto it = index_.find(name);

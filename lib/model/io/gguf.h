@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "lib/core/status.h"
+#include "lib/model/io/mapped_file.h"
 
 namespace vtoken::model {
 
@@ -207,7 +208,7 @@ class GgufFile {
   // Where the data area starts: the end of the tensor infos, padded to alignment(). Past the
   // end of the file only when there are no tensors.
   uint64_t data_offset() const { return data_offset_; }
-  uint64_t file_size() const { return map_size_; }
+  uint64_t file_size() const { return file_.size(); }
   const GgufMetadata& metadata() const { return metadata_; }
   // All tensors, in file order.
   const std::vector<GgufTensor>& tensors() const { return tensors_; }
@@ -216,11 +217,9 @@ class GgufFile {
 
  private:
   GgufFile() = default;
-  void Unmap();
 
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile file_;
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   uint64_t data_offset_ = 0;

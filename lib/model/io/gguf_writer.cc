@@ -1,15 +1,11 @@
 // WriteGguf (declared in gguf.h).
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <cstring>
 #include <map>
 
 #include "lib/model/io/gguf.h"
 #include "lib/model/io/gguf_internal.h"
+#include "lib/model/io/mapped_file.h"
 
 namespace vtoken::model {
 
@@ -18,20 +14,6 @@ static_assert(std::endian::native == std::endian::little, "GGUF I/O assumes litt
 namespace {
 
 using namespace gguf_internal;
-
-Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return InvalidArgumentError(path + ": write failed: " + std::strerror(errno));
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return Status::Ok();
-}
 
 template <typename T>
 void Append(std::string* out, T v) {
@@ -216,39 +198,28 @@ Status WriteGguf(const std::string& path, const GgufMetadata& metadata,
                                 " overflows");
   }
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return InvalidArgumentError(tmp + ": cannot create: " + std::strerror(errno));
-  Status s = WriteAll(fd, header.data(), header.size(), tmp);
-  // Zeros up to `n` bytes, in pieces: an alignment may be far larger than the file.
-  const std::string zeros(std::min<uint64_t>(alignment, 1 << 16), '\0');
-  auto pad = [&](uint64_t n) {
-    while (s.ok() && n > 0) {
-      const uint64_t piece = std::min<uint64_t>(n, zeros.size());
-      s = WriteAll(fd, zeros.data(), piece, tmp);
-      n -= piece;
+  return WriteFileAtomically(path, [&](FileSink& out) {
+    // Zeros up to `n` bytes, in pieces: an alignment may be far larger than the file.
+    const std::string zeros(std::min<uint64_t>(alignment, 1 << 16), '\0');
+    auto pad = [&](uint64_t n) {
+      while (n > 0) {
+        const uint64_t piece = std::min<uint64_t>(n, zeros.size());
+        VTOKEN_RETURN_IF_ERROR(out.Write(zeros.data(), piece));
+        n -= piece;
+      }
+      return Status::Ok();
+    };
+    VTOKEN_RETURN_IF_ERROR(out.Write(header.data(), header.size()));
+    // Without tensors the data area is empty: the file ends with the tensor infos (as the reader
+    // allows), so that a huge alignment does not write a huge file.
+    if (!tensors.empty()) VTOKEN_RETURN_IF_ERROR(pad(data_offset - header.size()));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      VTOKEN_RETURN_IF_ERROR(out.Write(tensors[i].data.data(), tensors[i].data.size()));
+      const uint64_t next = i + 1 < tensors.size() ? offsets[i + 1] : cursor;
+      VTOKEN_RETURN_IF_ERROR(pad(next - offsets[i] - tensors[i].data.size()));
     }
-  };
-  // Without tensors the data area is empty: the file ends with the tensor infos (as the reader
-  // allows), so that a huge alignment does not write a huge file.
-  if (!tensors.empty()) pad(data_offset - header.size());
-  for (size_t i = 0; s.ok() && i < tensors.size(); ++i) {
-    s = WriteAll(fd, tensors[i].data.data(), tensors[i].data.size(), tmp);
-    const uint64_t next = i + 1 < tensors.size() ? offsets[i + 1] : cursor;
-    pad(next - offsets[i] - tensors[i].data.size());
-  }
-  // fsync before rename: otherwise a crash can leave the new name pointing at an empty file.
-  if (s.ok() && ::fsync(fd) != 0) {
-    s = InvalidArgumentError(tmp + ": fsync failed: " + std::strerror(errno));
-  }
-  if (::close(fd) != 0 && s.ok()) {
-    s = InvalidArgumentError(tmp + ": close failed: " + std::strerror(errno));
-  }
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = InvalidArgumentError(path + ": rename from " + tmp + " failed: " + std::strerror(errno));
-  }
-  if (!s.ok()) ::unlink(tmp.c_str());
-  return s;
+    return Status::Ok();
+  });
 }
 
 }  // namespace vtoken::model

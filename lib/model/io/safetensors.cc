@@ -1,14 +1,7 @@
 #include "lib/model/io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -50,20 +43,6 @@ std::optional<uint64_t> ByteSize(const std::vector<int64_t>& shape, size_t eleme
     if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) return std::nullopt;
   }
   return n;
-}
-
-Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return InvalidArgumentError(path + ": write failed: " + std::strerror(errno));
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return Status::Ok();
 }
 
 // Reads a non-negative JSON integer; nullopt for anything else (floats, negatives, strings).
@@ -143,60 +122,26 @@ Status WriteSafetensors(const std::string& path, const std::vector<TensorToWrite
   text.append((8 - text.size() % 8) % 8, ' ');
   uint64_t header_len = text.size();
 
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return InvalidArgumentError(tmp + ": cannot create: " + std::strerror(errno));
-  }
-  Status s = WriteAll(fd, &header_len, sizeof(header_len), tmp);
-  if (s.ok()) s = WriteAll(fd, text.data(), text.size(), tmp);
-  for (size_t i = 0; s.ok() && i < tensors.size(); ++i) {
-    const TensorToWrite& t = tensors[i];
-    s = WriteAll(fd, t.data, *ByteSize(t.shape, DTypeSize(t.dtype)), tmp);
-  }
-  // fsync before rename: otherwise a crash can leave the new name pointing at an empty file.
-  if (s.ok() && ::fsync(fd) != 0) {
-    s = InvalidArgumentError(tmp + ": fsync failed: " + std::strerror(errno));
-  }
-  if (::close(fd) != 0 && s.ok()) {
-    s = InvalidArgumentError(tmp + ": close failed: " + std::strerror(errno));
-  }
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = InvalidArgumentError(path + ": rename from " + tmp + " failed: " + std::strerror(errno));
-  }
-  if (!s.ok()) ::unlink(tmp.c_str());
-  return s;
+  return WriteFileAtomically(path, [&](FileSink& out) {
+    VTOKEN_RETURN_IF_ERROR(out.Write(&header_len, sizeof(header_len)));
+    VTOKEN_RETURN_IF_ERROR(out.Write(text.data(), text.size()));
+    for (const TensorToWrite& t : tensors) {
+      VTOKEN_RETURN_IF_ERROR(out.Write(t.data, *ByteSize(t.shape, DTypeSize(t.dtype))));
+    }
+    return Status::Ok();
+  });
 }
 
 StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, bool tolerate_gaps) {
   SafetensorsFile file;
   file.path_ = path;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return NotFoundError(path + ": no such file");
-    return InvalidArgumentError(path + ": cannot open: " + std::strerror(errno));
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return InvalidArgumentError(path + ": cannot stat: " + std::strerror(err));
-  }
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  VTOKEN_ASSIGN_OR_RETURN(file.file_, MappedFile::Open(path));
+  const uint64_t file_size = file.file_.size();
   if (file_size < 8) {
-    ::close(fd);
     return FileError(path, "file is " + std::to_string(file_size) +
                                " bytes, shorter than the 8-byte header length");
   }
-  void* map = ::mmap(nullptr, file_size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int map_errno = errno;
-  ::close(fd);  // The mapping keeps the file alive.
-  if (map == MAP_FAILED) {
-    return InvalidArgumentError(path + ": mmap failed: " + std::strerror(map_errno));
-  }
-  file.map_ = map;
-  file.map_size_ = file_size;
-  const auto* base = static_cast<const std::byte*>(map);
+  const std::byte* base = file.file_.data();
 
   uint64_t header_len;
   std::memcpy(&header_len, base, sizeof(header_len));
@@ -334,29 +279,9 @@ StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path, bool to
   return file;
 }
 
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept { *this = std::move(other); }
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
-  if (this != &other) {
-    Unmap();
-    path_ = std::move(other.path_);
-    map_ = std::exchange(other.map_, nullptr);
-    map_size_ = std::exchange(other.map_size_, 0);
-    tensors_ = std::move(other.tensors_);
-    index_ = std::move(other.index_);
-    metadata_ = std::move(other.metadata_);
-    layout_error_ = std::move(other.layout_error_);
-  }
-  return *this;
-}
-
-SafetensorsFile::~SafetensorsFile() { Unmap(); }
-
-void SafetensorsFile::Unmap() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
-  map_ = nullptr;
-  map_size_ = 0;
-}
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept = default;
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept = default;
+SafetensorsFile::~SafetensorsFile() = default;
 
 const TensorView* SafetensorsFile::Find(std::string_view name) const {
   auto it = index_.find(name);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "lib/core/status.h"
+#include "lib/model/io/mapped_file.h"
 
 namespace vtoken::model {
 
@@ -107,11 +108,9 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
-  void Unmap();
 
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile file_;
   std::vector<TensorView> tensors_;
   std::map<std::string, size_t, std::less<>> index_;  // name -> position in tensors_
   std::map<std::string, std::string> metadata_;
