@@ -12,6 +12,17 @@ our own GGUF loader be checked against an independent implementation:
   DIR/tokenize.json  ~40 strings chosen to exercise the byte-level BPE pre-tokenizer, each
                      tokenized with and without special-token parsing.
 
+With --f32 the script instead measures llama.cpp on the *same float weights* a float
+implementation uses: it writes a temporary GGUF copy of the model with every tensor
+dequantized to F32 by gguf-py (gguf.quants.dequantize; same metadata, same tensor names and
+shapes, general.file_type = ALL_F32), runs it with an F32 KV cache and flash attention off,
+and writes
+
+  DIR/greedy_f32.json  the same cases in the same format as greedy.json.
+
+tokenize.json is not written in that mode (the tokenizer metadata is copied unchanged, so it
+would be the same file); greedy.json and tokenize.json are left as they are.
+
 Decoding never stops at EOS / end-of-turn: if the argmax is <|im_end|> it is fed back like
 any other token, so every case has the same fixed length. Ties in the argmax go to the lowest
 token id (numpy.argmax). Each case runs in a fresh llama.cpp context, so cases do not depend
@@ -20,13 +31,17 @@ on each other or on their order.
 Usage:
   python3 scripts/make-llamacpp-fixture.py \
       --model /path/to/SmolLM2-135M-Instruct.Q4_1.gguf --out tests/fixtures/smollm2_llamacpp
+  python3 scripts/make-llamacpp-fixture.py --f32 \
+      --model /path/to/SmolLM2-135M-Instruct.Q4_1.gguf --out tests/fixtures/smollm2_llamacpp
 """
 
 import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 import numpy as np
 
@@ -128,10 +143,109 @@ def llama_cpp_version(commit=None):
     return "llama-cpp-python %s (%s)" % (version, commit)
 
 
-def open_model(path):
+# llama-cpp-python's Llama(...) settings for --f32: K and V cache in F32 (ggml_type
+# GGML_TYPE_F32 = 0; the default is F16) and flash attention off (the default in
+# llama-cpp-python, spelled out here because it decides how attention is computed).
+GGML_TYPE_F32 = 0
+F32_CONTEXT = {"type_k": GGML_TYPE_F32, "type_v": GGML_TYPE_F32, "flash_attn": False}
+
+
+def open_model(path, **extra):
     """A fresh llama.cpp context: CPU, 2 threads, logits for every evaluated position."""
     return llama_cpp.Llama(model_path=path, n_ctx=2048, n_threads=2, n_threads_batch=2,
-                           logits_all=True, seed=0, verbose=False)
+                           logits_all=True, seed=0, verbose=False, **extra)
+
+
+def write_f32_gguf(src, dst):
+    """Writes dst: src with every tensor dequantized to F32 by gguf-py.
+
+    Every metadata key/value is copied with its type (general.architecture is written by
+    GGUFWriter itself), except general.file_type, which becomes ALL_F32 (0). Tensors keep
+    their names, order and shapes. The written file is read back and checked. Returns a
+    short description of the conversion for the fixture's header.
+    """
+    import gguf
+    from gguf.quants import dequantize
+
+    reader = gguf.GGUFReader(src)
+    arch = reader.get_field(gguf.Keys.General.ARCHITECTURE).contents()
+    writer = gguf.GGUFWriter(dst, arch)
+    file_type_seen = False
+    for field in reader.fields.values():
+        if field.name == gguf.Keys.General.ARCHITECTURE or field.name.startswith("GGUF."):
+            continue                                   # written by GGUFWriter / virtual
+        if field.name == gguf.Keys.General.ALIGNMENT:
+            writer.data_alignment = field.contents()   # GGUFWriter writes it from this
+        val_type = field.types[0]
+        sub_type = field.types[-1] if val_type == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if field.name == gguf.Keys.General.FILE_TYPE:
+            value, file_type_seen = int(gguf.LlamaFileType.ALL_F32), True
+        writer.add_key_value(field.name, value, val_type, sub_type=sub_type)
+    if not file_type_seen:
+        writer.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+
+    source_types = {}
+    for t in reader.tensors:
+        source_types[t.tensor_type.name] = source_types.get(t.tensor_type.name, 0) + 1
+        data = np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        shape = tuple(int(n) for n in reversed(t.shape.tolist()))   # numpy order
+        writer.add_tensor(t.name, data.reshape(shape), raw_dtype=gguf.GGMLQuantizationType.F32)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    # Read back: same keys and values (but file_type), same tensors, all F32, same numbers.
+    check = gguf.GGUFReader(dst)
+    keys = [k for k in reader.fields if not k.startswith("GGUF.")]
+    if [k for k in check.fields if not k.startswith("GGUF.")] != keys + (
+            [] if file_type_seen else [gguf.Keys.General.FILE_TYPE]):
+        sys.exit("make-llamacpp-fixture: the F32 copy's metadata keys differ")
+    for k in keys:
+        a, b = reader.fields[k], check.fields[k]
+        want = (int(gguf.LlamaFileType.ALL_F32) if k == gguf.Keys.General.FILE_TYPE
+                else a.contents())
+        if a.types != b.types or b.contents() != want:
+            sys.exit("make-llamacpp-fixture: the F32 copy's %s differs" % k)
+    if len(check.tensors) != len(reader.tensors):
+        sys.exit("make-llamacpp-fixture: the F32 copy has %d tensors, not %d"
+                 % (len(check.tensors), len(reader.tensors)))
+    for a, b in zip(reader.tensors, check.tensors):
+        if (a.name != b.name or a.shape.tolist() != b.shape.tolist()
+                or b.tensor_type != gguf.GGMLQuantizationType.F32
+                or not np.array_equal(dequantize(a.data, a.tensor_type).reshape(-1),
+                                      np.asarray(b.data).reshape(-1))):
+            sys.exit("make-llamacpp-fixture: the F32 copy's tensor %s differs" % a.name)
+    return ("%s dequantized to F32 by gguf-py %s (gguf.quants.dequantize), all %d tensors "
+            "(source: %s), metadata copied, general.file_type = 0 (ALL_F32)"
+            % (os.path.basename(src), gguf_version(), len(reader.tensors),
+               ", ".join("%d %s" % (n, name) for name, n in sorted(source_types.items()))))
+
+
+def gguf_version():
+    try:
+        from importlib.metadata import version
+        return version("gguf")
+    except Exception:  # noqa: BLE001 - only for the record
+        return "(version unknown)"
+
+
+def check_f32_model(llm):
+    """llama.cpp loaded the F32 copy as an all-F32 model."""
+    file_type = llm.metadata.get("general.file_type")
+    desc = model_desc(llm)
+    if file_type != "0" or "all F32" not in desc:
+        sys.exit("make-llamacpp-fixture: llama.cpp does not see an all-F32 model "
+                 "(general.file_type %r, model desc %r)" % (file_type, desc))
+    print("llama.cpp loaded the F32 copy: %s" % desc, file=sys.stderr)
+
+
+def model_desc(llm):
+    """llama.cpp's one-line description of the loaded model (type, size, file type)."""
+    buf = (llama_cpp.ctypes.c_char * 256)()
+    llama_cpp.llama_model_desc(llm.model, buf, 256)
+    return buf.value.decode("utf-8", "replace")
 
 
 def check_chat_template(llm):
@@ -186,6 +300,9 @@ def main():
     ap.add_argument("--model", required=True, help="GGUF model file")
     ap.add_argument("--out", required=True, help="output directory for the fixture")
     ap.add_argument("--n-predict", type=int, default=128, help="greedy tokens per case")
+    ap.add_argument("--f32", action="store_true", help="run llama.cpp on a temporary copy of "
+                    "the model dequantized to F32, with an F32 KV cache; writes greedy_f32.json "
+                    "only")
     ap.add_argument("--llama-cpp-commit", help="llama.cpp commit to record, when the installed "
                     "llama-cpp-python version is not in LLAMA_CPP_COMMITS")
     args = ap.parse_args()
@@ -196,10 +313,42 @@ def main():
         "model_sha256": sha256_of(args.model),
         "llama_cpp": llama_cpp_version(args.llama_cpp_commit),
     }
+    if not args.f32:
+        print("llama.cpp system info: " + llama_cpp.llama_print_system_info().decode(),
+              file=sys.stderr)
+        write_tokenize(args.model, args.out, header)
+        write_greedy(args.model, {}, os.path.join(args.out, "greedy.json"),
+                     dict(header, n_predict=args.n_predict), args.n_predict)
+        return
 
-    # Tokenization fixture and template check on one context.
-    llm = open_model(args.model)
-    print("llama.cpp system info: " + llama_cpp.llama_print_system_info().decode(), file=sys.stderr)
+    # --f32: the F32 copy lives in a temporary directory outside the repository.
+    tmp = tempfile.mkdtemp(prefix="llamacpp-f32-")
+    try:
+        f32_path = os.path.join(tmp, os.path.splitext(os.path.basename(args.model))[0]
+                                + ".dequant-F32.gguf")
+        weights = write_f32_gguf(args.model, f32_path)
+        print("llama.cpp system info: " + llama_cpp.llama_print_system_info().decode(),
+              file=sys.stderr)
+        header.update({
+            "weights": weights,
+            "f32_gguf_sha256": sha256_of(f32_path),
+            "kv_cache": "F32 (type_k = type_v = GGML_TYPE_F32)",
+            "flash_attn": "off",
+            "n_predict": args.n_predict,
+        })
+        llm = open_model(f32_path, **F32_CONTEXT)
+        check_f32_model(llm)
+        check_chat_template(llm)
+        llm.close()
+        write_greedy(f32_path, F32_CONTEXT, os.path.join(args.out, "greedy_f32.json"), header,
+                     args.n_predict)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_tokenize(model, out, header):
+    """tokenize.json, plus the chat template check, on one context."""
+    llm = open_model(model)
     check_chat_template(llm)
     tok_cases = []
     for text in TOKENIZE_STRINGS:
@@ -210,19 +359,21 @@ def main():
             "ids_no_special": llm.tokenize(raw, add_bos=False, special=False),
         })
     llm.close()
-    dump_cases(os.path.join(args.out, "tokenize.json"), header, "cases", tok_cases)
+    dump_cases(os.path.join(out, "tokenize.json"), header, "cases", tok_cases)
 
-    # Greedy fixture: every case on a fresh context.
+
+def write_greedy(model, context, path, header, n_predict):
+    """The greedy fixture: every case on a fresh context (Llama(...) extras in context)."""
     cases = []
     for name, prompt in PROMPTS:
         for fmt in ("raw", "chatml"):
             text = prompt if fmt == "raw" else CHATML.format(prompt=prompt)
-            llm = open_model(args.model)
+            llm = open_model(model, **context)
             # add_bos=False: the file says add_bos_token=false anyway; special tokens are
             # parsed only for the chat format (the raw prompts contain none).
             prompt_ids = llm.tokenize(text.encode("utf-8"), add_bos=False,
                                       special=(fmt == "chatml"))
-            output_ids, margins = greedy(llm, prompt_ids, args.n_predict)
+            output_ids, margins = greedy(llm, prompt_ids, n_predict)
             output_text = llm.detokenize(output_ids, special=True).decode("utf-8", "replace")
             llm.close()
             cases.append({"name": name, "format": fmt, "text": text, "prompt_ids": prompt_ids,
@@ -230,8 +381,7 @@ def main():
                           "output_text": output_text})
             print("%-12s %-6s min margin %.4f  %r" % (name, fmt, min(margins), output_text[:60]),
                   file=sys.stderr)
-    dump_cases(os.path.join(args.out, "greedy.json"), dict(header, n_predict=args.n_predict),
-               "cases", cases)
+    dump_cases(path, header, "cases", cases)
 
     # Near-tie summary for the README.
     all_margins = np.array([m for c in cases for m in c["margins"]])
