@@ -104,6 +104,7 @@ class Parser {
 
   template <typename T>
   Status Read(const Field& field, T* out) {
+    *out = T{};  // set on every path, so -O1's maybe-uninitialized sees no unset use
     const std::byte* p = nullptr;
     VTOKEN_RETURN_IF_ERROR(Take(sizeof(T), field, &p));
     std::memcpy(out, p, sizeof(T));
@@ -112,7 +113,7 @@ class Parser {
 
   Status ReadString(const Field& field, std::string* out) {
     const uint64_t at = pos_;
-    uint64_t length;
+    uint64_t length = 0;
     VTOKEN_RETURN_IF_ERROR(Read(field, &length));
     if (length > left()) {
       return Error(at, field,
@@ -128,7 +129,7 @@ class Parser {
   // Reads a value type, which must be one of GgufType.
   Status ReadType(const Field& field, GgufType* out) {
     const uint64_t at = pos_;
-    uint32_t t;
+    uint32_t t = 0;
     VTOKEN_RETURN_IF_ERROR(Read(field, &t));
     if (!IsValueType(t)) return Error(at, field, "unknown value type " + std::to_string(t));
     *out = static_cast<GgufType>(t);
@@ -164,7 +165,7 @@ class Parser {
       case GgufType::kInt64:
         return ReadSigned<int64_t>(field, out);
       case GgufType::kFloat32: {
-        float v;
+        float v = 0;
         VTOKEN_RETURN_IF_ERROR(Read(field, &v));
         out->real = v;
         return Status::Ok();
@@ -172,7 +173,7 @@ class Parser {
       case GgufType::kFloat64:
         return Read(field, &out->real);
       case GgufType::kBool: {
-        uint8_t v;
+        uint8_t v = 0;
         VTOKEN_RETURN_IF_ERROR(Read(field, &v));
         if (v > 1) return Error(at, field, "bool " + std::to_string(v) + " is neither 0 nor 1");
         out->boolean = v == 1;
@@ -208,7 +209,7 @@ class Parser {
     VTOKEN_RETURN_IF_ERROR(ReadType(Field{base, index_, " element type"}, &out->element_type));
     const Field count_field{base, index_, " array count"};
     const uint64_t count_at = pos_;
-    uint64_t count;
+    uint64_t count = 0;
     VTOKEN_RETURN_IF_ERROR(Read(count_field, &count));
     const GgufType element = out->element_type;
     const uint64_t min_size = MinValueSize(element);
@@ -293,7 +294,7 @@ StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
                                 std::to_string(file.version_) + " is not supported (only 2 and 3)" +
                                 hint);
   }
-  uint64_t num_tensors, num_entries;
+  uint64_t num_tensors = 0, num_entries = 0;
   VTOKEN_RETURN_IF_ERROR(p.Read("tensor count", &num_tensors));
   VTOKEN_RETURN_IF_ERROR(p.Read("metadata count", &num_entries));
   if (num_tensors > p.left() / kMinTensorInfoBytes) {
@@ -348,7 +349,7 @@ StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
     const std::string field = Entry("tensor", i, t.name);
     if (file.index_.count(t.name) != 0) return p.Error(name_at, field, "duplicate tensor name");
     const uint64_t n_dims_at = p.pos();
-    uint32_t n_dims;
+    uint32_t n_dims = 0;
     VTOKEN_RETURN_IF_ERROR(p.Read(field + " n_dims", &n_dims));
     if (n_dims < 1 || n_dims > kMaxDims) {
       return p.Error(n_dims_at, field + " n_dims",
@@ -359,7 +360,7 @@ StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
     for (uint32_t d = 0; d < n_dims; ++d) {
       const std::string dim_field = field + " dims[" + std::to_string(d) + "]";
       dims_at[d] = p.pos();
-      uint64_t dim;
+      uint64_t dim = 0;
       VTOKEN_RETURN_IF_ERROR(p.Read(dim_field, &dim));
       if (dim < 1 || dim > static_cast<uint64_t>(INT64_MAX)) {
         return p.Error(dims_at[d], dim_field,
@@ -372,7 +373,7 @@ StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
       }
     }
     const uint64_t type_at = p.pos();
-    uint32_t type;
+    uint32_t type = 0;
     VTOKEN_RETURN_IF_ERROR(p.Read(field + " type", &type));
     std::optional<GgmlTypeTraits> traits = GgmlTypeInfo(type);
     if (!traits)
@@ -391,7 +392,7 @@ StatusOr<GgufFile> GgufFile::Open(const std::string& path) {
                      std::to_string(layout.begin) + " is not a multiple of the alignment " +
                          std::to_string(file.alignment_));
     }
-    uint64_t num_bytes;
+    uint64_t num_bytes = 0;
     if (!TensorSize(t.dims, *traits, &num_elements, &num_bytes) ||
         __builtin_add_overflow(layout.begin, num_bytes, &layout.end)) {
       return p.Error(layout.offset_at, field + " offset",
