@@ -31,6 +31,9 @@ inline std::string LlamaCppName(const std::string& hf) {
       {"self_attn.k_proj.weight", "attn_k.weight"},
       {"self_attn.v_proj.weight", "attn_v.weight"},
       {"self_attn.o_proj.weight", "attn_output.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
       {"post_attention_layernorm.weight", "ffn_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
@@ -90,26 +93,28 @@ inline GgufMetadata TokenizerMetadata(const Tokenizer& tokenizer) {
   return m;
 }
 
-// Writes `checkpoint` to `path` as a "llama" GGUF file; 2-D tensors as `matrix_type` (F32, F16,
-// Q8_0, Q4_0 or Q4_1), 1-D tensors as F32. No tokenizer metadata unless `metadata` brings it.
-// Returns "" or an error message.
+// Writes `checkpoint` to `path` as a GGUF file of architecture `arch` ("llama": Q and K rows
+// permuted as the converter does; "qwen2": as they are, with their biases); 2-D tensors as
+// `matrix_type` (F32, F16, Q8_0, Q4_0 or Q4_1), 1-D tensors as F32. No tokenizer metadata unless
+// `metadata` brings it. Returns "" or an error message.
 inline std::string WriteLlamaGguf(const Checkpoint& checkpoint, const std::string& path,
-                                  GgmlType matrix_type, GgufMetadata metadata = {}) {
+                                  GgmlType matrix_type, GgufMetadata metadata = {},
+                                  const std::string& arch = "llama") {
   const ModelConfig& c = checkpoint.config();
-  metadata.Set("general.architecture", GgufValue::String("llama"));
+  metadata.Set("general.architecture", GgufValue::String(arch));
   metadata.Set("general.alignment", GgufValue::Uint32(32));
-  metadata.Set("llama.block_count", GgufValue::Uint32(c.num_hidden_layers));
-  metadata.Set("llama.context_length", GgufValue::Uint32(c.max_position_embeddings));
-  metadata.Set("llama.embedding_length", GgufValue::Uint32(c.hidden_size));
-  metadata.Set("llama.feed_forward_length", GgufValue::Uint32(c.intermediate_size));
-  metadata.Set("llama.attention.head_count", GgufValue::Uint32(c.num_attention_heads));
-  metadata.Set("llama.attention.head_count_kv", GgufValue::Uint32(c.num_key_value_heads));
-  metadata.Set("llama.attention.key_length", GgufValue::Uint32(c.head_dim));
-  metadata.Set("llama.attention.value_length", GgufValue::Uint32(c.head_dim));
-  metadata.Set("llama.rope.freq_base", GgufValue::Float32(static_cast<float>(c.rope_theta)));
-  metadata.Set("llama.attention.layer_norm_rms_epsilon",
+  metadata.Set(arch + ".block_count", GgufValue::Uint32(c.num_hidden_layers));
+  metadata.Set(arch + ".context_length", GgufValue::Uint32(c.max_position_embeddings));
+  metadata.Set(arch + ".embedding_length", GgufValue::Uint32(c.hidden_size));
+  metadata.Set(arch + ".feed_forward_length", GgufValue::Uint32(c.intermediate_size));
+  metadata.Set(arch + ".attention.head_count", GgufValue::Uint32(c.num_attention_heads));
+  metadata.Set(arch + ".attention.head_count_kv", GgufValue::Uint32(c.num_key_value_heads));
+  metadata.Set(arch + ".attention.key_length", GgufValue::Uint32(c.head_dim));
+  metadata.Set(arch + ".attention.value_length", GgufValue::Uint32(c.head_dim));
+  metadata.Set(arch + ".rope.freq_base", GgufValue::Float32(static_cast<float>(c.rope_theta)));
+  metadata.Set(arch + ".attention.layer_norm_rms_epsilon",
                GgufValue::Float32(static_cast<float>(c.rms_norm_eps)));
-  metadata.Set("llama.vocab_size", GgufValue::Uint32(c.vocab_size));
+  metadata.Set(arch + ".vocab_size", GgufValue::Uint32(c.vocab_size));
   std::vector<std::string> blobs;  // the tensors' bytes, alive until WriteGguf returns
   std::vector<GgufTensorToWrite> tensors;
   blobs.reserve(RequiredTensors(c).size());
@@ -118,9 +123,9 @@ inline std::string WriteLlamaGguf(const Checkpoint& checkpoint, const std::strin
     std::vector<float> w(view->num_elements());
     if (Status s = ConvertToFloat(*view, w); !s.ok()) return s.ToString();
     const int64_t cols = spec.shape.size() == 2 ? spec.shape[1] : 1;
-    if (spec.name.find("q_proj.weight") != std::string::npos) {
+    if (arch == "llama" && spec.name.find("q_proj.weight") != std::string::npos) {
       w = PermuteRows(w, c.num_attention_heads, cols);
-    } else if (spec.name.find("k_proj.weight") != std::string::npos) {
+    } else if (arch == "llama" && spec.name.find("k_proj.weight") != std::string::npos) {
       w = PermuteRows(w, c.num_key_value_heads, cols);
     }
     const GgmlType type = spec.shape.size() == 2 ? matrix_type : GgmlType::kF32;

@@ -84,6 +84,42 @@ TEST_F(LlamaGgufTest, Q8_0FileGivesLogitsWithinItsRounding) {
   EXPECT_TRUE(torch::equal(got.argmax(-1).masked_select(clear), want.argmax(-1).masked_select(clear)));
 }
 
+TEST_F(LlamaGgufTest, Qwen2FileGivesTheDirectorysLogitsExactly) {
+  // A random Qwen2-shaped model (q/k/v biases, GQA, untied head, RoPE base 1e6) saved as a
+  // Hugging Face directory, then converted: "qwen2" files keep Q and K rows as they are.
+  ModelConfig c;
+  c.model_type = "qwen2";
+  c.vocab_size = 300;
+  c.hidden_size = 64;
+  c.intermediate_size = 96;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 16;
+  c.max_position_embeddings = 128;
+  c.rope_theta = 1e6;
+  c.attention_bias = true;
+  StatusOr<LlamaModel> random = LlamaModel::RandomInit(c, 7);
+  ASSERT_TRUE(random.ok()) << random.status().ToString();
+  const std::string hf_dir = (dir_ / "qwen2").string();
+  fs::create_directories(hf_dir);
+  const Status saved = random->Save(hf_dir);
+  ASSERT_TRUE(saved.ok()) << saved.ToString();
+  StatusOr<Checkpoint> checkpoint = LoadCheckpoint(hf_dir);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status().ToString();
+  const std::string path = (dir_ / "qwen2.gguf").string();
+  ASSERT_EQ(testing::WriteLlamaGguf(*checkpoint, path, GgmlType::kF32, {}, "qwen2"), "");
+  StatusOr<LlamaModel> hf = LlamaModel::FromDirectory(hf_dir);
+  ASSERT_TRUE(hf.ok()) << hf.status().ToString();
+  StatusOr<LlamaModel> gguf = LlamaModel::FromGguf(path);
+  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+  EXPECT_TRUE(gguf->config().attention_bias);
+  EXPECT_FALSE(gguf->config().tie_word_embeddings);
+  auto tokens = torch::arange(1, 41, torch::kInt64).unsqueeze(0);
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(torch::equal(gguf->ForwardDense(tokens), hf->ForwardDense(tokens)));
+}
+
 TEST_F(LlamaGgufTest, LoadModelTakesAGgufPath) {
   StatusOr<LlamaModel> m = LoadModel(Convert(GgmlType::kF32), 1);
   ASSERT_TRUE(m.ok()) << m.status().ToString();
