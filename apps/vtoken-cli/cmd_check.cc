@@ -291,7 +291,9 @@ CLI::App* SetupCheck(CLI::App& app) {
         return;
       }
     }
-    SetExitCode(args->model.empty() ? RunCheckCommand(*args) : RunModelCheckCommand(*args, cmd->count("--max-prompt") > 0));
+    SetExitCode(args->model.empty()
+                    ? RunCheckCommand(*args)
+                    : RunModelCheckCommand(*args, cmd->count("--max-prompt") > 0));
   });
   return cmd;
 }

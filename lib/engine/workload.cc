@@ -615,10 +615,12 @@ StatusOr<std::vector<Request>> GenerateWorkload(const WorkloadOptions& options,
   }
   if (options.chat) {
     if (tokenizer == nullptr) {
-      return InvalidArgumentError("workload.chat needs a model with a tokenizer and a chat template");
+      return InvalidArgumentError(
+          "workload.chat needs a model with a tokenizer and a chat template");
     }
     if (options.chat_prefix.empty() && options.chat_suffix.empty()) {
-      return InvalidArgumentError("workload.chat: no chat template was rendered around the prompts");
+      return InvalidArgumentError(
+          "workload.chat: no chat template was rendered around the prompts");
     }
     const std::vector<int32_t> before = tokenizer->Encode(options.chat_prefix);
     const std::vector<int32_t> after = tokenizer->Encode(options.chat_suffix);

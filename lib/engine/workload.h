@@ -143,8 +143,9 @@ int64_t WorkloadBytes(const WorkloadOptions& options);
 // With options.chat, each prompt is wrapped as WorkloadOptions::chat says (after any cut).
 //
 // Errors: InvalidArgument from ValidateWorkloadOptions, or a bad vocab_size / missing
-// tokenizer (chat needs one, and a chat_prefix or chat_suffix); NotFound for an unreadable corpus or JSONL file; DataLoss for a malformed JSONL
-// line or an empty corpus (naming the file and 1-based line number).
+// tokenizer (chat needs one, and a chat_prefix or chat_suffix); NotFound for an unreadable corpus
+// or JSONL file; DataLoss for a malformed JSONL line or an empty corpus (naming the file and
+// 1-based line number).
 StatusOr<std::vector<Request>> GenerateWorkload(const WorkloadOptions& options,
                                                 const model::Tokenizer* tokenizer,
                                                 int64_t vocab_size);

@@ -146,24 +146,40 @@ struct BadCase {
 
 TEST_F(GgufModelTest, InconsistentFilesAreOneLineErrors) {
   const std::vector<BadCase> cases = {
-      {"architecture", {{"general.architecture", GgufValue::String("mamba")}},
-       StatusCode::kInvalidArgument, "architecture 'mamba' is not supported"},
-      {"embedding", {{"llama.embedding_length", GgufValue::Uint32(256)}},
-       StatusCode::kInvalidArgument, "tensor token_embd.weight has shape [2048, 192]"},
-      {"heads", {{"llama.attention.head_count_kv", GgufValue::Uint32(3)},
-                 {"llama.attention.head_count", GgufValue::Uint32(3)}},
-       StatusCode::kInvalidArgument, "tensor blk.0.attn_k.weight has shape"},
-      {"vocab", {{"tokenizer.ggml.tokens", GgufValue::StringArray({"a", "b", "c"})},
-                 {"llama.vocab_size", GgufValue::Uint32(3)}},
-       StatusCode::kInvalidArgument, "the vocabulary has 3 tokens but token_embd.weight has 2048"},
-      {"layers", {{"llama.block_count", GgufValue::Uint32(7)}}, StatusCode::kNotFound,
+      {"architecture",
+       {{"general.architecture", GgufValue::String("mamba")}},
+       StatusCode::kInvalidArgument,
+       "architecture 'mamba' is not supported"},
+      {"embedding",
+       {{"llama.embedding_length", GgufValue::Uint32(256)}},
+       StatusCode::kInvalidArgument,
+       "tensor token_embd.weight has shape [2048, 192]"},
+      {"heads",
+       {{"llama.attention.head_count_kv", GgufValue::Uint32(3)},
+        {"llama.attention.head_count", GgufValue::Uint32(3)}},
+       StatusCode::kInvalidArgument,
+       "tensor blk.0.attn_k.weight has shape"},
+      {"vocab",
+       {{"tokenizer.ggml.tokens", GgufValue::StringArray({"a", "b", "c"})},
+        {"llama.vocab_size", GgufValue::Uint32(3)}},
+       StatusCode::kInvalidArgument,
+       "the vocabulary has 3 tokens but token_embd.weight has 2048"},
+      {"layers",
+       {{"llama.block_count", GgufValue::Uint32(7)}},
+       StatusCode::kNotFound,
        "tensor blk.6.attn_norm.weight (model.layers.6.input_layernorm.weight) is missing"},
-      {"scaling", {{"llama.rope.scaling.type", GgufValue::String("yarn")}},
-       StatusCode::kInvalidArgument, "rope.scaling.type 'yarn' is not supported"},
-      {"key type", {{"llama.block_count", GgufValue::String("six")}},
-       StatusCode::kInvalidArgument, "llama.block_count"},
-      {"zero", {{"llama.feed_forward_length", GgufValue::Uint32(0)}},
-       StatusCode::kInvalidArgument, "llama.feed_forward_length = 0 is outside"},
+      {"scaling",
+       {{"llama.rope.scaling.type", GgufValue::String("yarn")}},
+       StatusCode::kInvalidArgument,
+       "rope.scaling.type 'yarn' is not supported"},
+      {"key type",
+       {{"llama.block_count", GgufValue::String("six")}},
+       StatusCode::kInvalidArgument,
+       "llama.block_count"},
+      {"zero",
+       {{"llama.feed_forward_length", GgufValue::Uint32(0)}},
+       StatusCode::kInvalidArgument,
+       "llama.feed_forward_length = 0 is outside"},
   };
   for (const BadCase& c : cases) {
     GgufMetadata extra;
@@ -176,7 +192,8 @@ TEST_F(GgufModelTest, InconsistentFilesAreOneLineErrors) {
     GgufMetadata patched = file->metadata();
     for (const auto& [key, value] : c.set) patched.Set(key, value);
     std::vector<GgufTensorToWrite> tensors;
-    for (const GgufTensor& t : file->tensors()) tensors.push_back({t.name, t.type, t.dims, t.bytes});
+    for (const GgufTensor& t : file->tensors())
+      tensors.push_back({t.name, t.type, t.dims, t.bytes});
     const std::string bad = (dir_ / (c.name + "_bad.gguf")).string();
     ASSERT_TRUE(WriteGguf(bad, patched, tensors).ok());
     StatusOr<GgufCheckpoint> g = GgufCheckpoint::Open(bad);

@@ -81,7 +81,8 @@ TEST_F(LlamaGgufTest, Q8_0FileGivesLogitsWithinItsRounding) {
   const torch::Tensor margin = std::get<0>(top2).select(-1, 0) - std::get<0>(top2).select(-1, 1);
   const torch::Tensor clear = margin > 2 * diff;
   EXPECT_GT(clear.sum().item<int64_t>(), 0);
-  EXPECT_TRUE(torch::equal(got.argmax(-1).masked_select(clear), want.argmax(-1).masked_select(clear)));
+  EXPECT_TRUE(
+      torch::equal(got.argmax(-1).masked_select(clear), want.argmax(-1).masked_select(clear)));
 }
 
 TEST_F(LlamaGgufTest, Qwen2FileGivesTheDirectorysLogitsExactly) {

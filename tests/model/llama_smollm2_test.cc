@@ -8,8 +8,8 @@
 //   - greedy.json: llama.cpp on the Q4_1 file as it stands, which quantizes activations to Q8_1
 //     and the KV cache to F16 (logits up to ~2 away from fp32): the same comparisons with
 //     kQ4Tie;
-//   - naive and vtoken eviction give identical tokens at token and head granularity (the same
-//     tokens are evicted; only their physical placement differs), with tokens really moved.
+//   - naive and vtoken eviction give identical tokens at token, layer and head granularity
+//     (the same tokens are evicted; only their physical placement differs), tokens really moved.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -78,10 +78,9 @@ int64_t CompareTeacherForced(const LlamaModel& model, const nlohmann::json& fixt
     std::vector<int64_t> ids = prompt;
     ids.insert(ids.end(), want.begin(), want.end() - 1);
     torch::NoGradGuard no_grad;
-    const torch::Tensor ours =
-        model.ForwardDense(torch::tensor(ids, torch::kInt64).unsqueeze(0))[0]
-            .slice(0, static_cast<int64_t>(prompt.size()) - 1)
-            .argmax(-1);
+    const torch::Tensor ours = model.ForwardDense(torch::tensor(ids, torch::kInt64).unsqueeze(0))[0]
+                                   .slice(0, static_cast<int64_t>(prompt.size()) - 1)
+                                   .argmax(-1);
     for (size_t k = 0; k < want.size(); ++k) {
       if (margins[k] < tie) continue;
       ++checked;
@@ -99,8 +98,8 @@ int64_t CompareTeacherForced(const LlamaModel& model, const nlohmann::json& fixt
 TEST_F(SmolLm2Test, TeacherForcedArgmaxMatchesLlamaCpp) {
   StatusOr<LlamaModel> model = LoadModel(ModelPath(), 1);
   ASSERT_TRUE(model.ok()) << model.status().ToString();
-  for (const auto& [file, tie] : {std::pair{"greedy_f32.json", kF32Tie},
-                                  std::pair{"greedy.json", kQ4Tie}}) {
+  for (const auto& [file, tie] :
+       {std::pair{"greedy_f32.json", kF32Tie}, std::pair{"greedy.json", kQ4Tie}}) {
     const nlohmann::json fixture = Fixture(file);
     ASSERT_TRUE(fixture.is_object() && fixture.contains("cases")) << file << " unreadable";
     std::printf("%s: ", file);
@@ -154,17 +153,18 @@ TEST_F(SmolLm2Test, GreedyTokensMatchLlamaCpp) {
         ++identical;
         continue;
       }
-      std::printf("  %-12s %-6s diverges at token %3zu: ours %5d, llama.cpp %5d (its margin %.4f)\n",
-                  c["name"].get<std::string>().c_str(), c["format"].get<std::string>().c_str(), k,
-                  got[k], want[k], margins[k]);
+      std::printf(
+          "  %-12s %-6s diverges at token %3zu: ours %5d, llama.cpp %5d (its margin %.4f)\n",
+          c["name"].get<std::string>().c_str(), c["format"].get<std::string>().c_str(), k, got[k],
+          want[k], margins[k]);
       EXPECT_LT(margins[k], tie) << c["name"] << "/" << c["format"] << " diverges at token " << k
                                  << " where llama.cpp's choice is not a near-tie";
     }
-    std::printf("%s: %lld of %zu cases identical; %lld of %zu tokens before the first "
-                "divergence\n",
-                fixture == &f32 ? "greedy_f32.json" : "greedy.json",
-                static_cast<long long>(identical), requests.size(),
-                static_cast<long long>(matched_tokens), requests.size() * n_predict);
+    std::printf(
+        "%s: %lld of %zu cases identical; %lld of %zu tokens before the first "
+        "divergence\n",
+        fixture == &f32 ? "greedy_f32.json" : "greedy.json", static_cast<long long>(identical),
+        requests.size(), static_cast<long long>(matched_tokens), requests.size() * n_predict);
   }
 }
 
@@ -181,7 +181,7 @@ TEST_F(SmolLm2Test, NaiveAndVtokenGiveIdenticalTokens) {
     requests.push_back(std::move(r));
   }
   ASSERT_EQ(requests.size(), 4u);
-  for (Granularity granularity : {Granularity::kToken, Granularity::kHead}) {
+  for (Granularity granularity : {Granularity::kToken, Granularity::kLayer, Granularity::kHead}) {
     std::vector<std::vector<int32_t>> outputs[2];
     int64_t moves[2] = {0, 0};
     for (Mode mode : {Mode::kNaive, Mode::kVtoken}) {
@@ -193,7 +193,9 @@ TEST_F(SmolLm2Test, NaiveAndVtokenGiveIdenticalTokens) {
       o.evictor.num_layers = 30;
       o.evictor.num_kv_heads = 3;
       // 96 blocks of every layer and head, split into blocks of one KV group as vtoken-cli does.
-      const int32_t groups = granularity == Granularity::kToken ? 1 : 30 * 3;
+      const int32_t groups = granularity == Granularity::kToken   ? 1
+                             : granularity == Granularity::kLayer ? 30
+                                                                  : 30 * 3;
       o.pool = {.num_blocks = 96 * groups, .block_size = 16, .headroom_blocks = 2 * groups};
       o.reclaim.trigger = ReclaimOptions::Trigger::kAlways;
       o.reclaim.max_moves_per_step *= groups;

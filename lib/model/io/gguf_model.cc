@@ -80,8 +80,7 @@ int64_t PermutedHeads(std::string_view hf_name, const ModelConfig& c) {
 
 }  // namespace
 
-StatusOr<ModelConfig> ModelConfigFromGgufMetadata(const GgufMetadata& m,
-                                                  const std::string& name) {
+StatusOr<ModelConfig> ModelConfigFromGgufMetadata(const GgufMetadata& m, const std::string& name) {
   if (!m.Has("general.architecture")) {
     return InvalidArgumentError(name + ": metadata key general.architecture is missing");
   }
@@ -138,10 +137,9 @@ StatusOr<ModelConfig> ModelConfigFromGgufMetadata(const GgufMetadata& m,
     const GgufValue* tokens = m.Find("tokenizer.ggml.tokens");
     c.vocab_size = static_cast<int64_t>(tokens->elements.size());
   }
-  VTOKEN_ASSIGN_OR_RETURN(c.vocab_size, IntKey(m, a + "vocab_size", name,
-                                               c.vocab_size > 0 ? std::optional(c.vocab_size)
-                                                                : std::nullopt,
-                                               1, kMax));
+  VTOKEN_ASSIGN_OR_RETURN(
+      c.vocab_size, IntKey(m, a + "vocab_size", name,
+                           c.vocab_size > 0 ? std::optional(c.vocab_size) : std::nullopt, 1, kMax));
   for (auto [key, ids] : {std::pair{"tokenizer.ggml.bos_token_id", &c.bos_token_ids},
                           std::pair{"tokenizer.ggml.eos_token_id", &c.eos_token_ids}}) {
     if (!m.Has(key)) continue;
@@ -192,15 +190,14 @@ StatusOr<GgufCheckpoint> GgufCheckpoint::Open(const std::string& path) {
     if (tokenizer.template_bos_id()) c.bos_token_ids.push_back(*tokenizer.template_bos_id());
     c.eos_token_ids.clear();
     for (std::optional<int32_t> id : {tokenizer.eos_id(), tokenizer.eot_id()}) {
-      if (id && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), *id) ==
-                    c.eos_token_ids.end()) {
+      if (id &&
+          std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), *id) == c.eos_token_ids.end()) {
         c.eos_token_ids.push_back(*id);
       }
     }
   }
   const GgufTensor* embedding = file.Find("token_embd.weight");
-  if (embedding != nullptr && embedding->shape.size() == 2 &&
-      embedding->shape[0] != c.vocab_size) {
+  if (embedding != nullptr && embedding->shape.size() == 2 && embedding->shape[0] != c.vocab_size) {
     return InvalidArgumentError(path + ": the vocabulary has " + std::to_string(c.vocab_size) +
                                 " tokens but token_embd.weight has " +
                                 std::to_string(embedding->shape[0]) + " rows");

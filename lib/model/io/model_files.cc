@@ -34,8 +34,8 @@ bool IsModelFile(const std::string& path) {
 StatusOr<std::string> ResolveModelPath(const std::string& spec) {
   std::error_code ec;
   if (fs::exists(spec, ec)) return spec;
-  const bool short_name = !spec.empty() && spec.find('/') == std::string::npos && spec != "." &&
-                          spec != "..";
+  const bool short_name =
+      !spec.empty() && spec.find('/') == std::string::npos && spec != "." && spec != "..";
   if (!short_name) return NotFoundError("model " + spec + " not found");
   std::string searched;
   for (const std::string& dir : ModelCacheDirs()) {

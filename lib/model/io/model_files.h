@@ -59,8 +59,8 @@ ChatWrap ChatWrapFor(const ChatTemplate& chat_template, bool engine_adds_bos);
 // What a run header says about a model: the file read, its format and, for GGUF, the tensor
 // types ("Q4_1 x210, F32 x61, Q8_0 x1").
 struct ModelDescription {
-  std::string path;    // resolved: the directory or the .gguf file
-  std::string format;  // "safetensors" or "gguf"
+  std::string path;          // resolved: the directory or the .gguf file
+  std::string format;        // "safetensors" or "gguf"
   std::string quantization;  // GGUF: GgufCheckpoint::QuantizationMix(); safetensors: dtypes
 };
 StatusOr<ModelDescription> DescribeModel(const std::string& spec);
