@@ -32,3 +32,15 @@ expect_error() {
   grep -q "$pattern" "$TMP/bad.err" || fail "'$*' error lacks '$pattern': $(cat "$TMP/bad.err")"
   [[ ! -e "$TMP/bad.db" ]] || fail "'$*' created the database"
 }
+
+# outputs DB MODE: the texts of DB's MODE run in request order, joined by '|'.
+outputs() {
+  sqlite3 "$1" "select group_concat(text, '|') from (select o.text from outputs o join runs r
+    on r.id = o.run_id where r.mode='$2' order by o.request_id)"
+}
+# same_outputs DB: DB's naive and vtoken runs generated the same, non-empty, texts.
+same_outputs() {
+  local naive
+  naive=$(outputs "$1" naive)
+  [[ -n "$naive" && "$naive" == "$(outputs "$1" vtoken)" ]]
+}

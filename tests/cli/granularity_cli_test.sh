@@ -9,18 +9,6 @@
 source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
 bash scripts/make-corpus.sh build/corpus >/dev/null || fail "corpus"
 
-# outputs DB MODE: the texts of DB's MODE run in request order, joined by '|'.
-outputs() {
-  sqlite3 "$1" "select group_concat(text, '|') from (select o.text from outputs o join runs r
-    on r.id = o.run_id where r.mode='$2' order by o.request_id)"
-}
-# same_outputs DB: DB's naive and vtoken runs generated the same, non-empty, texts.
-same_outputs() {
-  local naive
-  naive=$(outputs "$1" naive)
-  [[ -n "$naive" && "$naive" == "$(outputs "$1" vtoken)" ]]
-}
-
 cat >"$TMP/g.toml" <<'TOML'
 name = "granularity_cli"
 modes = ["naive", "vtoken"]

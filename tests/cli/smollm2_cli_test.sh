@@ -16,11 +16,6 @@ answer=$("$CLI" generate --model smollm2-135m --chat --prompt "What is the capit
 echo "chat answer: $answer"
 [[ $answer == *Paris* ]] || fail "chat answer lacks Paris: '$answer' ($(cat "$TMP/gen.err"))"
 
-outputs() {
-  sqlite3 "$1" "select group_concat(text, '|') from (select o.text from outputs o join runs r
-    on r.id = o.run_id where r.mode='$2' order by o.request_id)"
-}
-
 cat >"$TMP/s.toml" <<'TOML'
 name = "smollm2_cli"
 modes = ["native", "naive", "vtoken"]
@@ -55,8 +50,7 @@ for granularity in token head; do
     fail "$granularity: no model line: $(grep model: "$TMP/$granularity.err")"
   grep -q "KV 46080 bytes/token (30 layers x 3 KV heads x 64 dims x K,V x 4 B float32)" "$TMP/$granularity.err" ||
     fail "$granularity: KV bytes: $(grep model: "$TMP/$granularity.err")"
-  naive=$(outputs "$db" naive)
-  [[ -n $naive && $naive == "$(outputs "$db" vtoken)" ]] || fail "$granularity: naive and vtoken outputs differ"
+  same_outputs "$db" || fail "$granularity: naive and vtoken outputs differ"
   moved=$(sqlite3 "$db" "select value > 0 from summary s join runs r on r.id = s.run_id
     where r.mode = 'vtoken' and s.name = 'moves'")
   [[ $moved == 1 ]] || fail "$granularity: vtoken moved no token"
@@ -66,8 +60,7 @@ grep -q "blocks held / request" "$TMP/token.out" || fail "no comparison table"
 # Prefix sharing over chat-wrapped prompts: the shared prefix includes the template's tokens.
 "$CLI" run "$TMP/s.toml" --db "$TMP/p.db" --set 'modes=["naive", "vtoken"]' \
   --set workload.prefix_sharing_degree=2 >/dev/null 2>"$TMP/p.err" || fail "prefix sharing: $(tail -3 "$TMP/p.err")"
-[[ -n $(outputs "$TMP/p.db" naive) && $(outputs "$TMP/p.db" naive) == "$(outputs "$TMP/p.db" vtoken)" ]] ||
-  fail "prefix sharing: naive and vtoken outputs differ"
+same_outputs "$TMP/p.db" || fail "prefix sharing: naive and vtoken outputs differ"
 
 "$CLI" check --model smollm2-135m --requests 3 --max-prompt 160 >"$TMP/check.out" 2>&1 || fail "check: $(tail -3 "$TMP/check.out")"
 grep -Eq "^  violations +0$" "$TMP/check.out" || fail "check: $(tail -5 "$TMP/check.out")"
