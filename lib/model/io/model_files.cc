@@ -19,6 +19,10 @@ std::vector<std::string> ModelCacheDirs() {
     dirs.emplace_back(env);
     return dirs;
   }
+  // scripts/fetch-model.sh writes into $VTOKEN_CACHE_DIR/models when that is set.
+  if (const char* cache = std::getenv("VTOKEN_CACHE_DIR"); cache != nullptr && *cache != '\0') {
+    dirs.push_back(std::string(cache) + "/models");
+  }
   dirs.emplace_back(".cache/models");
 #ifdef VTOKEN_SOURCE_DIR
   dirs.push_back(std::string(VTOKEN_SOURCE_DIR) + "/.cache/models");

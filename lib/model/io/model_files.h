@@ -5,8 +5,9 @@
 //   - a GGUF file (llama.cpp's single-file format: weights, config and tokenizer together), or
 //   - a short name from models/registry/ (e.g. "smollm2-135m") that scripts/fetch-model.sh has
 //     fetched into the cache: .cache/models/NAME/ holding one .gguf file.
-// Short names are looked up in $VTOKEN_MODELS_DIR when set, else in ./.cache/models, else in the
-// source tree's .cache/models (the build records where the source tree is).
+// Short names are looked up in $VTOKEN_MODELS_DIR when set; else in $VTOKEN_CACHE_DIR/models
+// (where scripts/fetch-model.sh puts them when that is set), ./.cache/models and the source tree's
+// .cache/models (the build records where the source tree is), in that order.
 //
 // All functions touch only the files they name; safe to call concurrently.
 #pragma once
