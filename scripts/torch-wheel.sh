@@ -13,6 +13,10 @@
 # ($ORIGIN/../../nvidia/cu13/lib) looks: no LD_LIBRARY_PATH, no GPU and no driver needed for CPU
 # work. The other CUDA libraries (cuBLAS, cuDNN, NCCL, ...) are only needed by libtorch_cuda.so,
 # which a CPU build does not load (see docs/GPU.md, "Building against a PyTorch 2.x wheel (CPU)").
+# The preset torch2 links the unpacked libtorch_cpu + libc10 directly (-DVTOKEN_TORCH_CPU_PREFIX=
+# .cache/torch/VERSION/torch), not through the printed share/cmake prefix: the CUDA wheel's
+# TorchConfig.cmake needs a CUDA toolkit (nvcc) to configure and links libtorch_cuda.so. The
+# printed prefix is for a machine with the toolkit and the wheel's CUDA dependencies.
 # Every wheel is checked against the sha256 sums committed in scripts/torch-wheels.sha256.
 # Idempotent: a wheel whose checksum matches is not downloaded again, an unpacked tree is kept.
 # Prints the CMake prefix (.../torch/share/cmake) on stdout; one line on stderr and exit 1 on
