@@ -29,8 +29,11 @@ grep -q 'device cpu, dtype bfloat16 (dry run: synthetic weights not drawn)' "$TM
 [[ $had_db -eq 1 || ! -e results/gpu.db ]] || fail "the dry run created the config's database"
 
 # What the real run refuses, the dry run refuses.
-expect_error 'dtype float16 on cpu: not supported by this libtorch' \
-  run "$config" --set model.device=cpu --set model.dtype=float16 --dry-run
+# float16 on the CPU: Debian's libtorch 1.13 cannot run it, a 2.x wheel can (preset torch2).
+if ! "$CLI" generate --prompt x --max-tokens 1 --dtype float16 >/dev/null 2>&1; then
+  expect_error 'dtype float16 on cpu: not supported by this libtorch' \
+    run "$config" --set model.device=cpu --set model.dtype=float16 --dry-run
+fi
 expect_error 'more than the .* GiB of memory available' \
   run "$config" --set model.device=cpu --set model.dtype=float32 --dry-run
 expect_error 'unknown synthetic model' \
