@@ -145,20 +145,20 @@ int64_t ResidentBytes() {
 }
 
 // The run header's line on a loaded model: the file, its format and tensor types, parameters,
-// load time, resident memory and the KV bytes one token takes in every layer and head.
-std::string ModelLoadLine(const model::ModelDescription& d, const model::LlamaModel& m,
-                          double load_s, const std::string& dtype) {
-  const model::ModelConfig& mc = m.config();
-  const int64_t dtype_bytes = static_cast<int64_t>(c10::elementSize(m.options().compute_dtype));
-  const int64_t kv_bytes =
-      mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * 2 * dtype_bytes;
+// load time, resident memory and the KV bytes one token takes in every layer and head (the
+// runner's own figure, broken down by the model's shape).
+std::string ModelLoadLine(const model::ModelDescription& d, const model::ModelConfig& mc,
+                          int64_t parameters, double load_s, int64_t resident,
+                          const std::string& dtype, int64_t kv_bytes) {
+  const int64_t dtype_bytes =
+      kv_bytes / (mc.num_hidden_layers * mc.num_key_value_heads * mc.head_dim * 2);
   char line[1024];
   std::snprintf(line, sizeof(line),
                 "model: %s (%s: %s), %.1fM parameters, loaded in %.2f s, resident %lld MiB; KV "
                 "%lld bytes/token (%lld layers x %lld KV heads x %lld dims x K,V x %lld B %s)",
                 d.path.c_str(), d.format.c_str(), d.quantization.c_str(),
-                static_cast<double>(m.NumParameters()) / 1e6, load_s,
-                static_cast<long long>(ResidentBytes() >> 20), static_cast<long long>(kv_bytes),
+                static_cast<double>(parameters) / 1e6, load_s,
+                static_cast<long long>(resident >> 20), static_cast<long long>(kv_bytes),
                 static_cast<long long>(mc.num_hidden_layers),
                 static_cast<long long>(mc.num_key_value_heads),
                 static_cast<long long>(mc.head_dim), static_cast<long long>(dtype_bytes),
@@ -184,12 +184,11 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
       model::SetCpuThreads(static_cast<int>(ModelThreads(c.model_threads))).status());
   const auto start = std::chrono::steady_clock::now();
   VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed, *options));
-  if (!IsSyntheticLlama(c.model)) {
-    const double load_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    VTOKEN_ASSIGN_OR_RETURN(const model::ModelDescription d, model::DescribeModel(c.model));
-    if (model_line != nullptr) *model_line = ModelLoadLine(d, m, load_s, c.model_dtype);
-  }
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const int64_t resident = ResidentBytes();  // the weights, before the KV tensors exist
+  const model::ModelConfig shape = m.config();
+  const int64_t parameters = m.NumParameters();
   VTOKEN_ASSIGN_OR_RETURN(
       std::unique_ptr<model::LlamaRunner> r,
       model::LlamaRunner::Create(std::move(m), {.num_slots = slots,
@@ -198,6 +197,11 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
                                                 .decode = c.cuda_graphs
                                                               ? model::DecodeMode::kCudaGraphs
                                                               : model::DecodeMode::kEager}));
+  if (model_line != nullptr && !IsSyntheticLlama(c.model)) {
+    VTOKEN_ASSIGN_OR_RETURN(const model::ModelDescription d, model::DescribeModel(c.model));
+    *model_line = ModelLoadLine(d, shape, parameters, load_s, resident, c.model_dtype,
+                                r->kv_bytes_per_token());
+  }
   return std::unique_ptr<model::ModelRunner>(std::move(r));
 }
 

@@ -69,7 +69,7 @@ TEST_F(GgufModelTest, ConfigMatchesTheHuggingFaceConfig) {
   got.rms_norm_eps = expected.rms_norm_eps;  // stored as float32 in the file
   EXPECT_EQ(got, expected);
   EXPECT_TRUE(got.tie_word_embeddings);
-  EXPECT_EQ(g->QuantizationMix(), "F32 x" + std::to_string(g->file().tensors().size()));
+  EXPECT_EQ(GgufTypeMix(g->file()), "F32 x" + std::to_string(g->file().tensors().size()));
 }
 
 TEST_F(GgufModelTest, F32TensorsReadBackExactlyInHuggingFaceLayout) {
@@ -87,7 +87,7 @@ TEST_F(GgufModelTest, F32TensorsReadBackExactlyInHuggingFaceLayout) {
 TEST_F(GgufModelTest, Q8_0TensorsReadBackWithinTheQuantizationStep) {
   StatusOr<GgufCheckpoint> g = GgufCheckpoint::Open(Write(GgmlType::kQ8_0));
   ASSERT_TRUE(g.ok()) << g.status().ToString();
-  EXPECT_NE(g->QuantizationMix().find("Q8_0 x"), std::string::npos);
+  EXPECT_NE(GgufTypeMix(g->file()).find("Q8_0 x"), std::string::npos);
   const std::string name = "model.layers.2.self_attn.k_proj.weight";
   const TensorView* view = tiny_->Find(name);
   std::vector<float> want(view->num_elements()), got(view->num_elements());

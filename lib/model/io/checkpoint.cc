@@ -14,12 +14,6 @@ namespace fs = std::filesystem;
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // Reads and validates the index; returns tensor name -> shard file name.
 StatusOr<std::map<std::string, std::string>> ReadIndex(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -45,6 +39,12 @@ StatusOr<std::map<std::string, std::string>> ReadIndex(const std::string& path) 
 }
 
 }  // namespace
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
 
 std::vector<TensorSpec> RequiredTensors(const ModelConfig& c) {
   const int64_t h = c.hidden_size;

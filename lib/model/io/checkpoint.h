@@ -26,6 +26,9 @@ struct TensorSpec {
   bool operator==(const TensorSpec&) const = default;
 };
 
+// "[2048, 192]": a shape as error messages print it.
+std::string ShapeString(const std::vector<int64_t>& shape);
+
 // Every tensor a Llama-family model with `config` reads, in load order: model.embed_tokens.weight;
 // per layer model.layers.{i}.input_layernorm.weight, self_attn.{q,k,v,o}_proj.weight (+ q/k/v
 // bias when attention_bias, + o_proj bias when attention_output_bias),

@@ -12,12 +12,6 @@
 namespace vtoken::model {
 namespace {
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 // One metadata integer in [lo, hi]; `fallback` when absent (nullopt: required).
 StatusOr<int64_t> IntKey(const GgufMetadata& m, const std::string& key, const std::string& name,
                          std::optional<int64_t> fallback, int64_t lo, int64_t hi) {
@@ -256,9 +250,9 @@ Status GgufCheckpoint::Read(std::string_view hf_name, std::span<float> out) cons
   return Status::Ok();
 }
 
-std::string GgufCheckpoint::QuantizationMix() const {
+std::string GgufTypeMix(const GgufFile& file) {
   std::map<std::string, int64_t> counts;
-  for (const GgufTensor& t : file_.tensors()) {
+  for (const GgufTensor& t : file.tensors()) {
     ++counts[GgmlTypeInfo(static_cast<uint32_t>(t.type))->name];
   }
   std::vector<std::pair<std::string, int64_t>> sorted(counts.begin(), counts.end());

@@ -41,6 +41,9 @@ StatusOr<ModelConfig> ModelConfigFromGgufMetadata(const GgufMetadata& metadata,
 // "model.layers.3.mlp.up_proj.weight" -> "blk.3.ffn_up.weight"; "" for any other name.
 std::string GgufTensorName(std::string_view hf_name);
 
+// "Q4_1 x210, F32 x61, Q8_0 x1": the tensor types of `file`, most frequent first.
+std::string GgufTypeMix(const GgufFile& file);
+
 class GgufCheckpoint {
  public:
   // Opens `path` (GgufFile::Open's errors) and checks that every tensor RequiredTensors(config)
@@ -62,8 +65,6 @@ class GgufCheckpoint {
   // a name RequiredTensors(config()) does not list.
   Status Read(std::string_view hf_name, std::span<float> out) const;
 
-  // "Q4_1 x210, F32 x61, Q8_0 x1": the tensor types of the file, most frequent first.
-  std::string QuantizationMix() const;
 
  private:
   GgufCheckpoint(GgufFile file, ModelConfig config, bool permuted_qk)

@@ -115,9 +115,10 @@ StatusOr<ModelDescription> DescribeModel(const std::string& spec) {
   ModelDescription d;
   VTOKEN_ASSIGN_OR_RETURN(d.path, ResolveModelPath(spec));
   if (IsModelFile(d.path)) {
-    VTOKEN_ASSIGN_OR_RETURN(GgufCheckpoint checkpoint, GgufCheckpoint::Open(d.path));
+    // The tensor types only: the file was validated when the model was read.
+    VTOKEN_ASSIGN_OR_RETURN(GgufFile file, GgufFile::Open(d.path));
     d.format = "gguf";
-    d.quantization = checkpoint.QuantizationMix();
+    d.quantization = GgufTypeMix(file);
     return d;
   }
   VTOKEN_ASSIGN_OR_RETURN(Checkpoint checkpoint, LoadCheckpoint(d.path));

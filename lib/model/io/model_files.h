@@ -62,7 +62,7 @@ ChatWrap ChatWrapFor(const ChatTemplate& chat_template, bool engine_adds_bos);
 struct ModelDescription {
   std::string path;          // resolved: the directory or the .gguf file
   std::string format;        // "safetensors" or "gguf"
-  std::string quantization;  // GGUF: GgufCheckpoint::QuantizationMix(); safetensors: dtypes
+  std::string quantization;  // GGUF: GgufTypeMix(); safetensors: dtypes
 };
 StatusOr<ModelDescription> DescribeModel(const std::string& spec);
 
