@@ -49,6 +49,10 @@ struct SeqState {
   int64_t shared_tokens = 0;    // Leading tokens shared with its prefix group (BOS included).
   bool awaiting_fork = false;   // Admitted; will fork its group leader's shared prefix.
   int64_t prefix_request = -1;  // The leader's request id once forked (RunnerInput's field).
+  // Request::question_tokens not yet appended to `tokens` (query-agnostic tasks); then the
+  // question's end in `tokens`.
+  bool question_pending = false;
+  int64_t question_end = 0;
   int64_t admitted = 0;         // Admission order; preemption takes the newest.
   RequestResult result;
   double blocks_sum = 0;
@@ -144,11 +148,13 @@ class Engine {
       seqs_[i].tokens.insert(seqs_[i].tokens.end(), requests[i].prompt_tokens.begin(),
                              requests[i].prompt_tokens.end());
       seqs_[i].result.id = requests[i].id;
+      seqs_[i].question_pending = !requests[i].question_tokens.empty();
       if (requests[i].prefix_group >= 0 && requests[i].shared_prefix_tokens > 0) {
         seqs_[i].shared_tokens =
             requests[i].shared_prefix_tokens + (runner.bos_token_id() ? 1 : 0);
       }
-      seqs_[i].result.prompt_tokens = static_cast<int64_t>(requests[i].prompt_tokens.size());
+      seqs_[i].result.prompt_tokens = static_cast<int64_t>(requests[i].prompt_tokens.size() +
+                                                           requests[i].question_tokens.size());
       seqs_[i].result.arrival_s = requests[i].arrival_s;
       arrival_order_.push_back(i);
     }
@@ -200,6 +206,7 @@ class Engine {
   // Blocks `s` may still need: the rest of its prompt and, with kReserve, of its output.
   int64_t Growth(const SeqState& s) const {
     int64_t tokens = static_cast<int64_t>(s.tokens.size()) - s.num_computed;
+    if (s.question_pending) tokens += static_cast<int64_t>(s.request->question_tokens.size());
     if (o_.admission == EngineOptions::Admission::kReserve) {
       tokens += s.request->max_tokens - static_cast<int64_t>(s.result.output_tokens.size());
     }
@@ -217,8 +224,12 @@ class Engine {
       reserved += need;
       waiting_.pop_front();
       s.seq = cache_.AddSequence();
-      cache_.ReserveTokens(s.seq, static_cast<int64_t>(s.tokens.size()) + s.request->max_tokens -
-                                      static_cast<int64_t>(s.result.output_tokens.size()));
+      cache_.ReserveTokens(
+          s.seq, static_cast<int64_t>(s.tokens.size()) + s.request->max_tokens -
+                     static_cast<int64_t>(s.result.output_tokens.size()) +
+                     (s.question_pending
+                          ? static_cast<int64_t>(s.request->question_tokens.size())
+                          : 0));
       s.num_computed = 0;
       s.observed = false;
       s.admitted = next_admission_++;
@@ -235,6 +246,13 @@ class Engine {
       running_.push_back(s.index);
     }
     result_.peak_running = std::max(result_.peak_running, static_cast<int32_t>(running_.size()));
+  }
+
+  // Whether the sequence's tokens in the cache end inside its query-agnostic question (the
+  // question's chunks were just computed, the first output not yet sampled).
+  bool InQuestion(const SeqState& s) const {
+    return s.question_end > 0 && s.result.output_tokens.empty() &&
+           static_cast<int64_t>(s.tokens.size()) == s.question_end;
   }
 
   // True while `leader` runs and has not yet computed past (or evicted from) the shared prefix.
@@ -487,6 +505,12 @@ class Engine {
       const size_t i = observed[k];
       const SeqState& s = seqs_[planned[i].index];
       const SeqId seq = s.seq;
+      // A query-agnostic question is observed (every live token, its chunks included) and never
+      // evicts: the next eviction comes at a decode step, when the policy's schedule says.
+      if (InQuestion(s)) {
+        status[k] = Observe(seq, /*observed=*/false, inputs[i], outputs[i]);
+        return;
+      }
       status[k] = Observe(seq, s.observed, inputs[i], outputs[i]);
       if (!status[k].ok()) return;
       StatusOr<GroupVictimLists> v = evictor_->GroupVictims(seq);
@@ -577,7 +601,13 @@ class Engine {
           result_.evictions += static_cast<int64_t>(group.size());
         }
       }
-      if (inputs[i].sample) {
+      if (inputs[i].sample && s.question_pending) {
+        // The context is in the cache and evicted: append the question instead of a token.
+        const std::vector<int32_t>& q = s.request->question_tokens;
+        s.question_pending = false;
+        s.tokens.insert(s.tokens.end(), q.begin(), q.end());
+        s.question_end = static_cast<int64_t>(s.tokens.size());
+      } else if (inputs[i].sample) {
         const int32_t token = outputs[i].next_token;
         RequestResult& r = s.result;
         if (r.output_tokens.empty()) r.first_token_s = clock_.Now();
@@ -696,9 +726,16 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
     if (r.max_tokens < 1) {
       return InvalidArgumentError("request " + std::to_string(r.id) + " has max_tokens < 1");
     }
-    if (prompt + r.max_tokens > runner.max_context()) {
+    const int64_t question = static_cast<int64_t>(r.question_tokens.size());
+    if (question > 0 && o.admission != EngineOptions::Admission::kReserve) {
+      return InvalidArgumentError(
+          "request " + std::to_string(r.id) +
+          " appends its question after eviction (query_agnostic): it needs admission reserve, "
+          "as a preempted request would be prefilled again with its question");
+    }
+    if (prompt + question + r.max_tokens > runner.max_context()) {
       return InvalidArgumentError("request " + std::to_string(r.id) + " needs " +
-                                  std::to_string(prompt + r.max_tokens) +
+                                  std::to_string(prompt + question + r.max_tokens) +
                                   " positions, the model's context is " +
                                   std::to_string(runner.max_context()));
     }
@@ -708,7 +745,14 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
                                     std::to_string(t) + " outside the vocabulary");
       }
     }
-    const int64_t tokens = o.mode == Mode::kNative ? prompt + r.max_tokens : prompt;
+    for (int32_t t : r.question_tokens) {
+      if (t < 0 || t >= runner.vocab_size()) {
+        return InvalidArgumentError("request " + std::to_string(r.id) + " has token id " +
+                                    std::to_string(t) + " outside the vocabulary");
+      }
+    }
+    const int64_t tokens =
+        o.mode == Mode::kNative ? prompt + question + r.max_tokens : prompt + question;
     const int64_t need = (CeilDiv(tokens, o.pool.block_size) + 1) * groups;
     if (need > usable) {
       return ResourceExhaustedError(

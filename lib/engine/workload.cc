@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "lib/core/memory_budget.h"
+#include "lib/engine/rng.h"
 
 namespace vtoken::engine {
 namespace {
@@ -25,79 +26,6 @@ using Json = nlohmann::json;
 // Independent random streams derived from the one seed.
 enum class Stream : uint64_t { kLengths = 1, kPrompts = 2, kArrivals = 3 };
 
-// xoshiro256** (Blackman & Vigna) seeded through SplitMix64, with hand-written transforms so a
-// seed means the same workload with every standard library.
-class Rng {
- public:
-  Rng(uint64_t seed, Stream stream) {
-    uint64_t x = seed ^ (static_cast<uint64_t>(stream) * 0xD1B54A32D192ED03ull);
-    for (uint64_t& word : s_) {
-      x += 0x9E3779B97F4A7C15ull;
-      uint64_t z = x;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      word = z ^ (z >> 31);
-    }
-  }
-
-  uint64_t Next() {
-    const uint64_t result = Rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = Rotl(s_[3], 45);
-    return result;
-  }
-
-  // Uniform in [0, 1), 53 random bits.
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
-  // Uniform in (0, 1]: safe to take the log of.
-  double UniformPositive() { return 1.0 - Uniform(); }
-
-  // Uniform integer in [lo, hi]; rejection sampling keeps it unbiased.
-  int64_t UniformInt(int64_t lo, int64_t hi) {
-    const uint64_t range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) + 1;
-    if (range == 0) return static_cast<int64_t>(Next());  // the full 64-bit range
-    const uint64_t limit = std::numeric_limits<uint64_t>::max() / range * range;
-    uint64_t x;
-    do {
-      x = Next();
-    } while (x >= limit);
-    return lo + static_cast<int64_t>(x % range);
-  }
-
-  // Standard normal (Box-Muller, one value per call).
-  double Normal() {
-    const double r = std::sqrt(-2.0 * std::log(UniformPositive()));
-    return r * std::cos(2.0 * std::numbers::pi * Uniform());
-  }
-
-  double Exponential(double mean) { return -mean * std::log(UniformPositive()); }
-
-  // Gamma(shape, scale) by Marsaglia & Tsang; shape < 1 through Gamma(shape + 1) * U^(1/shape).
-  double Gamma(double shape, double scale) {
-    if (shape < 1.0) {
-      return Gamma(shape + 1.0, scale) * std::pow(UniformPositive(), 1.0 / shape);
-    }
-    const double d = shape - 1.0 / 3.0;
-    const double c = 1.0 / std::sqrt(9.0 * d);
-    while (true) {
-      const double x = Normal();
-      double v = 1.0 + c * x;
-      if (v <= 0.0) continue;
-      v = v * v * v;
-      const double u = UniformPositive();
-      if (std::log(u) < 0.5 * x * x + d - d * v + d * std::log(v)) return d * v * scale;
-    }
-  }
-
- private:
-  static uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-};
 
 Status BadOption(const std::string& field, const std::string& value, const std::string& why) {
   return InvalidArgumentError("workload option " + field + " = " + value + ": " + why);
@@ -129,7 +57,11 @@ std::string Str(double v) {
   return out.str();
 }
 
-bool IsSynthetic(const WorkloadOptions& o) { return o.kind != "jsonl"; }
+// Lengths drawn from a distribution (sharegpt_like, longbench_like).
+bool IsSynthetic(const WorkloadOptions& o) {
+  return o.kind == "sharegpt_like" || o.kind == "longbench_like";
+}
+bool IsTask(const WorkloadOptions& o) { return o.kind == "task"; }
 
 struct Lengths {
   int64_t input = 0;
@@ -149,7 +81,7 @@ Lengths ClampToTotal(Lengths l, int64_t max_total) {
 }
 
 std::vector<Lengths> SampleLengths(const WorkloadOptions& o) {
-  Rng rng(o.seed, Stream::kLengths);
+  Rng rng(o.seed, static_cast<uint64_t>(Stream::kLengths));
   const double sigma = o.length_sigma;
   // Lognormal mean is exp(mu + sigma^2 / 2); solve for mu so the documented mean holds.
   const double mu_in = std::log(o.input_mean) - 0.5 * sigma * sigma;
@@ -172,7 +104,7 @@ std::vector<Lengths> SampleLengths(const WorkloadOptions& o) {
 }
 
 void AssignArrivals(const WorkloadOptions& o, std::vector<Request>& requests) {
-  Rng rng(o.seed, Stream::kArrivals);
+  Rng rng(o.seed, static_cast<uint64_t>(Stream::kArrivals));
   const double mean_gap = 1.0 / o.rate;
   const double shape = 1.0 / (o.gamma_cv * o.gamma_cv);
   double t = 0.0;
@@ -270,7 +202,7 @@ class CorpusText : public PromptSource {
 // Fills prompt_tokens (and prefix groups) of the synthetic kinds.
 Status DrawPrompts(const WorkloadOptions& o, const std::vector<Lengths>& lengths,
                    PromptSource& source, std::vector<Request>& requests) {
-  Rng rng(o.seed, Stream::kPrompts);
+  Rng rng(o.seed, static_cast<uint64_t>(Stream::kPrompts));
   const auto degree = static_cast<size_t>(o.prefix_sharing_degree);
   // Draws for a suffix whose first token must differ from the other members' (a corpus start
   // line may repeat); random ids need one redraw in vocab_size / degree cases on average.
@@ -450,16 +382,66 @@ StatusOr<std::vector<Request>> ReadJsonl(const WorkloadOptions& o,
   return requests;
 }
 
+TaskOptions TaskOptionsOf(const WorkloadOptions& o) {
+  return {.task = o.task,
+          .context_tokens = o.context_tokens,
+          .filler = o.filler,
+          .corpus_path = o.corpus_path};
+}
+
+// kind task: instance i at depths[i % size]; with chat the template wraps context and question
+// (query-agnostic: the question and the template's end become question_tokens).
+StatusOr<std::vector<Request>> TaskRequests(const WorkloadOptions& o,
+                                            const model::Tokenizer& tokenizer) {
+  const std::vector<int32_t> before =
+      o.chat ? tokenizer.Encode(o.chat_prefix) : std::vector<int32_t>{};
+  const std::vector<int32_t> after =
+      o.chat ? tokenizer.Encode(o.chat_suffix) : std::vector<int32_t>{};
+  std::vector<Request> requests;
+  for (int64_t i = 0; i < o.num_requests; ++i) {
+    const double depth = o.depths[static_cast<size_t>(i) % o.depths.size()];
+    VTOKEN_ASSIGN_OR_RETURN(TaskInstance t,
+                            MakeTaskInstance(TaskOptionsOf(o), tokenizer, o.seed, i, depth));
+    Request r;
+    r.id = i;
+    r.max_tokens = t.max_tokens;
+    r.prompt_tokens = before;
+    r.prompt_tokens.insert(r.prompt_tokens.end(), t.context_ids.begin(), t.context_ids.end());
+    std::vector<int32_t>& question =
+        o.protocol == TaskProtocol::kQueryAgnostic ? r.question_tokens : r.prompt_tokens;
+    question.insert(question.end(), t.question_ids.begin(), t.question_ids.end());
+    question.insert(question.end(), after.begin(), after.end());
+    r.prompt = (o.chat ? o.chat_prefix : "") + t.context + t.question + (o.chat ? o.chat_suffix : "");
+    const int64_t total = static_cast<int64_t>(r.prompt_tokens.size() + r.question_tokens.size()) +
+                          r.max_tokens;
+    if (o.max_total_tokens > 0 && total > o.max_total_tokens) {
+      return BadOption("context_tokens", std::to_string(o.context_tokens),
+                       "request " + std::to_string(i) + " needs " + std::to_string(total) +
+                           " tokens with the chat template and its answer, more than "
+                           "max_total_tokens = " + std::to_string(o.max_total_tokens));
+    }
+    r.task = Request::Task{.name = t.task,
+                           .context_tokens = o.context_tokens,
+                           .depth = t.depth,
+                           .needle_depth = t.needle_depth,
+                           .expected = t.expected,
+                           .scoring = t.scoring};
+    requests.push_back(std::move(r));
+  }
+  AssignArrivals(o, requests);
+  return requests;
+}
+
 }  // namespace
 
 Status ValidateWorkloadOptions(const WorkloadOptions& o) {
-  if (o.kind != "sharegpt_like" && o.kind != "longbench_like" && o.kind != "jsonl") {
-    return BadOption("kind", o.kind, "expected sharegpt_like, longbench_like or jsonl");
+  if (!IsSynthetic(o) && !IsTask(o) && o.kind != "jsonl") {
+    return BadOption("kind", o.kind, "expected sharegpt_like, longbench_like, jsonl or task");
   }
   if (o.truncate != "end" && o.truncate != "middle") {
     return BadOption("truncate", o.truncate, "expected end or middle");
   }
-  const int64_t min_requests = IsSynthetic(o) ? 1 : 0;
+  const int64_t min_requests = o.kind == "jsonl" ? 0 : 1;
   if (o.num_requests < min_requests) {
     return BadOption("num_requests", std::to_string(o.num_requests),
                      "must be >= " + std::to_string(min_requests));
@@ -524,16 +506,31 @@ Status ValidateWorkloadOptions(const WorkloadOptions& o) {
   if (d != 1 && d != 2 && d != 4 && d != 8) {
     return BadOption("prefix_sharing_degree", std::to_string(d), "must be 1, 2, 4 or 8");
   }
-  if (IsSynthetic(o) && !o.jsonl_path.empty()) {
+  if (o.kind != "jsonl" && !o.jsonl_path.empty()) {
     return BadOption("jsonl", o.jsonl_path, "is read only by kind jsonl (kind is " + o.kind + ")");
   }
-  if (IsSynthetic(o) && o.truncate != WorkloadOptions{}.truncate) {
+  if (o.kind != "jsonl" && o.truncate != WorkloadOptions{}.truncate) {
     return BadOption("truncate", o.truncate, "is read only by kind jsonl (kind is " + o.kind + ")");
   }
   if (!(o.shared_prefix_fraction >= 0 && o.shared_prefix_fraction < 1)) {
     return BadOption("shared_prefix_fraction", Str(o.shared_prefix_fraction), "must be in [0, 1)");
   }
-  if (!IsSynthetic(o)) {
+  if (!IsTask(o) && o.protocol != TaskProtocol::kQuestionAware) {
+    return BadOption("protocol", TaskProtocolName(o.protocol),
+                     "is read only by kind task (kind is " + o.kind + ")");
+  }
+  if (IsTask(o)) {
+    VTOKEN_RETURN_IF_ERROR(ValidateTaskOptions(TaskOptionsOf(o)));
+    if (o.depths.empty()) return BadOption("depths", "[]", "needs at least one depth");
+    for (double d : o.depths) {
+      if (!(d >= 0.0 && d <= 1.0)) return BadOption("depths", Str(d), "must be in [0, 1]");
+    }
+    if (o.prefix_sharing_degree != 1) {
+      return BadOption("prefix_sharing_degree", std::to_string(o.prefix_sharing_degree),
+                       "must be 1 for kind task");
+    }
+  }
+  if (o.kind == "jsonl") {
     if (o.jsonl_path.empty()) return BadOption("jsonl_path", "\"\"", "required by kind jsonl");
     if (o.prefix_sharing_degree != 1) {
       return BadOption("prefix_sharing_degree", std::to_string(o.prefix_sharing_degree),
@@ -560,7 +557,10 @@ int64_t WorkloadBytes(const WorkloadOptions& o) {
     // A prompt has at most one token per byte; every line could be a request.
     return SaturatingMul(bytes, 16);
   }
-  if (o.kind == "longbench_like") {
+  if (IsTask(o)) {
+    input = o.context_tokens + 64;  // the chat template around it
+    output = 128;
+  } else if (o.kind == "longbench_like") {
     input = o.input_max;
     output = o.output_max;
   } else {
@@ -581,7 +581,19 @@ StatusOr<std::vector<Request>> GenerateWorkload(const WorkloadOptions& options,
                                                 int64_t vocab_size) {
   VTOKEN_RETURN_IF_ERROR(ValidateWorkloadOptions(options));
   std::vector<Request> requests;
-  if (!IsSynthetic(options)) {
+  if (IsTask(options)) {
+    if (tokenizer == nullptr) {
+      return InvalidArgumentError(
+          "workload: kind task needs a model with a tokenizer (not a synthetic model): lengths "
+          "are counted in its tokens");
+    }
+    if (options.chat && options.chat_prefix.empty() && options.chat_suffix.empty()) {
+      return InvalidArgumentError(
+          "workload.chat: no chat template was rendered around the prompts");
+    }
+    return TaskRequests(options, *tokenizer);
+  }
+  if (options.kind == "jsonl") {
     if (tokenizer == nullptr) {
       return InvalidArgumentError("workload " + options.jsonl_path +
                                   ": kind jsonl needs a tokenizer (not a synthetic model)");

@@ -10,6 +10,8 @@
 //   longbench_like  long-context requests: input uniform in [input_min, input_max], output
 //                   uniform in [output_min, output_max].
 //   jsonl           requests read from a file (format at GenerateWorkload).
+//   task            long-context tasks with a right answer (tasks.h): passkey, needle in a
+//                   haystack, variable tracking, common / frequent words.
 // For the synthetic kinds, prompts are random token ids when there is no tokenizer (synthetic
 // models) and text drawn from a corpus otherwise.
 //
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "lib/core/status.h"
+#include "lib/engine/tasks.h"
 #include "lib/model/io/tokenizer.h"
 
 namespace vtoken::engine {
@@ -42,10 +45,23 @@ struct Request {
   // jsonl: the prompt's length in tokens before it was cut to fit max_total_tokens; 0 when it
   // was not cut.
   int64_t truncated_from = 0;
+  // Query-agnostic tasks: tokens the engine appends once the prompt is prefilled and evicted,
+  // and prefills without eviction before the first output (the question and the chat template's
+  // end). Empty otherwise.
+  std::vector<int32_t> question_tokens;
+  // Task requests: what the output is scored against (ScoreTaskOutput).
+  struct Task {
+    std::string name;
+    int64_t context_tokens = 0;  // tokens of context and question, as asked
+    std::optional<double> depth, needle_depth;  // asked and reached (TaskInstance)
+    std::vector<std::string> expected;
+    TaskScoring scoring = TaskScoring::kAll;
+  };
+  std::optional<Task> task;
 };
 
 struct WorkloadOptions {
-  // "sharegpt_like" | "longbench_like" | "jsonl".
+  // "sharegpt_like" | "longbench_like" | "jsonl" | "task".
   std::string kind = "sharegpt_like";
   // Requests to generate; for jsonl the most to read from the file (0 = all of it).
   int64_t num_requests = 64;
@@ -99,8 +115,21 @@ struct WorkloadOptions {
   // jsonl: how a prompt longer than max_total_tokens allows is cut: "end" keeps its beginning,
   // "middle" keeps its first and last halves (LongBench's truncation).
   std::string truncate = "end";
-  // Synthetic kinds with a tokenizer: plain text file that prompts are drawn from.
+  // Synthetic kinds with a tokenizer: plain text file that prompts are drawn from (and the niah
+  // tasks' haystack with filler "corpus").
   std::string corpus_path;
+
+  // task: which task (TaskNames()), its length in the model's tokens (the text of context and
+  // question, without the chat template), the needle depths (request i is at
+  // depths[i % size], each in [0, 1]; ignored by the list tasks), the niah haystack's filler
+  // ("repeat" or "corpus") and when the question enters the cache. Each request's max_tokens is
+  // the task's (TaskInstance::max_tokens); a request longer than max_total_tokens (> 0) is an
+  // error, never cut.
+  std::string task = "passkey";
+  int64_t context_tokens = 2048;
+  std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
+  std::string filler = "repeat";
+  TaskProtocol protocol = TaskProtocol::kQuestionAware;
 
   // Wrap every prompt as a user turn of the model's chat template (config key workload.chat),
   // so an instruct model answers instead of continuing the text. The caller renders the template
