@@ -34,6 +34,7 @@ struct Row {
   const char* format;
   bool ratio;  // Show the ratio against the first run.
   Derive derive = Derive::kValue;
+  bool only_if_measured = false;  // Left out when no run has the figure (e.g. task accuracy).
 };
 
 // The figures of docs/METRICS.md, in reading order.
@@ -53,6 +54,8 @@ constexpr Row kRows[] = {
     {"TTFT p95 (s)", "ttft_p95", "%.3f", true},
     {"TPOT p95 (s)", "tpot_p95", "%.4f", true},
     {"E2E p95 (s)", "e2e_p95", "%.2f", true},
+    {"task accuracy", "task_accuracy", "%.3f", false, Derive::kValue, true},
+    {"task accuracy 95% CI (+-)", "task_accuracy_ci95", "%.3f", false, Derive::kValue, true},
     {"ROUGE-L vs native", "rouge_l_vs_native", "%.4f", false},
     {"ROUGE-L vtoken vs naive", "rouge_l_vs_naive", "%.4f", false},
     {"ROUGE-L vs reference", "rouge_l_vs_reference", "%.4f", false},
@@ -198,6 +201,11 @@ Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& r
     add_row(key, [&](size_t i) { return ConfigValue(configs[i], key); });
   }
   for (const Row& row : kRows) {
+    if (row.only_if_measured &&
+        std::all_of(summaries.begin(), summaries.end(),
+                    [&](const engine::RunSummary& s) { return std::isnan(Value(s, row)); })) {
+      continue;
+    }
     const double base = Value(summaries[0], row);
     add_row(row.label, [&](size_t i) {
       return Cell(Value(summaries[i], row), row.format, base, row.ratio && i > 0);

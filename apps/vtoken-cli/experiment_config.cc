@@ -71,6 +71,23 @@ class Section {
     }
     return Status::Ok();
   }
+  Status DoubleArray(const char* key, std::vector<double>& out) {
+    const toml::node* n = Node(key);
+    if (n == nullptr) return Status::Ok();
+    const toml::array* a = n->as_array();
+    if (a == nullptr) return Error(key, "must be an array of numbers");
+    out.clear();
+    for (const toml::node& e : *a) {
+      if (auto d = e.value_exact<double>()) {
+        out.push_back(*d);
+      } else if (auto i = e.value_exact<int64_t>()) {
+        out.push_back(static_cast<double>(*i));
+      } else {
+        return Error(key, "must be an array of numbers");
+      }
+    }
+    return Status::Ok();
+  }
   // The raw node of `key` (nullptr when absent), marked as used.
   const toml::node* Raw(const char* key) { return Node(key); }
   // A sub-table, or nullptr when absent. Error when present but not a table.
@@ -475,6 +492,17 @@ Status Parse(const toml::table& root, ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(work.String("truncate", w.truncate));
   VTOKEN_RETURN_IF_ERROR(work.String("corpus", w.corpus_path));
   VTOKEN_RETURN_IF_ERROR(work.Bool("chat", w.chat));
+  VTOKEN_RETURN_IF_ERROR(work.String("task", w.task));
+  VTOKEN_RETURN_IF_ERROR(work.Int("context_tokens", w.context_tokens));
+  VTOKEN_RETURN_IF_ERROR(work.DoubleArray("depths", w.depths));
+  VTOKEN_RETURN_IF_ERROR(work.String("filler", w.filler));
+  std::string protocol = engine::TaskProtocolName(w.protocol);
+  VTOKEN_RETURN_IF_ERROR(work.String("protocol", protocol));
+  if (StatusOr<engine::TaskProtocol> p = engine::ParseTaskProtocol(protocol); p.ok()) {
+    w.protocol = *p;
+  } else {
+    return work.Error("protocol", "must be \"question_aware\" or \"query_agnostic\"");
+  }
   VTOKEN_RETURN_IF_ERROR(work.Finish());
 
   engine::EngineOptions& e = c.engine;
@@ -737,6 +765,16 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
     resolved["workload"].as_table()->insert("truncate", w.truncate);
   }
   if (w.chat) resolved["workload"].as_table()->insert("chat", true);
+  if (w.kind == "task") {  // Task keys exist for kind task only (older runs' hashes stay).
+    toml::table& work = *resolved["workload"].as_table();
+    work.insert("task", w.task);
+    work.insert("context_tokens", w.context_tokens);
+    toml::array depths;
+    for (double d : w.depths) depths.push_back(d);
+    work.insert("depths", depths);
+    work.insert("filler", w.filler);
+    work.insert("protocol", engine::TaskProtocolName(w.protocol));
+  }
   // Per-layer / per-head KV groups (token granularity records nothing, as before they existed).
   if (c.granularity != Granularity::kToken) {
     resolved.insert("cache", toml::table{{"granularity", GranularityName(c.granularity)}});

@@ -18,6 +18,8 @@
 #include "lib/core/policy_registry.h"
 #include "lib/engine/result_store.h"
 #include "lib/engine/rouge.h"
+#include "lib/engine/stats.h"
+#include "lib/engine/tasks.h"
 #include "lib/engine/run_summary.h"
 #include "lib/engine/workload.h"
 #include "lib/model/blas_info.h"
@@ -275,7 +277,8 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     VTOKEN_ASSIGN_OR_RETURN(model::ChatTemplate t, model::LoadModelChatTemplate(c.model));
     chat = std::move(t);
   }
-  if (c.workload.kind != "jsonl" && tokenizer && c.workload.corpus_path.empty()) {
+  if ((c.workload.kind == "sharegpt_like" || c.workload.kind == "longbench_like") && tokenizer &&
+      c.workload.corpus_path.empty()) {
     return InvalidArgumentError(c.file + ": workload.corpus is required for a real model");
   }
   // What the run allocates and what the policy asks of the context, before anything is loaded.
@@ -547,6 +550,18 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       if (requests[i].reference) rouge_ref.push_back(engine::RougeLF1(texts[i], *requests[i].reference));
     }
     std::map<std::string, double> summary = engine::SummarizeRun(*result, rouge_native, rouge_ref);
+    // Task requests: RULER's score of each output against its expected strings.
+    std::vector<double> scores;
+    for (size_t i = 0; i < requests.size() && sim_runner == nullptr; ++i) {
+      if (!requests[i].task) continue;
+      scores.push_back(engine::ScoreTaskOutput(requests[i].task->scoring,
+                                               requests[i].task->expected, texts[i]));
+    }
+    if (!scores.empty()) {
+      const engine::MeanCi acc = engine::MeanCi95(scores);
+      summary["task_accuracy"] = acc.mean;
+      summary["task_accuracy_ci95"] = acc.half_width;
+    }
     if (!rouge_naive.empty()) {
       double sum = 0;
       for (double x : rouge_naive) sum += x;

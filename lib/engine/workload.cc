@@ -270,7 +270,7 @@ StatusOr<Request> ParseRequestObject(const Json& obj, const std::string& where,
       max_tokens =
           std::max<int64_t>(1, static_cast<int64_t>(tokenizer.Encode(*r.reference).size()));
     }
-  } else if (obj.contains("context") || obj.contains("input")) {  // LongBench
+  } else if (!obj.contains("prompt") && (obj.contains("context") || obj.contains("input"))) {
     for (const char* key : {"context", "input"}) {
       if (!obj.contains(key) || !obj[key].is_string()) {
         return DataLossError(where + "a LongBench line needs string \"context\" and \"input\"");

@@ -102,12 +102,14 @@ struct WorkloadOptions {
 
   // jsonl: the file to read. One JSON object per line in any of three formats, or one JSON array
   // of such objects (ShareGPT's released .json files):
-  //   {"prompt", "max_tokens"?, "reference"?}           the simple format;
+  //   {"prompt", "max_tokens"?, "reference"?}           the simple format (any line with a
+  //                                                      "prompt", e.g. `vtoken-cli tasks`'s);
   //   {"conversations": [{"from", "value"}, ...]}        ShareGPT: the first human turn is the
   //                                                      prompt, the gpt turn after it the reference;
-  //   {"context", "input", "answers"?, "dataset"?, ...}  LongBench: the prompt is prompt_template
-  //                                                      with {context} and {input} filled in,
-  //                                                      the reference answers[0].
+  //   {"context", "input", "answers"?, "dataset"?, ...}  LongBench (no "prompt"): the prompt is
+  //                                                      prompt_template with {context} and
+  //                                                      {input} filled in, the reference
+  //                                                      answers[0].
   std::string jsonl_path;
   int64_t jsonl_default_max_tokens = 256;  // jsonl: max_tokens when a line does not give one
   // LongBench lines: the prompt, with {context} and {input} replaced (each at most once).

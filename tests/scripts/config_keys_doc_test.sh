@@ -15,7 +15,7 @@ sweeps = open(f"{src_dir}/docs/SWEEPS.md").read()
 # Section VAR(table, "NAME", file): VAR.Bool("key", ...) reads NAME.key.
 sections = dict(re.findall(r'Section (\w+)\([^,]+, "([\w.]*)"', src))
 read = set()
-for var, key in re.findall(r'\b(\w+)\.(?:Bool|Int|Int32|Uint|Double|String|StringArray|Raw)\("(\w+)"', src):
+for var, key in re.findall(r'\b(\w+)\.(?:Bool|Int|Int32|Uint|Double|DoubleArray|String|StringArray|Raw)\("(\w+)"', src):
     if var in sections:
         read.add(f"{sections[var]}.{key}" if sections[var] else key)
 assert len(sections) >= 10 and len(read) >= 60, (sections, sorted(read))
