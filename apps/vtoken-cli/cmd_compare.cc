@@ -56,6 +56,8 @@ constexpr Row kRows[] = {
     {"E2E p95 (s)", "e2e_p95", "%.2f", true},
     {"task accuracy", "task_accuracy", "%.3f", false, Derive::kValue, true},
     {"task accuracy 95% CI (+-)", "task_accuracy_ci95", "%.3f", false, Derive::kValue, true},
+    {"perplexity", "perplexity", "%.3f", true, Derive::kValue, true},
+    {"NLL / token (nats)", "nll_mean", "%.4f", false, Derive::kValue, true},
     {"ROUGE-L vs native", "rouge_l_vs_native", "%.4f", false},
     {"ROUGE-L vtoken vs naive", "rouge_l_vs_naive", "%.4f", false},
     {"ROUGE-L vs reference", "rouge_l_vs_reference", "%.4f", false},

@@ -53,6 +53,7 @@ constexpr Figure kSpeed[] = {
     {"TPOT p95 (s)", "tpot_p95", "%.4f"},
     {"E2E p95 (s)", "e2e_p95", "%.2f"},
     {"accuracy", "task_accuracy", "%.3f"},
+    {"perplexity", "perplexity", "%.3f"},
     {"ROUGE-L vs native", "rouge_l_vs_native", "%.4f"},
     {"ROUGE-L vs naive", "rouge_l_vs_naive", "%.4f"},
     {"ROUGE-L vs reference", "rouge_l_vs_reference", "%.4f"},

@@ -775,6 +775,9 @@ toml::table ResolvedTable(const ExperimentConfig& c, Mode mode) {
     work.insert("filler", w.filler);
     work.insert("protocol", engine::TaskProtocolName(w.protocol));
   }
+  if (w.kind == "perplexity") {
+    resolved["workload"].as_table()->insert("context_tokens", w.context_tokens);
+  }
   // Per-layer / per-head KV groups (token granularity records nothing, as before they existed).
   if (c.granularity != Granularity::kToken) {
     resolved.insert("cache", toml::table{{"granularity", GranularityName(c.granularity)}});

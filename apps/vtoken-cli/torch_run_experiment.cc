@@ -281,6 +281,14 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       c.workload.corpus_path.empty()) {
     return InvalidArgumentError(c.file + ": workload.corpus is required for a real model");
   }
+  const bool evicts_any =
+      std::any_of(c.modes.begin(), c.modes.end(), [](Mode m) { return m != Mode::kNative; });
+  if (c.workload.kind == "perplexity" && evicts_any && !c.engine.indirection_only &&
+      c.engine.evictor.budget_tokens == 0) {
+    return InvalidArgumentError(
+        c.file + ": workload.kind \"perplexity\" evicts from a 1-token prompt: give the cache "
+        "size as policy.budget_tokens (with keep_ratio = 0), not keep_ratio");
+  }
   // What the run allocates and what the policy asks of the context, before anything is loaded.
   StatusOr<model::ModelConfig> shape = PeekModelConfig(c.model);
   {
@@ -556,6 +564,19 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       if (!requests[i].task) continue;
       scores.push_back(engine::ScoreTaskOutput(requests[i].task->scoring,
                                                requests[i].task->expected, texts[i]));
+    }
+    // Teacher-forced requests: perplexity over every scored token of the run.
+    double logprob_sum = 0;
+    int64_t scored = 0;
+    for (const engine::RequestResult& q : result->requests) {
+      for (double lp : q.token_logprobs) {
+        logprob_sum += lp;
+        ++scored;
+      }
+    }
+    if (scored > 0 && sim_runner == nullptr) {
+      summary["nll_mean"] = -logprob_sum / static_cast<double>(scored);
+      summary["perplexity"] = std::exp(summary["nll_mean"]);
     }
     if (!scores.empty()) {
       const engine::MeanCi acc = engine::MeanCi95(scores);

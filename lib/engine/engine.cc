@@ -564,6 +564,10 @@ class Engine {
       in.context_positions = std::move(context.positions);
       in.context_offsets = std::move(context.offsets);
       in.sample = s.num_computed + p.n == static_cast<int64_t>(s.tokens.size());
+      const std::vector<int32_t>& forced = s.request->forced_tokens;
+      if (in.sample && !s.question_pending && s.result.output_tokens.size() < forced.size()) {
+        in.score_token = forced[s.result.output_tokens.size()];
+      }
       in.sampling = o_.sampling;
       in.sampling.seed = o_.sampling.seed ^ (static_cast<uint64_t>(s.request->id) * 0x9e3779b9);
       in.obs_window = o_.obs_window;
@@ -608,15 +612,17 @@ class Engine {
         s.tokens.insert(s.tokens.end(), q.begin(), q.end());
         s.question_end = static_cast<int64_t>(s.tokens.size());
       } else if (inputs[i].sample) {
-        const int32_t token = outputs[i].next_token;
         RequestResult& r = s.result;
+        const bool forced = inputs[i].score_token >= 0;
+        const int32_t token = forced ? inputs[i].score_token : outputs[i].next_token;
+        if (forced) r.token_logprobs.push_back(outputs[i].score_logprob);
         if (r.output_tokens.empty()) r.first_token_s = clock_.Now();
         r.output_tokens.push_back(token);
         s.tokens.push_back(token);
         const auto& eos = runner_.eos_token_ids();
         const bool is_eos = std::find(eos.begin(), eos.end(), token) != eos.end();
         if (static_cast<int64_t>(r.output_tokens.size()) >= s.request->max_tokens ||
-            (o_.stop_at_eos && is_eos)) {
+            (o_.stop_at_eos && is_eos && !forced)) {
           done.push_back(planned[i].index);
         }
       }
@@ -742,6 +748,18 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
     for (int32_t t : r.prompt_tokens) {
       if (t < 0 || t >= runner.vocab_size()) {
         return InvalidArgumentError("request " + std::to_string(r.id) + " has token id " +
+                                    std::to_string(t) + " outside the vocabulary");
+      }
+    }
+    if (!r.forced_tokens.empty() &&
+        static_cast<int64_t>(r.forced_tokens.size()) != r.max_tokens) {
+      return InvalidArgumentError("request " + std::to_string(r.id) + " forces " +
+                                  std::to_string(r.forced_tokens.size()) +
+                                  " tokens but has max_tokens " + std::to_string(r.max_tokens));
+    }
+    for (int32_t t : r.forced_tokens) {
+      if (t < 0 || t >= runner.vocab_size()) {
+        return InvalidArgumentError("request " + std::to_string(r.id) + " forces token id " +
                                     std::to_string(t) + " outside the vocabulary");
       }
     }

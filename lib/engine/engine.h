@@ -104,6 +104,8 @@ struct RequestResult {
   int32_t blocks_final = 0;  // Blocks held when it finished.
   int64_t live_final = 0;    // Live tokens when it finished.
   int64_t ideal_blocks_final = 0;
+  // Teacher-forced requests: log p of each forced token, in order (natural log).
+  std::vector<double> token_logprobs;
 };
 
 struct EngineResult {

@@ -62,6 +62,7 @@ bool IsSynthetic(const WorkloadOptions& o) {
   return o.kind == "sharegpt_like" || o.kind == "longbench_like";
 }
 bool IsTask(const WorkloadOptions& o) { return o.kind == "task"; }
+bool IsPerplexity(const WorkloadOptions& o) { return o.kind == "perplexity"; }
 
 struct Lengths {
   int64_t input = 0;
@@ -432,11 +433,52 @@ StatusOr<std::vector<Request>> TaskRequests(const WorkloadOptions& o,
   return requests;
 }
 
+// kind perplexity: a segment of context_tokens corpus tokens per request, from a random line;
+// the first token is the prompt, the others are forced.
+StatusOr<std::vector<Request>> PerplexityRequests(const WorkloadOptions& o,
+                                                  const model::Tokenizer& tokenizer) {
+  if (o.corpus_path.empty()) {
+    return BadOption("corpus", "\"\"", "required by kind perplexity (the text scored)");
+  }
+  if (o.max_total_tokens > 0 && o.context_tokens > o.max_total_tokens) {
+    return BadOption("context_tokens", std::to_string(o.context_tokens),
+                     "more than max_total_tokens = " + std::to_string(o.max_total_tokens));
+  }
+  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<PromptSource> source,
+                          CorpusText::Load(o.corpus_path, tokenizer));
+  Rng rng(o.seed, static_cast<uint64_t>(Stream::kPrompts));
+  std::vector<Request> requests(static_cast<size_t>(o.num_requests));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    r.id = static_cast<int64_t>(i);
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<int32_t> ids, source->Draw(rng, o.context_tokens));
+    r.prompt_tokens.assign(ids.begin(), ids.begin() + 1);
+    r.forced_tokens.assign(ids.begin() + 1, ids.end());
+    r.max_tokens = static_cast<int64_t>(r.forced_tokens.size());
+    r.prompt = tokenizer.Decode(r.prompt_tokens);
+  }
+  AssignArrivals(o, requests);
+  return requests;
+}
+
 }  // namespace
 
 Status ValidateWorkloadOptions(const WorkloadOptions& o) {
-  if (!IsSynthetic(o) && !IsTask(o) && o.kind != "jsonl") {
-    return BadOption("kind", o.kind, "expected sharegpt_like, longbench_like, jsonl or task");
+  if (!IsSynthetic(o) && !IsTask(o) && !IsPerplexity(o) && o.kind != "jsonl") {
+    return BadOption("kind", o.kind,
+                     "expected sharegpt_like, longbench_like, jsonl, task or perplexity");
+  }
+  if (IsPerplexity(o)) {
+    if (o.context_tokens < 2 || o.context_tokens > kMaxRequestTokens) {
+      return BadOption("context_tokens", std::to_string(o.context_tokens),
+                       "must be in [2, " + std::to_string(kMaxRequestTokens) + "] for kind "
+                       "perplexity (one prompt token, the rest scored)");
+    }
+    if (o.chat) return BadOption("chat", "true", "does not apply to kind perplexity");
+    if (o.prefix_sharing_degree != 1) {
+      return BadOption("prefix_sharing_degree", std::to_string(o.prefix_sharing_degree),
+                       "must be 1 for kind perplexity");
+    }
   }
   if (o.truncate != "end" && o.truncate != "middle") {
     return BadOption("truncate", o.truncate, "expected end or middle");
@@ -560,6 +602,9 @@ int64_t WorkloadBytes(const WorkloadOptions& o) {
   if (IsTask(o)) {
     input = o.context_tokens + 64;  // the chat template around it
     output = 128;
+  } else if (IsPerplexity(o)) {
+    input = 1;
+    output = o.context_tokens;
   } else if (o.kind == "longbench_like") {
     input = o.input_max;
     output = o.output_max;
@@ -592,6 +637,13 @@ StatusOr<std::vector<Request>> GenerateWorkload(const WorkloadOptions& options,
           "workload.chat: no chat template was rendered around the prompts");
     }
     return TaskRequests(options, *tokenizer);
+  }
+  if (IsPerplexity(options)) {
+    if (tokenizer == nullptr) {
+      return InvalidArgumentError(
+          "workload: kind perplexity needs a model with a tokenizer (not a synthetic model)");
+    }
+    return PerplexityRequests(options, *tokenizer);
   }
   if (options.kind == "jsonl") {
     if (tokenizer == nullptr) {

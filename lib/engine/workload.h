@@ -12,6 +12,9 @@
 //   jsonl           requests read from a file (format at GenerateWorkload).
 //   task            long-context tasks with a right answer (tasks.h): passkey, needle in a
 //                   haystack, variable tracking, common / frequent words.
+//   perplexity      segments of context_tokens tokens of the corpus, from a random line each:
+//                   the first token is the prompt, the rest is teacher-forced token by token
+//                   (Request::forced_tokens), as the StreamingLLM paper's long-text evaluation.
 // For the synthetic kinds, prompts are random token ids when there is no tokenizer (synthetic
 // models) and text drawn from a corpus otherwise.
 //
@@ -49,6 +52,10 @@ struct Request {
   // and prefills without eviction before the first output (the question and the chat template's
   // end). Empty otherwise.
   std::vector<int32_t> question_tokens;
+  // Teacher forcing (kind perplexity): the output is these tokens, not sampled ones; the engine
+  // records each one's log-probability (RequestResult::token_logprobs). max_tokens equals their
+  // count, and EOS does not stop them.
+  std::vector<int32_t> forced_tokens;
   // Task requests: what the output is scored against (ScoreTaskOutput).
   struct Task {
     std::string name;
@@ -61,7 +68,7 @@ struct Request {
 };
 
 struct WorkloadOptions {
-  // "sharegpt_like" | "longbench_like" | "jsonl" | "task".
+  // "sharegpt_like" | "longbench_like" | "jsonl" | "task" | "perplexity".
   std::string kind = "sharegpt_like";
   // Requests to generate; for jsonl the most to read from the file (0 = all of it).
   int64_t num_requests = 64;

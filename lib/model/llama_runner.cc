@@ -188,6 +188,8 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
     // argmax for greedy sampling, else the draw with the uniform from the request's stream.
     if (!in.sample) {
       view.logits = LogitsOut::kNone;
+    } else if (in.score_token >= 0) {
+      view.logits = LogitsOut::kFull;  // the row, for the forced token's log-probability
     } else if (IsGreedy(in.sampling.temperature)) {
       view.logits = LogitsOut::kArgMax;
     } else {
@@ -215,7 +217,18 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
     RunnerOutput& r = results[i];
     r.attn = std::move(outs[i].attn);
     r.key_norm = std::move(outs[i].key_norm);
-    if (inputs[i].sample) r.next_token = outs[i].token;
+    if (inputs[i].sample && inputs[i].score_token >= 0) {
+      const int32_t t = inputs[i].score_token;
+      const torch::Tensor row = outs[i].last_logits.to(torch::kCPU, torch::kDouble);
+      if (t >= row.size(0)) {
+        return InvalidArgumentError("score_token " + std::to_string(t) + " outside the " +
+                                    std::to_string(row.size(0)) + "-token vocabulary");
+      }
+      r.score_logprob = torch::log_softmax(row, 0)[t].item<double>();
+      r.next_token = t;
+    } else if (inputs[i].sample) {
+      r.next_token = outs[i].token;
+    }
   }
   return results;
 }

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <span>
 #include <utility>
@@ -51,6 +52,10 @@ struct RunnerInput {
   std::vector<int64_t> context_positions;  // Their logical ids (= RoPE positions).
   std::vector<int64_t> context_offsets;    // Per-group ranges of the two above; empty: G == 1.
   bool sample = true;                    // Sample a next token from the last position.
+  // Teacher forcing (perplexity): with `sample`, a token id >= 0 whose log-probability under the
+  // last position's distribution (log softmax of the logits, temperature 1) the runner returns
+  // in RunnerOutput::score_logprob. -1: none.
+  int32_t score_token = -1;
   SamplingParams sampling;
   int32_t obs_window = 32;  // Signals from the last min(obs_window, n) queries.
   // The caller reads this step's signals (a policy reads them now: PolicyEvictor::SignalsWanted).
@@ -82,6 +87,9 @@ inline std::pair<int64_t, int64_t> ContextRange(const RunnerInput& in, int32_t g
 
 struct RunnerOutput {
   int32_t next_token = -1;  // Sampled when RunnerInput::sample, else -1.
+  // log p(RunnerInput::score_token) when one was given; NaN otherwise (and from runners without
+  // logits, such as the simulator).
+  double score_logprob = std::numeric_limits<double>::quiet_NaN();
   // Per group g (group-major), per token of g's context then the new tokens (ctx_g + n values
   // starting at context_offsets[g] + g * n): the attention mass it received, averaged over the
   // group's query heads (token: every layer's; layer: that layer's; head: the query heads reading

@@ -6,6 +6,7 @@
 #   - `run` scores every request: SmolLM2 finds a pass key in 512 tokens with a full cache
 #     (accuracy 1.000, 0 +- 0), and the comparison table shows the accuracy row;
 #   - query_agnostic runs in naive and vtoken with the same outputs;
+#   - kind perplexity: a StreamingLLM cache of 64 tokens raises the NLL over the full cache;
 #   - bad task settings are one-line errors that create no database.
 # Usage: tasks_smollm2_cli_test.sh VTOKEN_CLI SOURCE_DIR
 source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
@@ -69,6 +70,21 @@ grep -E "^task accuracy 95% CI \(\+-\) +0\.000$" "$TMP/run.out" || fail "no CI r
   fail "query_agnostic: $(tail -3 "$TMP/qa.err")"
 grep -q "^task accuracy " "$TMP/qa.out" || fail "query_agnostic: no accuracy row"
 same_outputs "$TMP/qa.db" || fail "query_agnostic: naive and vtoken outputs differ"
+
+# Perplexity under eviction: one prompt token, 255 forced; a 64-token StreamingLLM cache scores
+# the same text worse than the full cache.
+"$CLI" run "$TMP/t.toml" --db "$TMP/ppl.db" --set 'modes=["native","naive"]' \
+  --set workload.kind='"perplexity"' --set workload.context_tokens=256 --set workload.chat=false \
+  --set workload.num_requests=2 --set policy.name='"streaming_llm"' --set policy.keep_ratio=0 \
+  --set policy.budget_tokens=64 >"$TMP/ppl.out" 2>"$TMP/ppl.err" ||
+  fail "perplexity: $(tail -3 "$TMP/ppl.err")"
+grep -E "^perplexity " "$TMP/ppl.out" || fail "no perplexity row"
+worse=$(sqlite3 "$TMP/ppl.db" "select (select value from summary s join runs r on r.id = s.run_id
+  where r.mode = 'naive' and s.name = 'nll_mean') > (select value from summary s join runs r
+  on r.id = s.run_id where r.mode = 'native' and s.name = 'nll_mean')")
+[[ $worse == 1 ]] || fail "evicting did not raise the NLL"
+expect_error "give the cache size as policy.budget_tokens" run "$TMP/t.toml" \
+  --set 'modes=["naive"]' --set workload.kind='"perplexity"' --set workload.chat=false
 
 # Bad task settings: one line, no database.
 expect_error "unknown task (known: passkey," run "$TMP/t.toml" --set workload.task='"needle"'
