@@ -352,7 +352,7 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
                               " mentioned in the text above? Answer with the numbers only."
                         : "What is the special magic number for " + key +
                               " mentioned in the text above? Answer with the number only.";
-    spec.max_tokens = task == "niah_multivalue" ? 64 : 24;
+    spec.max_tokens = task == "niah_multivalue" ? 96 : 24;  // 4 numbers of 7 digit tokens, listed
     spec.body = [&, needles, expected](int64_t n) {
       return PlaceNeedles(*filler, filler_tokens(n), n, needles, expected);
     };
