@@ -116,7 +116,7 @@ TEST_F(ResultStoreTest, CreatesSchemaWithVersionAndWal) {
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     EXPECT_EQ(store->path(), path);
   }
-  EXPECT_EQ(RawQuery(path, "PRAGMA user_version"), "1");
+  EXPECT_EQ(RawQuery(path, "PRAGMA user_version"), std::to_string(kResultSchemaVersion));
   EXPECT_EQ(RawQuery(path, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(RawQuery(path,
                      "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
@@ -404,21 +404,42 @@ TEST_F(ResultStoreTest, ReadOnlyOpenReadsAndNeverWrites) {
 }
 
 TEST_F(ResultStoreTest, ReadOnlyOpenShowsADeadRunAsInterruptedWithoutMarkingIt) {
+  const std::string path = Path("r.db");
+  // A child begins a run, waits while the parent records a newer one, and exits without ending
+  // its run: its lock and its pid are gone.
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
-  if (child == 0) ::_exit(0);
-  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // reaped: its pid names no process
-  const std::string path = Path("r.db");
+  if (child == 0) {
+    auto store = ResultStore::Open(path);
+    if (!store.ok()) ::_exit(2);
+    auto id = store->BeginRun(MakeRun("dead"));
+    if (!id.ok() || ::write(to_parent[1], &id.value(), sizeof(int64_t)) != sizeof(int64_t)) {
+      ::_exit(3);
+    }
+    char c;
+    ::close(to_child[1]);
+    ::_exit(::read(to_child[0], &c, 1) == 0 ? 0 : 4);  // until the parent closes its end
+  }
+  ::close(to_child[0]);
   int64_t dead = 0, done = 0;
+  ASSERT_EQ(::read(to_parent[0], &dead, sizeof dead), static_cast<ssize_t>(sizeof dead));
   {
     auto store = ResultStore::Open(path);
     ASSERT_TRUE(store.ok());
-    dead = store->BeginRun(MakeRun("dead")).value();
     done = store->BeginRun(MakeRun("done")).value();
     ASSERT_TRUE(store->FinishRun(done, {}).ok());
   }
-  RawQuery(path, "UPDATE runs SET pid = " + std::to_string(child) + " WHERE id = " +
-                     std::to_string(dead));
+  ::close(to_child[1]);
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(child, &wstatus, 0), child);  // reaped: its pid names no process
+  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+  ::close(to_parent[0]);
+  ::close(to_parent[1]);
+  EXPECT_EQ(RawQuery(path, "SELECT status FROM runs WHERE id = " + std::to_string(dead)),
+            "running");
   {
     auto store = ResultStore::OpenReadOnly(path);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -449,7 +470,8 @@ TEST_F(ResultStoreTest, ReadOnlyOpenRefusesFilesThatAreNotResultDatabases) {
   auto store = ResultStore::OpenReadOnly(empty);
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store.status().message(),
-            "result db " + empty + ": schema version 0, expected 1 (not a vtoken result database)");
+            "result db " + empty + ": schema version 0, expected 1.." +
+                std::to_string(kResultSchemaVersion) + " (not a vtoken result database)");
   const std::string text = Path("text.db");
   { std::ofstream(text) << "this is a text file, not a database, and it is long enough\n"; }
   EXPECT_EQ(ResultStore::OpenReadOnly(text).status().code(), StatusCode::kDataLoss);
@@ -562,13 +584,13 @@ TEST_F(ResultStoreTest, MergeErrors) {
 TEST_F(ResultStoreTest, NewerSchemaIsRefused) {
   const std::string path = Path("r.db");
   ASSERT_TRUE(ResultStore::Open(path).ok());
-  RawQuery(path, "PRAGMA user_version = 2");
+  const std::string newer = std::to_string(kResultSchemaVersion + 1);
+  RawQuery(path, "PRAGMA user_version = " + newer);
   auto store = ResultStore::Open(path);
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store.status().message(),
-            "result db " + path +
-                ": schema version 2 is newer than this build's 1; use a newer "
-                "vtoken");
+            "result db " + path + ": schema version " + newer + " is newer than this build's " +
+                std::to_string(kResultSchemaVersion) + "; use a newer vtoken");
 }
 
 TEST_F(ResultStoreTest, NotADatabase) {
