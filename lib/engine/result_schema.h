@@ -26,8 +26,8 @@
 
 namespace vtoken::engine {
 
-// PRAGMA user_version of a database this build writes. 1: c87a9c5 and before. 2: requests.task,
-// context_tokens, depth, expected, score; runs.run_lock.
+// PRAGMA user_version of a database this build writes. 1: c87a9c5 and before. 2: the task
+// columns of requests (task ... score), runs.run_lock.
 inline constexpr int kResultSchemaVersion = 2;
 
 // One column of the table of `Record`.
@@ -218,6 +218,7 @@ struct RequestRecord {
   std::optional<int64_t> context_tokens;      // target context length of the task instance
   std::optional<double> depth;                // needle depth in [0, 1]
   std::optional<std::string> expected;        // JSON array of the expected answer strings
+  std::optional<double> score;                // task score in [0, 1]
 };
 
 // One row of `outputs`: what a request generated.
@@ -318,6 +319,7 @@ inline constexpr Column<RequestRecord> kRequestColumns[] = {
     Field<&RequestRecord::context_tokens>("context_tokens", "INTEGER", 2, "target context"),
     Field<&RequestRecord::depth>("depth", "REAL", 2, "needle depth in [0, 1]"),
     Field<&RequestRecord::expected>("expected", "TEXT", 2, "JSON array of expected answers"),
+    Field<&RequestRecord::score>("score", "REAL", 2, "task score in [0, 1]"),
 };
 static_assert(VersionsAscend<RequestRecord>(kRequestColumns));
 inline constexpr Table<RequestRecord> kRequestTable{
