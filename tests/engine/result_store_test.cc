@@ -106,6 +106,18 @@ class ResultStoreTest : public ::testing::Test {
 
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
 
+  // Merging `bad` into a new database fails with kDataLoss naming `bad`, not the target, and
+  // copies nothing.
+  void ExpectMergeNamesSource(const std::string& bad) {
+    auto store = ResultStore::Open(Path("into.db"));
+    ASSERT_TRUE(store.ok());
+    Status s = store->MergeInto({bad});
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+    EXPECT_EQ(s.message().rfind("result db " + bad + ": ", 0), 0u) << s.message();
+    EXPECT_EQ(s.message().find("into.db"), std::string::npos) << s.message();
+    EXPECT_TRUE(store->ListRuns()->empty());
+  }
+
   fs::path dir_;
 };
 
@@ -307,12 +319,7 @@ TEST_F(ResultStoreTest, CompleteRunWritesEverythingInOneTransaction) {
 TEST_F(ResultStoreTest, MergeOfACorruptSourceNamesTheSource) {
   const std::string bad = Path("corrupt.db");
   std::ofstream(bad) << std::string(4096, 'x');
-  auto store = ResultStore::Open(Path("into.db"));
-  ASSERT_TRUE(store.ok());
-  Status s = store->MergeInto({bad});
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
-  EXPECT_EQ(s.message().rfind("result db " + bad + ": ", 0), 0u) << s.message();
-  EXPECT_EQ(s.message().find("into.db"), std::string::npos) << s.message();
+  ExpectMergeNamesSource(bad);
 }
 
 TEST_F(ResultStoreTest, RunOfALiveProcessStaysRunning) {
@@ -465,13 +472,7 @@ TEST_F(ResultStoreTest, MergeOfASourceWithACorruptPageNamesTheSource) {
     const std::string garbage(4096, '\x5a');
     f.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
   }
-  auto store = ResultStore::Open(Path("into.db"));
-  ASSERT_TRUE(store.ok());
-  Status s = store->MergeInto({bad});
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
-  EXPECT_EQ(s.message().rfind("result db " + bad + ": ", 0), 0u) << s.message();
-  EXPECT_EQ(s.message().find("into.db"), std::string::npos) << s.message();
-  EXPECT_TRUE(store->ListRuns()->empty());
+  ExpectMergeNamesSource(bad);
 }
 
 TEST_F(ResultStoreTest, ReadOnlyOpenReadsAndNeverWrites) {
