@@ -29,7 +29,8 @@ bool TokenIdsFromValue(OutputRecord& r, const sql::Value& v) {
 }  // namespace schema_internal
 namespace {
 
-constexpr std::string_view kRunIdColumn = "run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE";
+constexpr std::string_view kRunIdColumn =
+    "run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE";
 
 template <typename Record>
 std::string CreateTable(const Table<Record>& table) {
@@ -47,8 +48,8 @@ template <typename Record>
 void AddColumns(const Table<Record>& table, int version, std::vector<std::string>& out) {
   for (const Column<Record>& c : table.columns) {
     if (c.since <= version) continue;
-    out.push_back("ALTER TABLE " + std::string(table.name) + " ADD COLUMN " +
-                  std::string(c.name) + " " + std::string(c.decl));
+    out.push_back("ALTER TABLE " + std::string(table.name) + " ADD COLUMN " + std::string(c.name) +
+                  " " + std::string(c.decl));
   }
 }
 

@@ -149,7 +149,11 @@ template <auto Member>
 constexpr auto Field(std::string_view name, std::string_view decl, int since,
                      std::string_view doc) {
   using Record = typename schema_internal::MemberOf<decltype(Member)>::Record;
-  return Column<Record>{name, decl, since, doc, &schema_internal::Get<Member, Record>,
+  return Column<Record>{name,
+                        decl,
+                        since,
+                        doc,
+                        &schema_internal::Get<Member, Record>,
                         &schema_internal::Set<Member, Record>};
 }
 
@@ -214,11 +218,11 @@ struct RequestRecord {
   int32_t blocks_final = 0;  // blocks held at finish
   int32_t ideal_blocks_final = 0;
   // Task accuracy; nullopt for a workload without tasks.
-  std::optional<std::string> task;            // task name, e.g. "passkey"
-  std::optional<int64_t> context_tokens;      // target context length of the task instance
-  std::optional<double> depth;                // needle depth in [0, 1]
-  std::optional<std::string> expected;        // JSON array of the expected answer strings
-  std::optional<double> score;                // task score in [0, 1]
+  std::optional<std::string> task;        // task name, e.g. "passkey"
+  std::optional<int64_t> context_tokens;  // target context length of the task instance
+  std::optional<double> depth;            // needle depth in [0, 1]
+  std::optional<std::string> expected;    // JSON array of the expected answer strings
+  std::optional<double> score;            // task score in [0, 1]
 };
 
 // One row of `outputs`: what a request generated.
@@ -227,7 +231,6 @@ struct OutputRecord {
   std::string text;
   std::vector<int32_t> token_ids;  // stored as a JSON array
 };
-
 
 namespace schema_internal {
 // runs.finished is NULL while the run is running.

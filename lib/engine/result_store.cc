@@ -310,9 +310,10 @@ Status ResultStore::CompleteRun(int64_t run_id, const RunRows& rows,
 Status ResultStore::InsertSummary(int64_t run_id, const std::map<std::string, double>& summary,
                                   const std::map<std::string, std::string>& text) {
   for (std::string_view table : kSummaryTables) {
-    VTOKEN_ASSIGN_OR_RETURN(Stmt s, Stmt::Prepare(db_, path_,
-                                                  "INSERT INTO " + std::string(table) +
-                                                      " (run_id, name, value) VALUES (?1, ?2, ?3)"));
+    VTOKEN_ASSIGN_OR_RETURN(Stmt s,
+                            Stmt::Prepare(db_, path_,
+                                          "INSERT INTO " + std::string(table) +
+                                              " (run_id, name, value) VALUES (?1, ?2, ?3)"));
     auto insert = [&](const std::string& name, const auto& value) {
       s.Bind(1, run_id);
       s.Bind(2, name);
@@ -329,7 +330,8 @@ Status ResultStore::InsertSummary(int64_t run_id, const std::map<std::string, do
   }
   VTOKEN_ASSIGN_OR_RETURN(
       Stmt update,
-      Stmt::Prepare(db_, path_, "UPDATE runs SET status = 'completed', finished = ?2 WHERE id = ?1"));
+      Stmt::Prepare(db_, path_,
+                    "UPDATE runs SET status = 'completed', finished = ?2 WHERE id = ?1"));
   update.Bind(1, run_id);
   update.Bind(2, NowUtc());
   return update.Run();
@@ -354,8 +356,7 @@ Status ResultStore::EndRun(int64_t run_id, std::string_view status, const std::s
   VTOKEN_ASSIGN_OR_RETURN(Transaction txn, Transaction::Begin(db_, path_));
   VTOKEN_RETURN_IF_ERROR(CheckRunning(run_id));
   // A run that did not complete keeps no rows but its own: readers never see half a run.
-  std::vector<std::string_view> children = {kStepTable.name, kRequestTable.name,
-                                            kOutputTable.name};
+  std::vector<std::string_view> children = {kStepTable.name, kRequestTable.name, kOutputTable.name};
   children.insert(children.end(), std::begin(kSummaryTables), std::end(kSummaryTables));
   for (std::string_view table : children) {
     VTOKEN_ASSIGN_OR_RETURN(
@@ -364,10 +365,10 @@ Status ResultStore::EndRun(int64_t run_id, std::string_view status, const std::s
     del.Bind(1, run_id);
     VTOKEN_RETURN_IF_ERROR(del.Run());
   }
-  VTOKEN_ASSIGN_OR_RETURN(
-      Stmt update, Stmt::Prepare(db_, path_,
-                                 "UPDATE runs SET status = ?3, error = ?2, finished = ?4 "
-                                 "WHERE id = ?1"));
+  VTOKEN_ASSIGN_OR_RETURN(Stmt update,
+                          Stmt::Prepare(db_, path_,
+                                        "UPDATE runs SET status = ?3, error = ?2, finished = ?4 "
+                                        "WHERE id = ?1"));
   update.Bind(1, run_id);
   update.Bind(2, message);
   update.Bind(3, status);
@@ -385,8 +386,7 @@ StatusOr<std::vector<RunRecord>> ResultStore::ListRuns(const RunFilter& filter) 
   std::vector<std::string> where;
   int next = 1;
   if (!filter.ids.empty()) {
-    where.push_back("id IN (" + sql::Placeholders(next, static_cast<int>(filter.ids.size())) +
-                    ")");
+    where.push_back("id IN (" + sql::Placeholders(next, static_cast<int>(filter.ids.size())) + ")");
     next += static_cast<int>(filter.ids.size());
   }
   if (!filter.sweep.empty()) where.push_back("sweep = ?" + std::to_string(next++));

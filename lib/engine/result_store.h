@@ -12,10 +12,11 @@
 // does all of it in one), FailRun marks it 'failed' and InterruptRun 'interrupted', each
 // deleting the rows the run had appended. The lock is released when the run ends, when FailRun
 // or InterruptRun gives up on it (even if its transaction fails, e.g. on a full disk), or when
-// its process dies; a store closed mid-run leaves the run to its live process. Open marks every 'running' run whose lock no one holds
-// 'interrupted' (runs written before schema 2, which hold no lock, when their pid is no live
-// process of this host), and leaves alone runs that another live writer is recording. So a run
-// with summary rows is always a completed one, and a failed or interrupted run has none.
+// its process dies; a store closed mid-run leaves the run to its live process. Open marks every
+// 'running' run whose lock no one holds 'interrupted' (runs written before schema 2, which hold no
+// lock, when their pid is no live process of this host), and leaves alone runs that another live
+// writer is recording. So a run with summary rows is always a completed one, and a failed or
+// interrupted run has none.
 //
 // Every error names the database path and the statement that failed. One ResultStore is used by
 // one thread at a time; several processes may share one database file (writers wait up to

@@ -57,7 +57,8 @@ StatusOr<sqlite3*> OpenFile(const std::string& path, bool create, int busy_timeo
   const int flags = create ? SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE : SQLITE_OPEN_READONLY;
   const int rc = sqlite3_open_v2(path.c_str(), &db, flags, nullptr);
   if (rc != SQLITE_OK) {
-    Status s = SqlError(db, rc, path, create ? "open (is the directory writable?)" : "open read-only");
+    Status s =
+        SqlError(db, rc, path, create ? "open (is the directory writable?)" : "open read-only");
     sqlite3_close(db);
     return s;
   }

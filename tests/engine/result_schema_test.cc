@@ -150,7 +150,8 @@ TEST_F(ResultSchemaTest, SchemaOneFileOpensMigratesAndTakesNewRows) {
   ASSERT_EQ(runs_after.size(), runs_before.size());
   for (size_t i = 0; i < runs_after.size(); ++i) {
     for (const auto& c : kRunTable.columns) {
-      EXPECT_TRUE(Same(c.get(runs_after[i]), c.get(runs_before[i]))) << "run " << i << " " << c.name;
+      EXPECT_TRUE(Same(c.get(runs_after[i]), c.get(runs_before[i])))
+          << "run " << i << " " << c.name;
     }
   }
   for (int64_t id : {1, 2}) {
