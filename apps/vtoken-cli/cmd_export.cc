@@ -115,53 +115,56 @@ class TableWriter {
   std::vector<std::string> columns_;
 };
 
-// The columns of the requests and steps tables, each declared once with how it is read.
+// The value of a stored column as a cell.
+Cell CellOf(const engine::sql::Value& v) {
+  if (const auto* i = std::get_if<int64_t>(&v)) return *i;
+  if (const auto* d = std::get_if<double>(&v)) return Number(*d);
+  if (const auto* t = std::get_if<std::string>(&v)) return *t;
+  return Cell();
+}
+
+// The columns of a child table (requests, steps) that the file has, as the table declares them.
 template <typename Record>
-struct Column {
+std::vector<const engine::Column<Record>*> StoredColumns(const engine::ResultStore& store,
+                                                         const engine::Table<Record>& table) {
+  std::vector<const engine::Column<Record>*> out;
+  for (const engine::Column<Record>& c : table.columns) {
+    if (c.since <= store.schema_version()) out.push_back(&c);
+  }
+  return out;
+}
+
+// A child table's rows: run_id, its stored columns, then `extra` cells per row.
+template <typename Record>
+class ChildRows {
+ public:
+  ChildRows(const engine::ResultStore& store, const engine::Table<Record>& table)
+      : columns_(StoredColumns(store, table)) {}
+
+  std::vector<std::string> Names(const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> out = {"run_id"};
+    for (const auto* c : columns_) out.emplace_back(c->name);
+    out.insert(out.end(), extra.begin(), extra.end());
+    return out;
+  }
+  std::vector<Cell> Row(int64_t run_id, const Record& r) const {
+    std::vector<Cell> row = {run_id};
+    for (const auto* c : columns_) row.push_back(CellOf(c->get(r)));
+    return row;
+  }
+
+ private:
+  std::vector<const engine::Column<Record>*> columns_;
+};
+
+// The record columns of export's runs table (a view of the runs record, renamed and ordered for
+// reading), before the config keys and the summary figures.
+struct RunColumn {
   const char* name;
-  Cell (*get)(const Record&);
+  Cell (*get)(const engine::RunRecord&);
 };
 
-const Column<engine::RequestRecord> kRequestColumns[] = {
-    {"request_id", [](const engine::RequestRecord& r) -> Cell { return r.request_id; }},
-    {"prompt_tokens", [](const engine::RequestRecord& r) -> Cell { return r.prompt_tokens; }},
-    {"output_tokens", [](const engine::RequestRecord& r) -> Cell { return r.output_tokens; }},
-    {"arrival_s", [](const engine::RequestRecord& r) { return Number(r.arrival_s); }},
-    {"first_token_s", [](const engine::RequestRecord& r) { return Number(r.first_token_s); }},
-    {"finish_s", [](const engine::RequestRecord& r) { return Number(r.finish_s); }},
-    {"ttft_s", [](const engine::RequestRecord& r) { return Number(r.ttft_s); }},
-    {"tpot_s", [](const engine::RequestRecord& r) { return Number(r.tpot_s); }},
-    {"e2e_s", [](const engine::RequestRecord& r) { return Number(r.e2e_s); }},
-    {"preemptions", [](const engine::RequestRecord& r) -> Cell { return int64_t{r.preemptions}; }},
-    {"blocks_mean", [](const engine::RequestRecord& r) { return Number(r.blocks_mean); }},
-    {"blocks_final",
-     [](const engine::RequestRecord& r) -> Cell { return int64_t{r.blocks_final}; }},
-    {"ideal_blocks_final",
-     [](const engine::RequestRecord& r) -> Cell { return int64_t{r.ideal_blocks_final}; }},
-};
-
-const Column<engine::StepRecord> kStepColumns[] = {
-    {"step", [](const engine::StepRecord& s) -> Cell { return s.step; }},
-    {"time_s", [](const engine::StepRecord& s) { return Number(s.time_s); }},
-    {"num_running", [](const engine::StepRecord& s) -> Cell { return int64_t{s.num_running}; }},
-    {"num_waiting", [](const engine::StepRecord& s) -> Cell { return int64_t{s.num_waiting}; }},
-    {"free_blocks", [](const engine::StepRecord& s) -> Cell { return int64_t{s.free_blocks}; }},
-    {"allocated_blocks",
-     [](const engine::StepRecord& s) -> Cell { return int64_t{s.allocated_blocks}; }},
-    {"live_slots", [](const engine::StepRecord& s) -> Cell { return s.live_slots; }},
-    {"waste_ratio", [](const engine::StepRecord& s) { return Number(s.waste_ratio); }},
-    {"held_blocks", [](const engine::StepRecord& s) -> Cell { return int64_t{s.held_blocks}; }},
-    {"ideal_blocks", [](const engine::StepRecord& s) -> Cell { return int64_t{s.ideal_blocks}; }},
-    {"hist0", [](const engine::StepRecord& s) -> Cell { return int64_t{s.hist[0]}; }},
-    {"hist1", [](const engine::StepRecord& s) -> Cell { return int64_t{s.hist[1]}; }},
-    {"hist2", [](const engine::StepRecord& s) -> Cell { return int64_t{s.hist[2]}; }},
-    {"hist3", [](const engine::StepRecord& s) -> Cell { return int64_t{s.hist[3]}; }},
-    {"moves", [](const engine::StepRecord& s) -> Cell { return s.moves; }},
-    {"fence_waits", [](const engine::StepRecord& s) -> Cell { return s.fence_waits; }},
-};
-
-// The record columns of the runs table, before the config keys and the summary figures.
-const Column<engine::RunRecord> kRunColumns[] = {
+const RunColumn kRunColumns[] = {
     {"run_id", [](const engine::RunRecord& r) -> Cell { return r.id; }},
     {"status", [](const engine::RunRecord& r) -> Cell { return r.status; }},
     {"mode", [](const engine::RunRecord& r) -> Cell { return r.mode; }},
@@ -174,13 +177,6 @@ const Column<engine::RunRecord> kRunColumns[] = {
     {"git_sha", [](const engine::RunRecord& r) -> Cell { return r.git_sha; }},
     {"error", [](const engine::RunRecord& r) -> Cell { return r.error; }},
 };
-
-template <typename Record, size_t N>
-std::vector<std::string> Names(const Column<Record> (&columns)[N]) {
-  std::vector<std::string> out;
-  for (const auto& c : columns) out.push_back(c.name);
-  return out;
-}
 
 struct ExportArgs {
   std::string db = "results/vtoken.db";
@@ -244,7 +240,8 @@ Status ExportRuns(const engine::ResultStore& store, const std::vector<engine::Ru
   }
   // The mode has its own column.
   const std::vector<std::string> keys = VaryingKeys(config_ptrs, native, {"modes"});
-  std::vector<std::string> columns = Names(kRunColumns);
+  std::vector<std::string> columns;
+  for (const RunColumn& c : kRunColumns) columns.push_back(c.name);
   columns.insert(columns.end(), keys.begin(), keys.end());
   columns.insert(columns.end(), figures.begin(), figures.end());
   TableWriter writer(out, csv, columns);
@@ -417,11 +414,8 @@ Cell Rouge(const Texts& run, const std::optional<Texts>& reference, int64_t requ
 Status ExportRequests(const engine::ResultStore& store, const std::vector<engine::RunRecord>& runs,
                       std::FILE* out, bool csv) {
   VTOKEN_ASSIGN_OR_RETURN(Counterparts counterparts, Counterparts::Load(store));
-  std::vector<std::string> columns = {"run_id"};
-  for (const std::string& c : Names(kRequestColumns)) columns.push_back(c);
-  columns.push_back("rouge_l_vs_native");
-  columns.push_back("rouge_l_vs_naive");
-  TableWriter writer(out, csv, columns);
+  const ChildRows<engine::RequestRecord> rows(store, engine::kRequestTable);
+  TableWriter writer(out, csv, rows.Names({"rouge_l_vs_native", "rouge_l_vs_naive"}));
   for (const engine::RunRecord& run : runs) {
     VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RequestRecord> requests, store.GetRequests(run.id));
     if (requests.empty()) continue;
@@ -437,8 +431,7 @@ Status ExportRequests(const engine::ResultStore& store, const std::vector<engine
       }
     }
     for (const engine::RequestRecord& q : requests) {
-      std::vector<Cell> row = {run.id};
-      for (const auto& c : kRequestColumns) row.push_back(c.get(q));
+      std::vector<Cell> row = rows.Row(run.id, q);
       row.push_back(Rouge(texts, native, q.request_id));
       row.push_back(Rouge(texts, naive, q.request_id));
       writer.Write(row);
@@ -449,15 +442,12 @@ Status ExportRequests(const engine::ResultStore& store, const std::vector<engine
 
 Status ExportSteps(const engine::ResultStore& store, const std::vector<engine::RunRecord>& runs,
                    std::FILE* out, bool csv) {
-  std::vector<std::string> columns = {"run_id"};
-  for (const std::string& c : Names(kStepColumns)) columns.push_back(c);
-  TableWriter writer(out, csv, columns);
+  const ChildRows<engine::StepRecord> rows(store, engine::kStepTable);
+  TableWriter writer(out, csv, rows.Names());
   for (const engine::RunRecord& run : runs) {
     VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::StepRecord> steps, store.GetSteps(run.id));
     for (const engine::StepRecord& s : steps) {
-      std::vector<Cell> row = {run.id};
-      for (const auto& c : kStepColumns) row.push_back(c.get(s));
-      writer.Write(row);
+      writer.Write(rows.Row(run.id, s));
     }
   }
   return Status::Ok();

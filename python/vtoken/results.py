@@ -18,16 +18,12 @@ import tomllib
 
 from vtoken import _core
 
-SCHEMA_VERSION = 1
+# The schema versions this reader reads: lib/engine/result_schema.h's kResultSchemaVersion and
+# the older ones (result_schema_test checks that this is that constant).
+SCHEMA_VERSION = 2
 
 RUN_COLUMNS = ["run_id", "status", "mode", "policy", "model", "workload", "sweep", "created",
                "finished", "git_sha", "error"]
-REQUEST_COLUMNS = ["request_id", "prompt_tokens", "output_tokens", "arrival_s", "first_token_s",
-                   "finish_s", "ttft_s", "tpot_s", "e2e_s", "preemptions", "blocks_mean",
-                   "blocks_final", "ideal_blocks_final"]
-STEP_COLUMNS = ["step", "time_s", "num_running", "num_waiting", "free_blocks", "allocated_blocks",
-                "live_slots", "waste_ratio", "held_blocks", "ideal_blocks", "hist0", "hist1",
-                "hist2", "hist3", "moves", "fence_waits"]
 _RUN_FIELDS = ["id", "created", "git_sha", "config_toml", "config_hash", "sweep", "model", "mode",
                "policy", "budget", "block_size", "num_blocks", "workload", "seed", "status",
                "error", "pid", "finished"]
@@ -50,6 +46,27 @@ def _process_alive(pid):
     except OSError:
         return False
     return True
+
+
+def _run_lock_held(db_path, run_id):
+    """Whether a live process holds run `run_id`'s lock in "<db>-runlock" (lib/engine/run_lock.h);
+    True when the file system cannot tell, as the C++ reader."""
+    import fcntl
+    import struct
+    try:
+        fd = os.open(db_path + "-runlock", os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    try:
+        query = struct.pack("hhqqi4x", fcntl.F_RDLCK, os.SEEK_SET, run_id, 1, 0)
+        answer = fcntl.fcntl(fd, fcntl.F_OFD_GETLK, query)
+        return struct.unpack("hhqqi4x", answer)[0] != fcntl.F_UNLCK
+    except (OSError, AttributeError):
+        return True
+    finally:
+        os.close(fd)
 
 
 def native_view(config):
@@ -149,10 +166,12 @@ class ResultDb:
         self._db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
         self._db.execute("PRAGMA query_only = ON")
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version != SCHEMA_VERSION:
+        self._version = version
+        if not 1 <= version <= SCHEMA_VERSION:
             extra = " (not a vtoken result database)" if version == 0 else ""
             raise _core.FailedPreconditionError(
-                f"result db {self.path}: schema version {version}, expected {SCHEMA_VERSION}{extra}")
+                f"result db {self.path}: schema version {version}, expected 1..{SCHEMA_VERSION}"
+                f"{extra}")
         if frames is None:
             try:
                 import pandas  # noqa: F401
@@ -172,18 +191,31 @@ class ResultDb:
 
     # --- records ---
 
+    def _writer_alive(self, run):
+        """As ResultStore::WriterAlive: the run's lock, or its pid for a run without one."""
+        if run.get("run_lock"):
+            return _run_lock_held(self.path, run["id"])
+        return _process_alive(run["pid"])
+
+    def columns(self, table):
+        """The columns of a child table (requests, steps) in the file, run_id excepted: the
+        columns lib/engine/result_schema.h declares for the file's schema version, in order."""
+        return [row[1] for row in self._db.execute(f"PRAGMA table_info({table})")
+                if row[1] != "run_id"]
+
     def _all_runs(self, status=None):
-        sql = f"SELECT {', '.join(_RUN_FIELDS)} FROM runs"
+        fields = _RUN_FIELDS + (["run_lock"] if self._version >= 2 else [])
+        sql = f"SELECT {', '.join(fields)} FROM runs"
         args = ()
         if status:
             sql += " WHERE status = ?"
             args = (status,)
         runs = []
         for row in self._db.execute(sql + " ORDER BY id", args):
-            r = dict(zip(_RUN_FIELDS, row))
+            r = dict(zip(fields, row))
             r["finished"] = r["finished"] or ""
-            # As OpenReadOnly: a 'running' run whose process is gone reads as interrupted.
-            if r["status"] == "running" and not _process_alive(r["pid"]):
+            # As OpenReadOnly: a 'running' run whose writer is gone reads as interrupted.
+            if r["status"] == "running" and not self._writer_alive(r):
                 r["status"] = "interrupted"
                 r["error"] = f"process {r['pid']} exited without finishing the run"
             runs.append(r)
@@ -247,13 +279,14 @@ class ResultDb:
 
     def steps(self, sweep=None, ids=None):
         """One row per engine step per run: export's steps table."""
+        columns = self.columns("steps")
         rows = []
         for r in self._select(sweep, ids):
             for row in self._db.execute(
-                    f"SELECT {', '.join(STEP_COLUMNS)} FROM steps WHERE run_id = ? ORDER BY step",
+                    f"SELECT {', '.join(columns)} FROM steps WHERE run_id = ? ORDER BY step",
                     (r["id"],)):
                 rows.append([r["id"]] + [_number(v) for v in row])
-        return self._table(["run_id"] + STEP_COLUMNS, rows)
+        return self._table(["run_id"] + columns, rows)
 
     def _texts(self, run_id):
         return dict(self._db.execute(
@@ -313,9 +346,10 @@ class ResultDb:
                 return None
             return rouge_l_f1(run_texts[request_id], ref[request_id])
 
+        columns = self.columns("requests")
         for r in self._select(sweep, ids):
             reqs = self._db.execute(
-                f"SELECT {', '.join(REQUEST_COLUMNS)} FROM requests WHERE run_id = ? "
+                f"SELECT {', '.join(columns)} FROM requests WHERE run_id = ? "
                 "ORDER BY request_id", (r["id"],)).fetchall()
             if not reqs:
                 continue
@@ -325,8 +359,7 @@ class ResultDb:
             for q in reqs:
                 rows.append([r["id"]] + [_number(v) for v in q] +
                             [rouge(own, native, q[0]), rouge(own, naive, q[0])])
-        return self._table(["run_id"] + REQUEST_COLUMNS + ["rouge_l_vs_native", "rouge_l_vs_naive"],
-                           rows)
+        return self._table(["run_id"] + columns + ["rouge_l_vs_native", "rouge_l_vs_naive"], rows)
 
 
 def load(db, frames=None):

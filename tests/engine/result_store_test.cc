@@ -106,6 +106,18 @@ class ResultStoreTest : public ::testing::Test {
 
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
 
+  // Merging `bad` into a new database fails with kDataLoss naming `bad`, not the target, and
+  // copies nothing.
+  void ExpectMergeNamesSource(const std::string& bad) {
+    auto store = ResultStore::Open(Path("into.db"));
+    ASSERT_TRUE(store.ok());
+    Status s = store->MergeInto({bad});
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
+    EXPECT_EQ(s.message().rfind("result db " + bad + ": ", 0), 0u) << s.message();
+    EXPECT_EQ(s.message().find("into.db"), std::string::npos) << s.message();
+    EXPECT_TRUE(store->ListRuns()->empty());
+  }
+
   fs::path dir_;
 };
 
@@ -116,7 +128,7 @@ TEST_F(ResultStoreTest, CreatesSchemaWithVersionAndWal) {
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     EXPECT_EQ(store->path(), path);
   }
-  EXPECT_EQ(RawQuery(path, "PRAGMA user_version"), "1");
+  EXPECT_EQ(RawQuery(path, "PRAGMA user_version"), std::to_string(kResultSchemaVersion));
   EXPECT_EQ(RawQuery(path, "PRAGMA journal_mode"), "wal");
   EXPECT_EQ(RawQuery(path,
                      "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
@@ -307,12 +319,7 @@ TEST_F(ResultStoreTest, CompleteRunWritesEverythingInOneTransaction) {
 TEST_F(ResultStoreTest, MergeOfACorruptSourceNamesTheSource) {
   const std::string bad = Path("corrupt.db");
   std::ofstream(bad) << std::string(4096, 'x');
-  auto store = ResultStore::Open(Path("into.db"));
-  ASSERT_TRUE(store.ok());
-  Status s = store->MergeInto({bad});
-  EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.ToString();
-  EXPECT_EQ(s.message().rfind("result db " + bad + ": ", 0), 0u) << s.message();
-  EXPECT_EQ(s.message().find("into.db"), std::string::npos) << s.message();
+  ExpectMergeNamesSource(bad);
 }
 
 TEST_F(ResultStoreTest, RunOfALiveProcessStaysRunning) {
@@ -374,6 +381,100 @@ TEST_F(ResultStoreTest, ProcessKilledMidRunIsMarkedInterrupted) {
   EXPECT_EQ(store->FinishRun(id, {{"x", 1}}).code(), StatusCode::kFailedPrecondition);
 }
 
+// Forks a child that opens `path`, begins a run and blocks until killed; returns its pid and,
+// through `id`, the run's id once the run is recorded.
+pid_t ChildWriter(const std::string& path, const std::string& hash, int64_t* id) {
+  int fd[2];
+  EXPECT_EQ(::pipe(fd), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fd[0]);
+    auto store = ResultStore::Open(path);
+    if (!store.ok()) ::_exit(2);
+    auto run = store->BeginRun(MakeRun(hash));
+    if (!run.ok() || ::write(fd[1], &run.value(), sizeof(int64_t)) != sizeof(int64_t)) {
+      ::_exit(3);
+    }
+    while (true) ::pause();
+  }
+  ::close(fd[1]);
+  EXPECT_EQ(::read(fd[0], id, sizeof *id), static_cast<ssize_t>(sizeof *id));
+  ::close(fd[0]);
+  return child;
+}
+
+TEST_F(ResultStoreTest, RunsOfTwoLiveWritersAreLeftAlone) {
+  const std::string path = Path("r.db");
+  int64_t a = 0, b = 0;
+  const pid_t writer_a = ChildWriter(path, "a", &a);
+  const pid_t writer_b = ChildWriter(path, "b", &b);
+  {
+    auto store = ResultStore::Open(path);  // a third process opens while both are at it
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ(store->GetRun(a)->status, "running");
+    EXPECT_EQ(store->GetRun(b)->status, "running");
+    EXPECT_EQ(ResultStore::OpenReadOnly(path)->GetRun(b)->status, "running");
+  }
+  // Killed, and left unreaped: a zombie keeps its pid (kill(pid, 0) succeeds) but not its lock.
+  ASSERT_EQ(::kill(writer_a, SIGKILL), 0);
+  siginfo_t info{};
+  ASSERT_EQ(::waitid(P_PID, static_cast<id_t>(writer_a), &info, WEXITED | WNOWAIT), 0);
+  {
+    auto store = ResultStore::Open(path);
+    ASSERT_TRUE(store.ok());
+    EXPECT_EQ(store->GetRun(a)->status, "interrupted");
+    EXPECT_EQ(store->GetRun(b)->status, "running");
+  }
+  ASSERT_EQ(::kill(writer_b, SIGKILL), 0);
+  ASSERT_EQ(::waitpid(writer_a, nullptr, 0), writer_a);
+  ASSERT_EQ(::waitpid(writer_b, nullptr, 0), writer_b);
+  auto store = ResultStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  EXPECT_EQ(store->GetRun(b)->status, "interrupted");
+  EXPECT_EQ(store->GetRun(b)->error,
+            "process " + std::to_string(writer_b) + " exited without finishing the run");
+}
+
+TEST_F(ResultStoreTest, RunGivenUpByItsLiveWriterIsMarkedOnTheNextOpen) {
+  // FailRun gives the run up even when its transaction fails (a full disk, a corrupt page):
+  // the next Open marks it, though its process lives on.
+  const std::string path = Path("r.db");
+  auto store = ResultStore::Open(path);
+  ASSERT_TRUE(store.ok());
+  const int64_t id = store->BeginRun(MakeRun("h")).value();
+  // A trigger makes every write to the run fail, as a full disk would.
+  RawQuery(path, "CREATE TRIGGER full BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, "
+                 "'database or disk is full'); END");
+  EXPECT_FALSE(store->FailRun(id, "out of memory").ok());
+  RawQuery(path, "DROP TRIGGER full");
+  auto again = ResultStore::Open(path);  // same live process, but the run is no one's now
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->GetRun(id)->status, "interrupted");
+  EXPECT_EQ(again->GetRun(id)->error,
+            "process " + std::to_string(::getpid()) +
+                " stopped writing the run without finishing it");
+}
+
+TEST_F(ResultStoreTest, MergeOfASourceWithACorruptPageNamesTheSource) {
+  const std::string bad = Path("bad.db");
+  {
+    auto src = ResultStore::Open(bad);
+    ASSERT_TRUE(src.ok());
+    const int64_t id = src->BeginRun(MakeRun("h")).value();
+    ASSERT_TRUE(src->AppendSteps(id, MakeSteps(0, 2000)).ok());
+    ASSERT_TRUE(src->FinishRun(id, {{"x", 1}}).ok());
+  }
+  ASSERT_EQ(RawQuery(bad, "PRAGMA wal_checkpoint(TRUNCATE)"), "0");
+  {
+    // Overwrite page 5 (of the steps table's b-tree) with garbage; the header stays valid.
+    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(4 * 4096);
+    const std::string garbage(4096, '\x5a');
+    f.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+  }
+  ExpectMergeNamesSource(bad);
+}
+
 TEST_F(ResultStoreTest, ReadOnlyOpenReadsAndNeverWrites) {
   const std::string missing = Path("sub/missing.db");
   auto none = ResultStore::OpenReadOnly(missing);
@@ -404,21 +505,42 @@ TEST_F(ResultStoreTest, ReadOnlyOpenReadsAndNeverWrites) {
 }
 
 TEST_F(ResultStoreTest, ReadOnlyOpenShowsADeadRunAsInterruptedWithoutMarkingIt) {
+  const std::string path = Path("r.db");
+  // A child begins a run, waits while the parent records a newer one, and exits without ending
+  // its run: its lock and its pid are gone.
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
   const pid_t child = ::fork();
   ASSERT_GE(child, 0);
-  if (child == 0) ::_exit(0);
-  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // reaped: its pid names no process
-  const std::string path = Path("r.db");
+  if (child == 0) {
+    auto store = ResultStore::Open(path);
+    if (!store.ok()) ::_exit(2);
+    auto id = store->BeginRun(MakeRun("dead"));
+    if (!id.ok() || ::write(to_parent[1], &id.value(), sizeof(int64_t)) != sizeof(int64_t)) {
+      ::_exit(3);
+    }
+    char c;
+    ::close(to_child[1]);
+    ::_exit(::read(to_child[0], &c, 1) == 0 ? 0 : 4);  // until the parent closes its end
+  }
+  ::close(to_child[0]);
   int64_t dead = 0, done = 0;
+  ASSERT_EQ(::read(to_parent[0], &dead, sizeof dead), static_cast<ssize_t>(sizeof dead));
   {
     auto store = ResultStore::Open(path);
     ASSERT_TRUE(store.ok());
-    dead = store->BeginRun(MakeRun("dead")).value();
     done = store->BeginRun(MakeRun("done")).value();
     ASSERT_TRUE(store->FinishRun(done, {}).ok());
   }
-  RawQuery(path, "UPDATE runs SET pid = " + std::to_string(child) + " WHERE id = " +
-                     std::to_string(dead));
+  ::close(to_child[1]);
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(child, &wstatus, 0), child);  // reaped: its pid names no process
+  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+  ::close(to_parent[0]);
+  ::close(to_parent[1]);
+  EXPECT_EQ(RawQuery(path, "SELECT status FROM runs WHERE id = " + std::to_string(dead)),
+            "running");
   {
     auto store = ResultStore::OpenReadOnly(path);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -449,7 +571,8 @@ TEST_F(ResultStoreTest, ReadOnlyOpenRefusesFilesThatAreNotResultDatabases) {
   auto store = ResultStore::OpenReadOnly(empty);
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store.status().message(),
-            "result db " + empty + ": schema version 0, expected 1 (not a vtoken result database)");
+            "result db " + empty + ": schema version 0, expected 1.." +
+                std::to_string(kResultSchemaVersion) + " (not a vtoken result database)");
   const std::string text = Path("text.db");
   { std::ofstream(text) << "this is a text file, not a database, and it is long enough\n"; }
   EXPECT_EQ(ResultStore::OpenReadOnly(text).status().code(), StatusCode::kDataLoss);
@@ -562,13 +685,13 @@ TEST_F(ResultStoreTest, MergeErrors) {
 TEST_F(ResultStoreTest, NewerSchemaIsRefused) {
   const std::string path = Path("r.db");
   ASSERT_TRUE(ResultStore::Open(path).ok());
-  RawQuery(path, "PRAGMA user_version = 2");
+  const std::string newer = std::to_string(kResultSchemaVersion + 1);
+  RawQuery(path, "PRAGMA user_version = " + newer);
   auto store = ResultStore::Open(path);
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(store.status().message(),
-            "result db " + path +
-                ": schema version 2 is newer than this build's 1; use a newer "
-                "vtoken");
+            "result db " + path + ": schema version " + newer + " is newer than this build's " +
+                std::to_string(kResultSchemaVersion) + "; use a newer vtoken");
 }
 
 TEST_F(ResultStoreTest, NotADatabase) {

@@ -1,0 +1,228 @@
+// The column tables against the files: a new database has exactly the declared columns, a file
+// written by schema 1 (tests/fixtures/results_v1.db, made by c87a9c5) opens, reads, migrates and
+// takes new rows, and the Python reader holds no copy of the column lists.
+#include "lib/engine/result_schema.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "lib/engine/result_store.h"
+
+namespace vtoken::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path SourceDir() {
+  const char* dir = std::getenv("VTOKEN_SOURCE_DIR");
+  return dir != nullptr ? fs::path(dir) : fs::path(".");
+}
+
+// The column names of `table` in the file, in order, run_id excepted.
+std::vector<std::string> FileColumns(const std::string& path, const std::string& table) {
+  auto store = ResultStore::OpenReadOnly(path);
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  sqlite3* db = nullptr;
+  auto opened = sql::OpenFile(path, /*create=*/false, 1000);
+  EXPECT_TRUE(opened.ok());
+  db = *opened;
+  std::vector<std::string> out;
+  auto s = sql::Stmt::Prepare(db, path, "SELECT name FROM pragma_table_info('" + table + "')");
+  EXPECT_TRUE(s.ok());
+  while (*s->Step()) {
+    if (s->Text(0) != "run_id") out.push_back(s->Text(0));
+  }
+  sql::CloseFile(db);
+  return out;
+}
+
+// Equal values, a NaN equal to a NaN (a stored NULL figure).
+bool Same(const sql::Value& a, const sql::Value& b) {
+  const auto* x = std::get_if<double>(&a);
+  const auto* y = std::get_if<double>(&b);
+  if (x != nullptr && y != nullptr && std::isnan(*x) && std::isnan(*y)) return true;
+  return a == b;
+}
+
+template <typename Record>
+std::vector<std::string> Declared(const Table<Record>& table, int version) {
+  std::vector<std::string> out;
+  for (const auto& c : table.columns) {
+    if (c.since <= version) out.emplace_back(c.name);
+  }
+  return out;
+}
+
+class ResultSchemaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("vtoken_result_schema_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+  // A copy of the schema-1 fixture (opening the committed file would change it).
+  std::string V1Copy() const {
+    const std::string path = Path("v1.db");
+    fs::copy_file(SourceDir() / "tests/fixtures/results_v1.db", path);
+    return path;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ResultSchemaTest, NewFileHasTheDeclaredColumns) {
+  const std::string path = Path("new.db");
+  ASSERT_TRUE(ResultStore::Open(path).ok());
+  EXPECT_EQ(FileColumns(path, "runs"), Declared(kRunTable, kResultSchemaVersion));
+  EXPECT_EQ(FileColumns(path, "requests"), Declared(kRequestTable, kResultSchemaVersion));
+  EXPECT_EQ(FileColumns(path, "steps"), Declared(kStepTable, kResultSchemaVersion));
+  EXPECT_EQ(FileColumns(path, "outputs"), Declared(kOutputTable, kResultSchemaVersion));
+}
+
+TEST_F(ResultSchemaTest, EveryColumnRoundTripsThroughItsGetAndSet) {
+  RequestRecord r;
+  r.request_id = 7;
+  r.tpot_s = 0.25;
+  r.task = "passkey";
+  r.depth = 0.5;
+  for (const auto& c : kRequestTable.columns) {
+    RequestRecord back;
+    ASSERT_TRUE(c.set(back, c.get(r))) << c.name;
+    EXPECT_EQ(c.get(back), c.get(r)) << c.name;
+  }
+  RequestRecord none;
+  EXPECT_TRUE(kRequestTable.columns.back().set(none, sql::Value()));
+  OutputRecord o;
+  EXPECT_FALSE(kOutputTable.columns[2].set(o, sql::Value(std::string("[1, \"x\"]"))));
+  EXPECT_FALSE(kOutputTable.columns[2].set(o, sql::Value(std::string("{}"))));
+}
+
+TEST_F(ResultSchemaTest, SchemaOneFileOpensMigratesAndTakesNewRows) {
+  const std::string path = V1Copy();
+  // Read-only: read as it is, the later columns NULL, the file untouched.
+  std::vector<RunRecord> runs_before;
+  std::vector<std::vector<RequestRecord>> requests_before;
+  std::vector<std::vector<StepRecord>> steps_before;
+  {
+    auto store = ResultStore::OpenReadOnly(path);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ(store->schema_version(), 1);
+    runs_before = store->ListRuns().value();
+    ASSERT_EQ(runs_before.size(), 3u);
+    EXPECT_EQ(runs_before[0].status, "completed");
+    EXPECT_EQ(runs_before[0].seed, 0xFEDCBA9876543210ull);
+    EXPECT_EQ(runs_before[2].status, "failed");
+    EXPECT_EQ(runs_before[2].error, "out of blocks");
+    EXPECT_FALSE(runs_before[0].run_lock.has_value());
+    for (int64_t id : {1, 2}) {
+      requests_before.push_back(store->GetRequests(id).value());
+      steps_before.push_back(store->GetSteps(id).value());
+    }
+    ASSERT_EQ(requests_before[0].size(), 2u);
+    EXPECT_EQ(requests_before[0][1].prompt_tokens, 231);
+    EXPECT_TRUE(std::isnan(requests_before[0][1].tpot_s));  // stored NaN reads NaN
+    EXPECT_FALSE(requests_before[0][0].task.has_value());
+    EXPECT_EQ(store->GetOutputs(2)->at(1).token_ids, (std::vector<int32_t>{1, 2, 3, 1}));
+    EXPECT_EQ(store->GetSummary(2)->values.at("throughput_tok_s"), 101);
+  }
+  EXPECT_EQ(FileColumns(path, "requests"), Declared(kRequestTable, 1));
+
+  // A writer migrates it: same rows, the new columns appended, new rows with task values.
+  auto store = ResultStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ(store->schema_version(), kResultSchemaVersion);
+  EXPECT_EQ(FileColumns(path, "requests"), Declared(kRequestTable, kResultSchemaVersion));
+  EXPECT_EQ(FileColumns(path, "runs"), Declared(kRunTable, kResultSchemaVersion));
+  const std::vector<RunRecord> runs_after = store->ListRuns().value();
+  ASSERT_EQ(runs_after.size(), runs_before.size());
+  for (size_t i = 0; i < runs_after.size(); ++i) {
+    for (const auto& c : kRunTable.columns) {
+      EXPECT_TRUE(Same(c.get(runs_after[i]), c.get(runs_before[i])))
+          << "run " << i << " " << c.name;
+    }
+  }
+  for (int64_t id : {1, 2}) {
+    const auto requests = store->GetRequests(id).value();
+    const auto steps = store->GetSteps(id).value();
+    ASSERT_EQ(requests.size(), requests_before[id - 1].size());
+    ASSERT_EQ(steps.size(), steps_before[id - 1].size());
+    for (size_t q = 0; q < requests.size(); ++q) {
+      for (const auto& c : kRequestTable.columns) {
+        EXPECT_TRUE(Same(c.get(requests[q]), c.get(requests_before[id - 1][q]))) << c.name;
+      }
+    }
+    for (size_t k = 0; k < steps.size(); ++k) {
+      for (const auto& c : kStepTable.columns) {
+        EXPECT_TRUE(Same(c.get(steps[k]), c.get(steps_before[id - 1][k]))) << c.name;
+      }
+    }
+  }
+  RunRecord run = runs_before[1];
+  run.config_hash = "hash-new";
+  const int64_t id = store->BeginRun(run).value();
+  EXPECT_EQ(id, 4);
+  RequestRecord q;
+  q.request_id = 0;
+  q.task = "passkey";
+  q.context_tokens = 4096;
+  q.depth = 0.25;
+  q.expected = R"(["68314"])";
+  ASSERT_TRUE(store->CompleteRun(id, {.steps = {}, .requests = {q}, .outputs = {}}, {}).ok());
+  const RequestRecord back = store->GetRequests(id)->at(0);
+  EXPECT_EQ(back.task, "passkey");
+  EXPECT_EQ(back.context_tokens, 4096);
+  EXPECT_EQ(back.depth, 0.25);
+  EXPECT_EQ(back.expected, R"(["68314"])");
+  EXPECT_EQ(store->GetRun(id)->run_lock, 1);
+}
+
+TEST_F(ResultSchemaTest, SchemaOneFileMergesIntoANewOne) {
+  const std::string source = V1Copy();
+  auto store = ResultStore::Open(Path("all.db"));
+  ASSERT_TRUE(store.ok());
+  MergeStats stats;
+  ASSERT_TRUE(store->MergeInto({source}, &stats).ok());
+  EXPECT_EQ(stats.runs_copied, 2);
+  EXPECT_EQ(store->GetRequests(2)->at(1).ideal_blocks_final, 13);
+  EXPECT_FALSE(store->GetRequests(2)->at(1).task.has_value());
+  EXPECT_EQ(store->GetSteps(1)->size(), 3u);
+  // The source was opened as an attached database, never migrated.
+  auto again = ResultStore::OpenReadOnly(source);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->schema_version(), 1);
+}
+
+TEST_F(ResultSchemaTest, PythonReaderTakesColumnsFromTheFile) {
+  std::ifstream in(SourceDir() / "python/vtoken/results.py");
+  ASSERT_TRUE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string py = text.str();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(py, m, std::regex("\\nSCHEMA_VERSION = (\\d+)\\n")));
+  EXPECT_EQ(std::stoi(m[1]), kResultSchemaVersion);
+  // No hand-kept list of the requests or steps columns to drift from the tables.
+  for (const auto& c : kRequestTable.columns) {
+    if (c.name == "request_id") continue;  // also a key the reader joins outputs on
+    EXPECT_EQ(py.find("\"" + std::string(c.name) + "\""), std::string::npos) << c.name;
+  }
+  for (const auto& c : kStepTable.columns) {
+    EXPECT_EQ(py.find("\"" + std::string(c.name) + "\""), std::string::npos) << c.name;
+  }
+}
+
+}  // namespace
+}  // namespace vtoken::engine
