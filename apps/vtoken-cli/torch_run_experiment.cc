@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -529,6 +530,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     }
     std::vector<engine::OutputRecord> outputs;
     std::vector<std::string> texts;
+    std::vector<engine::RequestRecord> records = engine::ToRequestRecords(*result);
     for (const engine::RequestResult& q : result->requests) {
       // Special tokens (EOS) are no part of the text that ROUGE-L scores.
       std::string text =
@@ -538,6 +540,9 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       }
       texts.push_back(text);
       outputs.push_back({.request_id = q.id, .text = text, .token_ids = q.output_tokens});
+      if (!q.token_logprobs.empty()) {
+        outputs.back().token_logprobs = nlohmann::json(q.token_logprobs).dump();
+      }
     }
     std::vector<double> rouge_native, rouge_ref;
     // Simulated outputs are random ids: their ROUGE-L would measure nothing (reported n/a).
@@ -560,10 +565,24 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     std::map<std::string, double> summary = engine::SummarizeRun(*result, rouge_native, rouge_ref);
     // Task requests: RULER's score of each output against its expected strings.
     std::vector<double> scores;
-    for (size_t i = 0; i < requests.size() && sim_runner == nullptr; ++i) {
+    for (size_t i = 0; i < requests.size(); ++i) {
+      engine::RequestRecord& rec_i = records[i];
+      const std::vector<double>& lps = result->requests[i].token_logprobs;
+      if (!lps.empty() && sim_runner == nullptr) {
+        double nll = 0;
+        for (double lp : lps) nll -= lp;
+        rec_i.nll_mean = nll / static_cast<double>(lps.size());
+      }
       if (!requests[i].task) continue;
-      scores.push_back(engine::ScoreTaskOutput(requests[i].task->scoring,
-                                               requests[i].task->expected, texts[i]));
+      const engine::Request::Task& t = *requests[i].task;
+      rec_i.task = t.name;
+      rec_i.context_tokens = t.context_tokens;
+      rec_i.depth = t.depth;
+      rec_i.needle_depth = t.needle_depth;
+      rec_i.expected = nlohmann::json(t.expected).dump();
+      if (sim_runner != nullptr) continue;  // random ids: no score
+      rec_i.score = engine::ScoreTaskOutput(t.scoring, t.expected, texts[i]);
+      scores.push_back(*rec_i.score);
     }
     // Teacher-forced requests: perplexity over every scored token of the run.
     double logprob_sum = 0;
@@ -591,7 +610,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     // One transaction: a full disk leaves no partial rows, and the run is marked failed.
     Status s = store.CompleteRun(run_id,
                                  {.steps = result->steps,
-                                  .requests = engine::ToRequestRecords(*result),
+                                  .requests = std::move(records),
                                   .outputs = std::move(outputs)},
                                  summary, {{"experiment", c.name}});
     if (!s.ok()) return fail(s);

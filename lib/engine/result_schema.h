@@ -223,6 +223,8 @@ struct RequestRecord {
   std::optional<double> depth;            // needle depth in [0, 1]
   std::optional<std::string> expected;    // JSON array of the expected answer strings
   std::optional<double> score;            // task score in [0, 1]
+  std::optional<double> needle_depth;     // the depth the generator reached
+  std::optional<double> nll_mean;         // teacher-forced: mean NLL of its forced tokens (nats)
 };
 
 // One row of `outputs`: what a request generated.
@@ -230,6 +232,8 @@ struct OutputRecord {
   int64_t request_id = 0;
   std::string text;
   std::vector<int32_t> token_ids;  // stored as a JSON array
+  // Teacher-forced requests: log p of each forced token, a JSON array; nullopt otherwise.
+  std::optional<std::string> token_logprobs;
 };
 
 namespace schema_internal {
@@ -323,6 +327,8 @@ inline constexpr Column<RequestRecord> kRequestColumns[] = {
     Field<&RequestRecord::depth>("depth", "REAL", 2, "needle depth in [0, 1]"),
     Field<&RequestRecord::expected>("expected", "TEXT", 2, "JSON array of expected answers"),
     Field<&RequestRecord::score>("score", "REAL", 2, "task score in [0, 1]"),
+    Field<&RequestRecord::needle_depth>("needle_depth", "REAL", 2, "needle depth reached"),
+    Field<&RequestRecord::nll_mean>("nll_mean", "REAL", 2, "mean NLL of forced tokens"),
 };
 static_assert(VersionsAscend<RequestRecord>(kRequestColumns));
 inline constexpr Table<RequestRecord> kRequestTable{
@@ -333,6 +339,8 @@ inline constexpr Column<OutputRecord> kOutputColumns[] = {
     Field<&OutputRecord::text>("text", "TEXT NOT NULL", 1, "generated text"),
     {"token_ids", "TEXT NOT NULL", 1, "generated ids, a JSON array",
      &schema_internal::TokenIdsToValue, &schema_internal::TokenIdsFromValue},
+    Field<&OutputRecord::token_logprobs>("token_logprobs", "TEXT", 2,
+                                         "log p of each forced token, a JSON array"),
 };
 static_assert(VersionsAscend<OutputRecord>(kOutputColumns));
 inline constexpr Table<OutputRecord> kOutputTable{

@@ -63,6 +63,11 @@ grep -E "^task accuracy +1\.000$" "$TMP/run.out" || fail "accuracy: $(grep accur
 grep -E "^task accuracy 95% CI \(\+-\) +0\.000$" "$TMP/run.out" || fail "no CI row"
 [[ $(sqlite3 "$TMP/t.db" "select value from summary where name = 'task_accuracy'") == 1.0 ]] ||
   fail "task_accuracy not recorded"
+# Each request's task, depth, expected answer and score, in the requests table.
+rows=$(sqlite3 "$TMP/t.db" "select task, context_tokens, depth, abs(needle_depth - depth) <= 0.01,
+  json_array_length(expected), score from requests order by request_id" | tr '\n' ' ')
+[[ $rows == "passkey|512|0.0|1|1|1.0 passkey|512|0.5|1|1|1.0 passkey|512|1.0|1|1|1.0 " ]] ||
+  fail "request rows: $rows"
 
 # Query-agnostic: the question after the eviction; naive and vtoken give the same outputs.
 "$CLI" run "$TMP/t.toml" --db "$TMP/qa.db" --set 'modes=["naive","vtoken"]' \
@@ -83,6 +88,10 @@ worse=$(sqlite3 "$TMP/ppl.db" "select (select value from summary s join runs r o
   where r.mode = 'naive' and s.name = 'nll_mean') > (select value from summary s join runs r
   on r.id = s.run_id where r.mode = 'native' and s.name = 'nll_mean')")
 [[ $worse == 1 ]] || fail "evicting did not raise the NLL"
+# Per request its mean NLL, per forced token its log-probability.
+per=$(sqlite3 "$TMP/ppl.db" "select count(*), sum(json_array_length(o.token_logprobs) = 255),
+  sum(q.nll_mean > 0) from outputs o join requests q using (run_id, request_id)")
+[[ $per == "4|4|4" ]] || fail "per-token log-probabilities: $per"
 expect_error "give the cache size as policy.budget_tokens" run "$TMP/t.toml" \
   --set 'modes=["naive"]' --set workload.kind='"perplexity"' --set workload.chat=false
 
