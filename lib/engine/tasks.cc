@@ -32,23 +32,23 @@ constexpr const char* kRepeatSentences[] = {" The grass is green.", " The sky is
                                             " There and back again."};
 
 constexpr const char* kAdjectives[] = {
-    "amber",  "ancient", "bitter", "bold",   "brave",  "bright", "broken", "calm",   "clever",
-    "cold",   "curious", "dark",   "deep",   "distant", "dry",   "eager",  "early",  "empty",
-    "fancy",  "fast",    "fierce", "gentle", "giant",  "golden", "green",  "hidden", "hollow",
-    "humble", "icy",     "jolly",  "kind",   "lazy",   "little", "lonely", "loud",   "lucky",
-    "mighty", "misty",   "narrow", "noble",  "odd",    "old",    "pale",   "plain",  "proud",
-    "quick",  "quiet",   "rapid",  "rough",  "round",  "rusty",  "sharp",  "shiny",  "silent",
-    "silver", "slow",    "small",  "smooth", "soft",   "steep",  "sweet",  "tall",   "tiny",
-    "wild"};
+    "amber",  "ancient", "bitter",  "bold",   "brave",  "bright",  "broken", "calm",
+    "clever", "cold",    "curious", "dark",   "deep",   "distant", "dry",    "eager",
+    "early",  "empty",   "fancy",   "fast",   "fierce", "gentle",  "giant",  "golden",
+    "green",  "hidden",  "hollow",  "humble", "icy",    "jolly",   "kind",   "lazy",
+    "little", "lonely",  "loud",    "lucky",  "mighty", "misty",   "narrow", "noble",
+    "odd",    "old",     "pale",    "plain",  "proud",  "quick",   "quiet",  "rapid",
+    "rough",  "round",   "rusty",   "sharp",  "shiny",  "silent",  "silver", "slow",
+    "small",  "smooth",  "soft",    "steep",  "sweet",  "tall",    "tiny",   "wild"};
 constexpr const char* kNouns[] = {
-    "anchor", "apple",   "arrow",  "badger", "banner", "barrel", "basket", "beacon", "bridge",
-    "bucket", "button",  "candle", "canyon", "castle", "cellar", "chimney", "cloud", "comet",
-    "compass", "cottage", "crystal", "desert", "dragon", "engine", "falcon", "feather", "forest",
-    "fountain", "garden", "glacier", "hammer", "harbor", "helmet", "island", "jacket", "kettle",
-    "ladder", "lantern", "meadow", "mirror", "monkey", "mountain", "needle", "orchard", "otter",
-    "paddle", "parrot", "pebble", "pepper", "pillow", "planet", "pocket", "rabbit", "river",
-    "saddle", "shadow", "signal", "spider", "tunnel", "turtle", "valley", "violin", "wagon",
-    "window"};
+    "anchor", "apple",    "arrow",   "badger",   "banner",  "barrel",  "basket", "beacon",
+    "bridge", "bucket",   "button",  "candle",   "canyon",  "castle",  "cellar", "chimney",
+    "cloud",  "comet",    "compass", "cottage",  "crystal", "desert",  "dragon", "engine",
+    "falcon", "feather",  "forest",  "fountain", "garden",  "glacier", "hammer", "harbor",
+    "helmet", "island",   "jacket",  "kettle",   "ladder",  "lantern", "meadow", "mirror",
+    "monkey", "mountain", "needle",  "orchard",  "otter",   "paddle",  "parrot", "pebble",
+    "pepper", "pillow",   "planet",  "pocket",   "rabbit",  "river",   "saddle", "shadow",
+    "signal", "spider",   "tunnel",  "turtle",   "valley",  "violin",  "wagon",  "window"};
 
 Status BadOption(const std::string& field, const std::string& value, const std::string& why) {
   return InvalidArgumentError("workload option " + field + " = " + value + ": " + why);
@@ -248,7 +248,7 @@ StatusOr<TaskProtocol> ParseTaskProtocol(std::string_view name) {
 
 const std::vector<std::string>& TaskNames() {
   static const std::vector<std::string> names = {
-      "passkey",          "niah_single",       "niah_multikey", "niah_multivalue",
+      "passkey",           "niah_single",  "niah_multikey", "niah_multivalue",
       "variable_tracking", "common_words", "frequent_words"};
   return names;
 }
@@ -314,10 +314,10 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
     spec.question = "What is the pass key? Answer with the number only.";
     spec.max_tokens = 16;
     spec.body = [&, key](int64_t n) {
-      return PlaceNeedles(*filler, filler_tokens(n), n,
-                          {{depth, " The pass key is " + key + ". Remember it. " + key +
-                                       " is the pass key."}},
-                          {key});
+      return PlaceNeedles(
+          *filler, filler_tokens(n), n,
+          {{depth, " The pass key is " + key + ". Remember it. " + key + " is the pass key."}},
+          {key});
     };
   } else if (task.rfind("niah_", 0) == 0) {
     Rng rng(instance_seed, kTaskStream);
@@ -332,8 +332,8 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
     needles.push_back({depth, needle(key, value)});
     expected.push_back(value);
     if (task == "niah_multikey") {
-      for (int i = 0; i < 3; ++i) needles.push_back({rng.Uniform(), needle(keys.Next(),
-                                                                           RandomNumber(rng, 7))});
+      for (int i = 0; i < 3; ++i)
+        needles.push_back({rng.Uniform(), needle(keys.Next(), RandomNumber(rng, 7))});
     } else if (task == "niah_multivalue") {
       for (int i = 0; i < 3; ++i) {
         std::string v;
@@ -370,8 +370,8 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
     std::vector<std::pair<double, std::string>> needles;
     needles.push_back({depth, " VAR " + names[0] + " = " + value + "."});
     for (int k = 1; k <= kHops; ++k) {
-      needles.push_back({depth + (1.0 - depth) * k / kHops,
-                         " VAR " + names[k] + " = VAR " + names[k - 1] + "."});
+      needles.push_back(
+          {depth + (1.0 - depth) * k / kHops, " VAR " + names[k] + " = VAR " + names[k - 1] + "."});
     }
     spec.instruction =
         "Memorize and track the chain of variable assignments hidden in the following text.";
@@ -420,13 +420,14 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
       const std::vector<std::string> words = PseudoWords(rng, vocab);
       std::vector<double> cdf(vocab);  // Zipf with exponent 2 over the ranks
       double sum = 0;
-      for (int64_t r = 0; r < vocab; ++r) cdf[r] = sum += 1.0 / static_cast<double>((r + 1) * (r + 1));
+      for (int64_t r = 0; r < vocab; ++r)
+        cdf[r] = sum += 1.0 / static_cast<double>((r + 1) * (r + 1));
       while (true) {  // until the top 3 are strictly more frequent than the rest
         std::vector<int64_t> drawn(n), count(vocab, 0);
         for (int64_t i = 0; i < n; ++i) {
           const double u = rng.Uniform() * sum;
-          drawn[i] = std::min<int64_t>(
-              vocab - 1, std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
+          drawn[i] = std::min<int64_t>(vocab - 1,
+                                       std::upper_bound(cdf.begin(), cdf.end(), u) - cdf.begin());
           ++count[drawn[i]];
         }
         std::vector<int64_t> rank(vocab);
@@ -464,9 +465,11 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
   const int64_t target = o.context_tokens;
   if (target - fixed < kMinHaystackTokens) {
     return BadOption("context_tokens", std::to_string(target),
-                     "too small for task " + task + ": its instruction, question and needles "
-                     "take " + std::to_string(fixed) + " tokens, and the haystack needs " +
-                     std::to_string(kMinHaystackTokens) + " more");
+                     "too small for task " + task +
+                         ": its instruction, question and needles "
+                         "take " +
+                         std::to_string(fixed) + " tokens, and the haystack needs " +
+                         std::to_string(kMinHaystackTokens) + " more");
   }
   // Largest n with total(n) <= target, by doubling then bisection (total grows with n).
   int64_t lo = 0, hi = 1;
@@ -510,9 +513,9 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
     }
     const int64_t haystack =
         Count(tok, head + Join(b.units, 0, b.units.size())) - head_tokens - needle_tokens;
-    t.needle_depth = haystack > 0 ? static_cast<double>(before - needles_before) /
-                                        static_cast<double>(haystack)
-                                  : 0.0;
+    t.needle_depth =
+        haystack > 0 ? static_cast<double>(before - needles_before) / static_cast<double>(haystack)
+                     : 0.0;
   }
   return t;
 }

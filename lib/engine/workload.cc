@@ -412,7 +412,8 @@ StatusOr<std::vector<Request>> TaskRequests(const WorkloadOptions& o,
         o.protocol == TaskProtocol::kQueryAgnostic ? r.question_tokens : r.prompt_tokens;
     question.insert(question.end(), t.question_ids.begin(), t.question_ids.end());
     question.insert(question.end(), after.begin(), after.end());
-    r.prompt = (o.chat ? o.chat_prefix : "") + t.context + t.question + (o.chat ? o.chat_suffix : "");
+    r.prompt = (o.chat ? o.chat_prefix : "") + t.context + t.question +
+               (o.chat ? o.chat_suffix : "");
     const int64_t total = static_cast<int64_t>(r.prompt_tokens.size() + r.question_tokens.size()) +
                           r.max_tokens;
     if (o.max_total_tokens > 0 && total > o.max_total_tokens) {

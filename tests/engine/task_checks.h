@@ -56,9 +56,8 @@ inline void ExpectAnswerInContext(const TaskInstance& t) {
     EXPECT_NE(t.context.find("The pass key is " + t.expected[0] + "."), std::string::npos);
   }
   if (t.task.rfind("niah_", 0) == 0) {
-    const std::string key = t.question.substr(t.question.find(" for ") + 5,
-                                              t.question.find(" mentioned") -
-                                                  t.question.find(" for ") - 5);
+    const std::string key = t.question.substr(
+        t.question.find(" for ") + 5, t.question.find(" mentioned") - t.question.find(" for ") - 5);
     for (const std::string& e : t.expected) {
       EXPECT_NE(t.context.find("special magic numbers for " + key + " is: " + e + "."),
                 std::string::npos)

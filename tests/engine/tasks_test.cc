@@ -84,7 +84,9 @@ TEST(TasksTest, CorpusFillerDropsVerseNumbersAndHeadings) {
     }
   }
   const model::Tokenizer tok = ByteTokenizer();
-  const TaskOptions o{.task = "niah_multikey", .context_tokens = 4096, .filler = "corpus",
+  const TaskOptions o{.task = "niah_multikey",
+                      .context_tokens = 4096,
+                      .filler = "corpus",
                       .corpus_path = corpus.string()};
   CheckInstance(tok, o, 3, 0, 0.4);
   const TaskInstance t = MakeTaskInstance(o, tok, 3, 0, 0.4).value();
@@ -128,7 +130,8 @@ TEST(TasksTest, BadOptionsAreOneLineErrorsNamingTheKey) {
       {{.context_tokens = 100}, 0.5, "workload option context_tokens = 100: must be in [128,"},
       {{.task = "niah_multivalue", .context_tokens = 300}, 0.5, "too small for task"},
       {{}, 1.5, "workload option depths = 1.5"},
-      {{.task = "niah_single", .filler = "corpus", .corpus_path = "/nonexistent/kjv.txt"}, 0.5,
+      {{.task = "niah_single", .filler = "corpus", .corpus_path = "/nonexistent/kjv.txt"},
+       0.5,
        "/nonexistent/kjv.txt: cannot read"},
   };
   for (const Case& c : cases) {
@@ -186,8 +189,7 @@ TEST(TasksTest, QueryAgnosticMovesTheQuestionAndTheTemplateEndAfterTheContext) {
                                agnostic[i].question_tokens.end());
     EXPECT_EQ(question.rfind("What is the special magic number", 0), 0u) << question;
     EXPECT_EQ(question.substr(question.size() - 18), "</user><assistant>");
-    EXPECT_EQ(std::string(agnostic[i].prompt_tokens.begin(),
-                          agnostic[i].prompt_tokens.begin() + 6),
+    EXPECT_EQ(std::string(agnostic[i].prompt_tokens.begin(), agnostic[i].prompt_tokens.begin() + 6),
               "<user>");
   }
 }
@@ -218,7 +220,8 @@ TEST(PerplexityWorkloadTest, OnePromptTokenThenTheSegmentForced) {
   const fs::path corpus = fs::path(::testing::TempDir()) / "perplexity_corpus.txt";
   {
     std::ofstream out(corpus);
-    for (int i = 0; i < 50; ++i) out << "Line " << i << " of a text that is scored token by token.\n";
+    for (int i = 0; i < 50; ++i)
+      out << "Line " << i << " of a text that is scored token by token.\n";
   }
   const model::Tokenizer tok = ByteTokenizer();
   WorkloadOptions o;

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -72,8 +73,8 @@ TEST(PerplexityTest, TeacherForcedLogprobsMatchADenseReplayOfTheCache) {
     SCOPED_TRACE(ModeName(mode));
     o.mode = mode;
     o.policy = "streaming_llm";
-    o.evictor = {.budget_tokens = kBudget, .num_sink = kSinks, .num_recent = 8,
-                 .evict_interval = 1};
+    o.evictor = {
+        .budget_tokens = kBudget, .num_sink = kSinks, .num_recent = 8, .evict_interval = 1};
     StatusOr<EngineResult> r = RunEngine(o, **runner, *requests);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     for (const Request& q : *requests) {
@@ -92,7 +93,8 @@ TEST(PerplexityTest, TeacherForcedLogprobsMatchADenseReplayOfTheCache) {
           for (int64_t j = kSinks; j < i - (kBudget - kSinks); ++j) visible[i][j] = false;
         }
       }
-      const std::vector<double> want = DenseLogprobs(model, ids, visible, ids.size() - q.forced_tokens.size() - 1);
+      const std::vector<double> want =
+          DenseLogprobs(model, ids, visible, ids.size() - q.forced_tokens.size() - 1);
       ASSERT_EQ(want.size(), res.token_logprobs.size());
       double max_diff = 0, sum = 0;
       for (size_t k = 0; k < want.size(); ++k) {
