@@ -1,5 +1,5 @@
 # The two commands of the README. Both install system packages first (scripts/setup.sh).
-#   make demo   the main job: experiments/quickstart.toml on the bundled model
+#   make demo   the main job: experiments/demo.toml, the real model (SmolLM2) on a long-context task
 #   make test   build everything and run every test (fetches SmolLM2-135M-Instruct first)
 BUILD_DIR ?= build/release
 JOBS ?= $(shell nproc)
@@ -25,7 +25,7 @@ models: setup
 	@bash scripts/fetch-model.sh
 
 demo: build corpus models
-	@OMP_WAIT_POLICY=PASSIVE $(CLI) run experiments/quickstart.toml
+	@OMP_WAIT_POLICY=PASSIVE $(CLI) run experiments/demo.toml
 
 test: build models
 	@cd $(BUILD_DIR) && OMP_WAIT_POLICY=PASSIVE ctest --output-on-failure -j $(JOBS) --timeout 900
