@@ -52,7 +52,7 @@ constexpr Figure kSpeed[] = {
     {"TTFT p95 (s)", "ttft_p95", "%.3f"},
     {"TPOT p95 (s)", "tpot_p95", "%.4f"},
     {"E2E p95 (s)", "e2e_p95", "%.2f"},
-    {"accuracy", "task_accuracy", "%.3f"},
+    {"accuracy (95% CI over requests)", "task_accuracy", "%.3f"},
     {"perplexity", "perplexity", "%.3f"},
     {"ROUGE-L vs native", "rouge_l_vs_native", "%.4f"},
     {"ROUGE-L vs naive", "rouge_l_vs_naive", "%.4f"},
@@ -75,7 +75,19 @@ struct ReportRun {
   FlatConfig config;
   std::map<std::string, double> ci;
   std::vector<int64_t> run_ids;
+  // Task runs: each request's score (requests.score). A point's accuracy and its interval are
+  // taken over the requests of all its runs (every seed draws other instances), not over the
+  // seeds' means.
+  std::vector<double> scores;
 };
+
+// The accuracy of `r` as the mean of its requests' scores, with the 95% interval over them.
+void AccuracyOverRequests(ReportRun& r) {
+  if (r.scores.empty()) return;
+  const engine::MeanCi m = engine::MeanCi95(r.scores);
+  r.summary.values["task_accuracy"] = m.mean;
+  r.ci["task_accuracy"] = m.half_width;
+}
 
 double Get(const ReportRun& r, const std::string& key) {
   auto it = r.summary.values.find(key);
@@ -102,6 +114,10 @@ std::vector<ReportRun> AggregateSeeds(const std::vector<ReportRun>& runs) {
       p.summary.values[name] = m.count > 0 ? m.mean : NAN;
       p.ci[name] = m.half_width;
     }
+    p.scores.clear();
+    for (size_t i : group)
+      p.scores.insert(p.scores.end(), runs[i].scores.begin(), runs[i].scores.end());
+    AccuracyOverRequests(p);
     points.push_back(std::move(p));
   }
   return points;
@@ -130,11 +146,12 @@ std::string ConfigValue(const ReportRun& r, const std::string& key) {
   return cli::ConfigValue(r.config, key);
 }
 
-// A figure of a run, or of a point as "mean ± half-width" (the 95% confidence interval).
-std::string Cell(const ReportRun& r, const Figure& f, bool seeds) {
+// A figure of a run, or of a point as "mean ± half-width" (the 95% confidence interval over its
+// seeds; the accuracy's over its requests, also for a single run).
+std::string Cell(const ReportRun& r, const Figure& f) {
   const std::string mean = Format(Get(r, f.key), f.format);
   auto ci = r.ci.find(f.key);
-  if (!seeds || mean == "-" || ci == r.ci.end() || std::isnan(ci->second)) return mean;
+  if (mean == "-" || ci == r.ci.end() || std::isnan(ci->second)) return mean;
   return mean + " ± " + Format(ci->second, f.format);
 }
 
@@ -160,7 +177,7 @@ void PrintTable(const char* title, const std::vector<ReportRun>& runs,
     std::printf(" %s | %s |", r.record.mode.c_str(),
                 r.record.policy.empty() ? "-" : r.record.policy.c_str());
     for (const std::string& k : axes) std::printf(" %s |", ConfigValue(r, k).c_str());
-    for (const Figure& f : figures) std::printf(" %s |", Cell(r, f, seeds).c_str());
+    for (const Figure& f : figures) std::printf(" %s |", Cell(r, f).c_str());
     std::printf("\n");
   }
 }
@@ -249,9 +266,9 @@ Status RunPlot(const std::string& db, const std::string& sweep, const std::strin
   const char* python_env = std::getenv("VTOKEN_PYTHON");
   // Debian's interpreter is the one scripts/setup.sh installs python3-matplotlib for; a python3
   // earlier on PATH (pyenv, a venv) may lack it.
-  const std::string python = python_env != nullptr && *python_env ? python_env
+  const std::string python = python_env != nullptr && *python_env          ? python_env
                              : std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3"
-                                                                             : "python3";
+                                                                           : "python3";
   std::vector<std::string> args = {python,    script.string(), "--db",  db,
                                    "--sweep", sweep,           "--out", out};
   std::vector<char*> argv;
@@ -294,6 +311,14 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
     VTOKEN_ASSIGN_OR_RETURN(r.config,
                             FlattenConfig(rec.config_toml, db + ": run " + std::to_string(rec.id)));
     r.summary.values["util_below_50"] = Get(r, "util_hist_0") + Get(r, "util_hist_1");
+    if (!std::isnan(Get(r, "task_accuracy"))) {
+      VTOKEN_ASSIGN_OR_RETURN(const std::vector<engine::RequestRecord> requests,
+                              store.GetRequests(rec.id));
+      for (const engine::RequestRecord& q : requests) {
+        if (q.score) r.scores.push_back(*q.score);
+      }
+      AccuracyOverRequests(r);
+    }
     r.run_ids = {rec.id};
     r.record = std::move(rec);
     runs.push_back(std::move(r));

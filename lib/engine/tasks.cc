@@ -235,6 +235,10 @@ std::string Join(const std::vector<std::string>& units, size_t begin, size_t end
 
 }  // namespace
 
+int64_t MaxShortfall(int64_t context_tokens) {
+  return std::max<int64_t>(kMinShortfall, context_tokens / 100);
+}
+
 const char* TaskProtocolName(TaskProtocol p) {
   return p == TaskProtocol::kQuestionAware ? "question_aware" : "query_agnostic";
 }
@@ -482,9 +486,10 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
     (build(mid).total <= target ? lo : hi) = mid;
   }
   Built best = build(lo);
-  if (static_cast<double>(best.total) < 0.99 * static_cast<double>(target)) {
+  if (target - best.total > MaxShortfall(target)) {
     return InternalError("task " + task + ": could not fill " + std::to_string(target) +
-                         " tokens to within 1% (reached " + std::to_string(best.total) + ")");
+                         " tokens to within " + std::to_string(MaxShortfall(target)) +
+                         " (reached " + std::to_string(best.total) + ")");
   }
 
   TaskInstance t;

@@ -18,8 +18,10 @@
 //
 // Lengths: context_tokens is the token count of the instance's text (context plus question,
 // without the chat template around it) in the tokenizer given: the generator fills the haystack
-// until the text holds between 99% and 100% of context_tokens. A needle at depth d starts after
-// about d of the haystack's tokens (within one haystack unit: a filler sentence or a word).
+// (a filler sentence, a word or a list entry at a time) until the text holds between
+// context_tokens - MaxShortfall(context_tokens) and context_tokens tokens: within 1% from 1,600
+// tokens on. A needle at depth d starts after about d of the haystack's tokens (within one
+// haystack unit).
 //
 // Thread-safe: pure functions.
 #pragma once
@@ -83,6 +85,11 @@ struct TaskInstance {
   std::optional<double> depth;
   std::optional<double> needle_depth;
 };
+
+// The most tokens an instance may fall short of context_tokens: 1% of it, at least 16 (one unit
+// of the haystack may be longer than 1% of a short context).
+inline constexpr int64_t kMinShortfall = 16;
+int64_t MaxShortfall(int64_t context_tokens);
 
 // Returns OK or InvalidArgument naming the bad field (unknown task or filler, a corpus filler
 // without a file, context_tokens below 128 or above kMaxRequestTokens).

@@ -46,7 +46,7 @@ TEST(TasksTest, EveryTaskHasItsLengthDepthAndAnswerWithBytes) {
 TEST(TasksTest, EveryTaskHasItsLengthDepthAndAnswerWithTheVtTinyTokenizer) {
   const model::Tokenizer tok = VtTinyTokenizer();
   for (const std::string& task : TaskNames()) {
-    for (int64_t length : {1024, 3000}) {
+    for (int64_t length : {400, 1024, 3000}) {
       for (double depth : {0.0, 0.25, 0.6, 1.0}) {
         CheckInstance(tok, {.task = task, .context_tokens = length}, /*seed=*/11, /*index=*/0,
                       depth);
