@@ -7,6 +7,7 @@
 #     (accuracy 1.000, 0 +- 0), and the comparison table shows the accuracy row;
 #   - query_agnostic runs in naive and vtoken with the same outputs;
 #   - kind perplexity: a StreamingLLM cache of 64 tokens raises the NLL over the full cache;
+#   - report takes a point's accuracy interval over its requests, across seeds;
 #   - bad task settings are one-line errors that create no database.
 # Usage: tasks_smollm2_cli_test.sh VTOKEN_CLI SOURCE_DIR
 source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
@@ -94,6 +95,33 @@ per=$(sqlite3 "$TMP/ppl.db" "select count(*), sum(json_array_length(o.token_logp
 [[ $per == "4|4|4" ]] || fail "per-token log-probabilities: $per"
 expect_error "give the cache size as policy.budget_tokens" run "$TMP/t.toml" \
   --set 'modes=["naive"]' --set workload.kind='"perplexity"' --set workload.chat=false
+
+# report: a point's accuracy interval is over the requests of all its seeds (8 here), not over
+# the 2 seeds' means. vt-tiny (fast) runs, then the scores are set: seed 1 scores 1, 1, 0, 0 and
+# seed 2 all 1: 0.75 +- t(0.975, 7) * s / sqrt(8) = 0.387 (over the two means it would be 3.18).
+cat >"$TMP/vt.toml" <<'TOML'
+name = "vt_tasks"
+modes = ["native"]
+[model]
+path = "models/vt-tiny"
+[workload]
+kind = "task"
+task = "passkey"
+context_tokens = 400
+num_requests = 4
+[engine]
+num_blocks = 128
+[sweep]
+name = "vt_tasks"
+[sweep.grid]
+seed = [1, 2]
+TOML
+"$CLI" sweep "$TMP/vt.toml" --db "$TMP/vt.db" >/dev/null 2>"$TMP/vt.err" || fail "vt-tiny sweep: $(tail -2 "$TMP/vt.err")"
+sqlite3 "$TMP/vt.db" "update requests set score = case when run_id = (select min(id) from runs)
+  and request_id >= 2 then 0.0 else 1.0 end"
+"$CLI" report --db "$TMP/vt.db" --sweep vt_tasks --out "$TMP/vt_report" >"$TMP/vt_report.md" 2>&1 ||
+  fail "report: $(tail -2 "$TMP/vt_report.md")"
+grep -q "| 0.750 ± 0.387 |" "$TMP/vt_report.md" || fail "accuracy interval: $(grep -m1 '| 1 2 |' "$TMP/vt_report.md")"
 
 # Bad task settings: one line, no database.
 expect_error "unknown task (known: passkey," run "$TMP/t.toml" --set workload.task='"needle"'
