@@ -14,6 +14,8 @@ has data for as NAME.pdf and NAME.png (300 dpi), printing each path it writes:
   overhead           forward / policy / planner / fence time per grid point and mode (summary)
   block_size         slots held, tokens moved and waste vs engine.block_size
   by_KEY             blocks held, waste, throughput and ROUGE-L vs any other grid key
+  accuracy_vs_blocks task accuracy against the KV blocks each run really held per request,
+                     naive vs vtoken, one colour per policy (task sweeps: docs/TASKS.md)
 
 Grouping. The grid's varying keys are found by comparing the runs' resolved configs
 (runs.config_toml), so the script needs nothing but the database. Runs that differ only in
@@ -599,6 +601,57 @@ def plot_generic(points, axes, out):
         out.save(fig, "by_" + key.replace(".", "_"), note=seeds_note(members))
 
 
+def request_scores(con, run_ids):
+    """The task scores of the requests of `run_ids` (requests.score; older files have none)."""
+    cols = [r[1] for r in con.execute("PRAGMA table_info(requests)")]
+    if "score" not in cols:
+        return []
+    marks = ",".join("?" * len(run_ids))
+    return [r[0] for r in con.execute(
+        f"SELECT score FROM requests WHERE run_id IN ({marks}) AND score IS NOT NULL",
+        list(run_ids))]
+
+
+def plot_accuracy_vs_blocks(con, points, out):
+    """Accuracy (mean over the requests of a point's runs, 95% interval over them, clipped to
+    [0, 1]) against blocks held per request: what a policy keeps, in the memory it really holds.
+    Naive and vtoken evict the same tokens, so a policy's two markers sit at one accuracy; the
+    gap between them is the memory that only reclamation frees."""
+    task_points = [p for p in points if not math.isnan(p.mean("task_accuracy"))]
+    if not task_points:
+        return
+    fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.8))
+    by_curve = {}
+    for p in task_points:
+        scores = request_scores(con, [r.id for r in p.runs])
+        m, h, _ = ci95(scores) if scores else (p.mean("task_accuracy"), math.nan, 0)
+        groups = p.mean("kv_groups")
+        # Blocks of one KV group at layer / head granularity: on the token scale, as `compare`.
+        blocks = p.mean("blocks_mean") / (groups if not math.isnan(groups) and groups > 1 else 1)
+        by_curve.setdefault((p.mode, p.policy), []).append((blocks, m, h))
+    for (mode, policy), pts in sorted(by_curve.items(), key=lambda kv: (mode_rank_name(kv[0][0]),
+                                                                         kv[0][1] or "")):
+        pts.sort()
+        st = dict(MODE_STYLE[mode]) if mode in MODE_STYLE else {}
+        if policy:
+            st["color"] = policy_color(policy)
+        xs, ys = [x for x, _, _ in pts], [y for _, y, _ in pts]
+        lo = [y - max(0.0, y - h) if not math.isnan(h) else 0.0 for _, y, h in pts]
+        hi = [min(1.0, y + h) - y if not math.isnan(h) else 0.0 for _, y, h in pts]
+        label = mode + (f" / {policy}" if policy else "")
+        ax.errorbar(xs, ys, yerr=[lo, hi], label=label, elinewidth=0.7, **st)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlim(left=0)
+    ax.set_xlabel("KV blocks held per request (mean over its steps)")
+    ax.set_ylabel("task accuracy (share of answers found)")
+    out.save(fig, "accuracy_vs_blocks", legend_axes=[ax],
+             note="bars: 95% interval over the requests, within [0, 1]")
+
+
+def mode_rank_name(mode):
+    return MODES.index(mode) if mode in MODES else len(MODES)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--db", required=True, help="result database (SQLite)")
@@ -624,6 +677,7 @@ def main(argv=None):
     plot_overhead(points, axes, out)
     plot_block_size(points, axes, out)
     plot_generic(points, axes, out)
+    plot_accuracy_vs_blocks(con, points, out)
     for path in out.written:
         print(path)
 
