@@ -243,13 +243,21 @@ StatusOr<int32_t> TraceSignals::Fill(const SignalQuery& q, std::span<float> attn
 
 StatusOr<std::vector<model::RunnerOutput>> RecordingRunner::Forward(
     const std::vector<model::RunnerInput>& inputs) {
-  // Every sampled step's signals, whether or not the caller wants them: a copy of the inputs
-  // only when one of them must ask for more.
-  const auto unwanted = [](const model::RunnerInput& in) { return in.sample && !in.want_signals; };
+  // Every sampled step's signals, both of them, whether or not the caller wants them (a trace
+  // serves any policy, and fit-signals fits the key norms too): a copy of the inputs only when
+  // one of them must ask for more.
+  constexpr uint8_t kBoth = kAttnSignal | kKeyNormSignal;
+  const auto unwanted = [](const model::RunnerInput& in) {
+    return in.sample && (!in.want_signals || (in.signals & kBoth) != kBoth);
+  };
   std::vector<model::RunnerInput> all;
   if (std::any_of(inputs.begin(), inputs.end(), unwanted)) {
     all = inputs;
-    for (model::RunnerInput& in : all) in.want_signals = in.want_signals || in.sample;
+    for (model::RunnerInput& in : all) {
+      if (!in.sample) continue;
+      in.want_signals = true;
+      in.signals = kBoth;
+    }
   }
   VTOKEN_ASSIGN_OR_RETURN(std::vector<model::RunnerOutput> outputs,
                           inner_.Forward(all.empty() ? inputs : all));

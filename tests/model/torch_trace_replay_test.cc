@@ -7,6 +7,8 @@
 // (as written before 2026-12-03) still replays native, with the sim's own tokens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <filesystem>
 
@@ -124,6 +126,13 @@ TEST_P(TraceReplayTest, SimReplayOfAVtTinyRunMatchesItExactly) {
   // The same trace without its native records: native replays with the sim's tokens.
   StatusOr<SignalTrace> trace = ReadSignalTrace(path);
   ASSERT_TRUE(trace.ok());
+  // Every record holds both signals, whichever the recorded policy reads: a trace serves any
+  // policy, and fit-signals fits the key norms.
+  for (const SignalRecord& rec : trace->records) {
+    ASSERT_FALSE(rec.key_norm.empty());
+    ASSERT_GT(*std::min_element(rec.key_norm.begin(), rec.key_norm.end()), 0.0f)
+        << rec.mode << " request " << rec.request;
+  }
   const std::string old_path = path + ".old";
   {
     auto writer = SignalTraceWriter::Create(old_path, trace->model);
