@@ -36,10 +36,12 @@ std::vector<std::string> FileColumns(const std::string& path, const std::string&
   EXPECT_TRUE(opened.ok());
   db = *opened;
   std::vector<std::string> out;
-  auto s = sql::Stmt::Prepare(db, path, "SELECT name FROM pragma_table_info('" + table + "')");
-  EXPECT_TRUE(s.ok());
-  while (*s->Step()) {
-    if (s->Text(0) != "run_id") out.push_back(s->Text(0));
+  {  // The statement is finalized before the file closes (sqlite3_close refuses otherwise).
+    auto s = sql::Stmt::Prepare(db, path, "SELECT name FROM pragma_table_info('" + table + "')");
+    EXPECT_TRUE(s.ok());
+    while (*s->Step()) {
+      if (s->Text(0) != "run_id") out.push_back(s->Text(0));
+    }
   }
   sql::CloseFile(db);
   return out;
