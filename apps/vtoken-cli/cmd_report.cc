@@ -32,6 +32,7 @@ struct Figure {
   const char* header;
   const char* key;  // summary name (util_below_50 is added when the runs are read)
   const char* format;
+  bool only_if_measured = false;  // Left out when no run has it (task accuracy, perplexity).
 };
 
 // Memory: what eviction and reclamation do to the pool (docs/METRICS.md).
@@ -52,8 +53,8 @@ constexpr Figure kSpeed[] = {
     {"TTFT p95 (s)", "ttft_p95", "%.3f"},
     {"TPOT p95 (s)", "tpot_p95", "%.4f"},
     {"E2E p95 (s)", "e2e_p95", "%.2f"},
-    {"accuracy (95% CI over requests)", "task_accuracy", "%.3f"},
-    {"perplexity", "perplexity", "%.3f"},
+    {"accuracy (95% CI over requests)", "task_accuracy", "%.3f", true},
+    {"perplexity", "perplexity", "%.3f", true},
     {"ROUGE-L vs native", "rouge_l_vs_native", "%.4f"},
     {"ROUGE-L vs naive", "rouge_l_vs_naive", "%.4f"},
     {"ROUGE-L vs reference", "rouge_l_vs_reference", "%.4f"},
@@ -158,13 +159,19 @@ std::string Cell(const ReportRun& r, const Figure& f) {
 // One row per run, or with `seeds` one per point with its run ids and seed count.
 template <size_t N>
 void PrintTable(const char* title, const std::vector<ReportRun>& runs,
-                const std::vector<std::string>& axes, const Figure (&figures)[N], bool seeds) {
+                const std::vector<std::string>& axes, const Figure (&all)[N], bool seeds) {
+  std::vector<Figure> figures;
+  for (const Figure& f : all) {
+    const bool measured = std::any_of(
+        runs.begin(), runs.end(), [&](const ReportRun& r) { return !std::isnan(Get(r, f.key)); });
+    if (!f.only_if_measured || measured) figures.push_back(f);
+  }
   std::printf("\n### %s\n\n| %s | mode | policy |", title, seeds ? "runs | seeds" : "run");
   for (const std::string& k : axes) std::printf(" %s |", k.c_str());
   for (const Figure& f : figures) std::printf(" %s |", f.header);
   std::printf("\n|%s---|---|", seeds ? "---|---:|" : "---:|");
   for (size_t i = 0; i < axes.size(); ++i) std::printf("---:|");
-  for (size_t i = 0; i < N; ++i) std::printf("---:|");
+  for (size_t i = 0; i < figures.size(); ++i) std::printf("---:|");
   std::printf("\n");
   for (const ReportRun& r : runs) {
     if (seeds) {
