@@ -7,8 +7,6 @@
 // counts them in the model's tokenizer. `workload.kind = "jsonl"` reads the file back (prompt,
 // max_tokens; reference = the first answer).
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,6 +15,7 @@
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/experiment_config.h"
 #include "lib/engine/workload.h"
+#include "lib/model/io/mapped_file.h"
 #include "lib/model/io/model_files.h"
 
 namespace vtoken::cli {
@@ -56,10 +55,9 @@ StatusOr<std::string> TaskLines(const ExperimentConfig& c) {
         {"input_tokens", r.prompt_tokens.size() + r.question_tokens.size()},
         {"reference", t.expected.empty() ? "" : t.expected[0]},
     };
-    // The split both protocols use: the context, then the question.
-    const size_t question_at = r.prompt.rfind("\n\n");
-    j["context"] = r.prompt.substr(0, question_at + 2);
-    j["question"] = r.prompt.substr(question_at + 2);
+    // The split both protocols use: the context, then the question (prompt's end: no template).
+    j["context"] = r.prompt.substr(0, r.prompt.size() - t.question.size());
+    j["question"] = t.question;
     lines += j.dump() + "\n";
   }
   return lines;
@@ -80,25 +78,11 @@ int RunTasks(const TasksArgs& a) {
     std::fwrite(lines->data(), 1, lines->size(), stdout);
     return 0;
   }
-  // Written beside the target and renamed: a failed write leaves no partial file.
-  const std::string tmp = a.out + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << *lines;
-    out.close();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      std::fprintf(stderr, "vtoken-cli: error: tasks --out %s: cannot write the file\n",
-                   a.out.c_str());
-      return 1;
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, a.out, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    std::fprintf(stderr, "vtoken-cli: error: tasks --out %s: %s\n", a.out.c_str(),
-                 ec.message().c_str());
+  // A failed write leaves no partial file.
+  const Status written = model::WriteFileAtomically(
+      a.out, [&](model::FileSink& out) { return out.Write(lines->data(), lines->size()); });
+  if (!written.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: tasks --out: %s\n", written.message().c_str());
     return 1;
   }
   std::fprintf(stderr, "wrote %lld task instances to %s\n",

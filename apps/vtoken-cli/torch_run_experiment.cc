@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "apps/vtoken-cli/interrupt.h"
@@ -282,9 +282,9 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       c.workload.corpus_path.empty()) {
     return InvalidArgumentError(c.file + ": workload.corpus is required for a real model");
   }
-  const bool evicts_any =
+  const bool evicts =
       std::any_of(c.modes.begin(), c.modes.end(), [](Mode m) { return m != Mode::kNative; });
-  if (c.workload.kind == "perplexity" && evicts_any && !c.engine.indirection_only &&
+  if (c.workload.kind == "perplexity" && evicts && !c.engine.indirection_only &&
       c.engine.evictor.budget_tokens == 0) {
     return InvalidArgumentError(
         c.file + ": workload.kind \"perplexity\" evicts from a 1-token prompt: give the cache "
@@ -384,8 +384,6 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
                  c.sim.dtype.c_str());
   }
   if (!c.pool_sizing.empty()) std::fprintf(stderr, "pool sizing: %s\n", c.pool_sizing.c_str());
-  const bool evicts =
-      std::any_of(c.modes.begin(), c.modes.end(), [](Mode m) { return m != Mode::kNative; });
   if (evicts && !c.engine.indirection_only) {
     StatusOr<std::unique_ptr<Policy>> policy =
         CreatePolicy(c.engine.policy, c.engine.policy_params);

@@ -203,10 +203,15 @@ class Engine {
     }
   }
 
+  // Tokens of `s`'s query-agnostic question not yet in `tokens`.
+  static int64_t PendingQuestion(const SeqState& s) {
+    return s.question_pending ? static_cast<int64_t>(s.request->question_tokens.size()) : 0;
+  }
+
   // Blocks `s` may still need: the rest of its prompt and, with kReserve, of its output.
   int64_t Growth(const SeqState& s) const {
     int64_t tokens = static_cast<int64_t>(s.tokens.size()) - s.num_computed;
-    if (s.question_pending) tokens += static_cast<int64_t>(s.request->question_tokens.size());
+    tokens += PendingQuestion(s);
     if (o_.admission == EngineOptions::Admission::kReserve) {
       tokens += s.request->max_tokens - static_cast<int64_t>(s.result.output_tokens.size());
     }
@@ -224,12 +229,9 @@ class Engine {
       reserved += need;
       waiting_.pop_front();
       s.seq = cache_.AddSequence();
-      cache_.ReserveTokens(
-          s.seq, static_cast<int64_t>(s.tokens.size()) + s.request->max_tokens -
-                     static_cast<int64_t>(s.result.output_tokens.size()) +
-                     (s.question_pending
-                          ? static_cast<int64_t>(s.request->question_tokens.size())
-                          : 0));
+      cache_.ReserveTokens(s.seq, static_cast<int64_t>(s.tokens.size()) + PendingQuestion(s) +
+                                      s.request->max_tokens -
+                                      static_cast<int64_t>(s.result.output_tokens.size()));
       s.num_computed = 0;
       s.observed = false;
       s.admitted = next_admission_++;

@@ -427,7 +427,8 @@ StatusOr<std::vector<Request>> TaskRequests(const WorkloadOptions& o,
                            .depth = t.depth,
                            .needle_depth = t.needle_depth,
                            .expected = t.expected,
-                           .scoring = t.scoring};
+                           .scoring = t.scoring,
+                           .question = t.question};
     requests.push_back(std::move(r));
   }
   AssignArrivals(o, requests);

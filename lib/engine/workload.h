@@ -63,6 +63,7 @@ struct Request {
     std::optional<double> depth, needle_depth;  // asked and reached (TaskInstance)
     std::vector<std::string> expected;
     TaskScoring scoring = TaskScoring::kAll;
+    std::string question;  // the end of `prompt` (before the chat template's end)
   };
   std::optional<Task> task;
 };
