@@ -35,6 +35,10 @@ struct Row {
   bool ratio;  // Show the ratio against the first run.
   Derive derive = Derive::kValue;
   bool only_if_measured = false;  // Left out when no run has the figure (e.g. task accuracy).
+  // A wall-clock figure: "n/a" for a run that restored prompt prefills from an earlier run
+  // (summary prefill_restored_tokens > 0, lib/engine/prefill_memo.h), whose times are not the
+  // model's.
+  bool timing = false;
 };
 
 // The figures of docs/METRICS.md, in reading order.
@@ -50,10 +54,10 @@ constexpr Row kRows[] = {
     {"peak allocated blocks", "peak_allocated_blocks", "%.0f", true, Derive::kPerToken},
     {"peak concurrency", "peak_running", "%.0f", true},
     {"preemptions", "preemptions", "%.0f", false},
-    {"throughput (tok/s)", "throughput_tok_s", "%.1f", true},
-    {"TTFT p95 (s)", "ttft_p95", "%.3f", true},
-    {"TPOT p95 (s)", "tpot_p95", "%.4f", true},
-    {"E2E p95 (s)", "e2e_p95", "%.2f", true},
+    {"throughput (tok/s)", "throughput_tok_s", "%.1f", true, Derive::kValue, false, true},
+    {"TTFT p95 (s)", "ttft_p95", "%.3f", true, Derive::kValue, false, true},
+    {"TPOT p95 (s)", "tpot_p95", "%.4f", true, Derive::kValue, false, true},
+    {"E2E p95 (s)", "e2e_p95", "%.2f", true, Derive::kValue, false, true},
     {"task accuracy", "task_accuracy", "%.3f", false, Derive::kValue, true},
     {"task accuracy 95% CI (+-)", "task_accuracy_ci95", "%.3f", false, Derive::kValue, true},
     {"perplexity", "perplexity", "%.3f", true, Derive::kValue, true},
@@ -68,7 +72,14 @@ constexpr Row kRows[] = {
     {"MB copied", "bytes_moved", "%.2f", false, Derive::kMillionths},
     {"planner time (s)", "planner_s", "%.4f", false},
     {"fence waits", "fence_waits", "%.0f", false},
+    {"prefill restored (tokens)", "prefill_restored_tokens", "%.0f", false, Derive::kValue, true},
 };
+
+// Whether the run's prompt prefills were (partly) restored from an earlier run.
+bool RestoredPrefill(const engine::RunSummary& s) {
+  auto it = s.values.find("prefill_restored_tokens");
+  return it != s.values.end() && it->second > 0;
+}
 
 double Value(const engine::RunSummary& s, const Row& row) {
   auto get = [&](const std::string& k) {
@@ -208,8 +219,9 @@ Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& r
                     [&](const engine::RunSummary& s) { return std::isnan(Value(s, row)); })) {
       continue;
     }
-    const double base = Value(summaries[0], row);
+    const double base = RestoredPrefill(summaries[0]) && row.timing ? NAN : Value(summaries[0], row);
     add_row(row.label, [&](size_t i) {
+      if (row.timing && RestoredPrefill(summaries[i])) return std::string("n/a");
       return Cell(Value(summaries[i], row), row.format, base, row.ratio && i > 0);
     });
   }
@@ -226,6 +238,11 @@ Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& r
       std::printf("%*s", static_cast<int>(width), Fit(row[i], width - kColumnGap).c_str());
     }
     std::printf("\n");
+  }
+  if (std::any_of(summaries.begin(), summaries.end(), RestoredPrefill)) {
+    std::printf("\nn/a: the run restored its prompts' prefill from an earlier run of the same "
+                "invocation (prefill memo), so its times are not the model's; time it with "
+                "--no-prefill-memo.\n");
   }
   return Status::Ok();
 }

@@ -372,6 +372,11 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
   std::printf(".\n");
   PrintTable("Memory", runs, axes, kMemory, seeds);
   PrintTable("Speed, quality, reclamation cost", runs, axes, kSpeed, seeds);
+  if (std::any_of(runs.begin(), runs.end(),
+                  [](const ReportRun& r) { return Get(r, "prefill_restored_tokens") > 0; })) {
+    std::printf("\nRuns that restored their prompts' prefill from an earlier run (prefill memo) "
+                "record no request times (-); rerun with --no-prefill-memo to time them.\n");
+  }
   PrintFrontiers(runs, axes);
   std::printf("\n");
   if (!figures) return Status::Ok();

@@ -8,6 +8,7 @@
 
 #include "apps/vtoken-cli/experiment_config.h"
 #include "lib/core/status.h"
+#include "lib/engine/prefill_memo.h"
 
 namespace vtoken::cli {
 
@@ -20,9 +21,14 @@ struct RunOutcome {
 // marked failed in the database and its error returned.
 // `record_signals` (non-empty): every mode's policy signals are written to that trace file
 // (lib/sim/signal_trace.h), for replay by a sim: model.
+// `memo` (optional, lib/engine/prefill_memo.h): prompt prefills computed by an earlier run that
+// used it (an earlier mode, or an earlier point of a sweep) are restored instead of computed; the
+// run records how many tokens were (summary prefill_restored_tokens) and, when any were, no
+// request times (engine::DropRequestTimes): they would not time the model.
 StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::string& db_path,
                                    const std::string& sweep, bool dry_run,
-                                   const std::string& record_signals = "");
+                                   const std::string& record_signals = "",
+                                   engine::PrefillMemo* memo = nullptr);
 
 // Prints the summary table of `run_ids` (ratios against the first) from the database.
 Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& run_ids);

@@ -6,6 +6,7 @@
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/experiment_config.h"
 #include "apps/vtoken-cli/interrupt.h"
+#include "apps/vtoken-cli/memo_flags.h"
 #include "apps/vtoken-cli/run_experiment.h"
 
 namespace vtoken::cli {
@@ -18,6 +19,7 @@ struct RunArgs {
   std::string sweep;  // Set by `sweep --jobs` for the runs of its child processes.
   std::string record_signals;
   bool dry_run = false;
+  MemoArgs memo;
 };
 
 int RunRun(const RunArgs& a) {
@@ -27,7 +29,14 @@ int RunRun(const RunArgs& a) {
     return 2;
   }
   const std::string db = a.db.empty() ? config->db : a.db;
-  StatusOr<RunOutcome> outcome = RunExperiment(*config, db, a.sweep, a.dry_run, a.record_signals);
+  StatusOr<std::unique_ptr<engine::PrefillMemo>> memo = MakeMemo(a.memo);
+  if (!memo.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: %s\n", memo.status().message().c_str());
+    return 2;
+  }
+  StatusOr<RunOutcome> outcome =
+      RunExperiment(*config, db, a.sweep, a.dry_run, a.record_signals,
+                    MemoServes(a.memo, config->workload.kind) ? memo->get() : nullptr);
   if (!outcome.ok()) {
     std::fprintf(stderr, "vtoken-cli: error: %s\n", outcome.status().message().c_str());
     // 130 / 143 after SIGINT / SIGTERM, as a shell reports a process the signal ended.
@@ -57,6 +66,7 @@ CLI::App* SetupRun(CLI::App& app) {
                   "Write every mode's policy signals to this trace file (replay: [sim] attention "
                   "= \"trace:FILE\")");
   cmd->add_flag("--dry-run", a->dry_run, "Validate and print the resolved config; run nothing");
+  AddMemoFlags(*cmd, a->memo);
   cmd->callback([a] { SetExitCode(RunRun(*a)); });
   return cmd;
 }

@@ -23,6 +23,7 @@
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/experiment_config.h"
 #include "apps/vtoken-cli/interrupt.h"
+#include "apps/vtoken-cli/memo_flags.h"
 #include "apps/vtoken-cli/run_checks.h"
 #include "apps/vtoken-cli/run_experiment.h"
 #include "apps/vtoken-cli/sweep_grid.h"
@@ -45,6 +46,7 @@ struct SweepArgs {
   int64_t jobs = 1;
   bool resume = false;
   bool dry_run = false;
+  MemoArgs memo;
 };
 
 // One point of the grid with its loaded config and what is left to run of it.
@@ -193,6 +195,11 @@ struct Child {
 StatusOr<Child> StartChild(const SweepArgs& a, const std::string& db, const std::string& sweep,
                            const PointPlan& p, size_t plan_index) {
   std::vector<std::string> args = {"/proc/self/exe", "run", a.config, "--db", db, "--sweep", sweep};
+  // Each child keeps its own prefill memo (its point's modes share it), within its share.
+  if (a.memo.off) args.push_back("--no-prefill-memo");
+  if (a.memo.on) args.push_back("--prefill-memo");
+  if (!a.memo.dir.empty()) args.insert(args.end(), {"--prefill-memo-dir", a.memo.dir});
+  args.insert(args.end(), {"--prefill-memo-gib", std::to_string(a.memo.gib / a.jobs)});
   std::vector<std::string> sets = a.sets;
   sets.insert(sets.end(), p.point.overrides.begin(), p.point.overrides.end());
   if (p.todo.size() != p.config.modes.size()) sets.push_back(ModesOverride(p.todo));
@@ -353,6 +360,9 @@ int RunSweep(const SweepArgs& a) {
                  JoinOverrides(p.point.overrides) + (s.ok() ? "" : ": " + p.error));
   };
   if (a.jobs == 1) {
+    // One memo for every point: a prompt's prefill is computed by the first run that needs it.
+    StatusOr<std::unique_ptr<engine::PrefillMemo>> memo = MakeMemo(a.memo);
+    if (!memo.ok()) return fail(memo.status().message(), 2);
     for (PointPlan& p : plans) {
       if (p.status == "skipped") continue;
       if (InterruptSignal() != 0) break;
@@ -360,7 +370,9 @@ int RunSweep(const SweepArgs& a) {
       line.Message("point " + std::to_string(p.point.index) + ": " +
                    JoinOverrides(p.point.overrides));
       StatusOr<RunOutcome> outcome =
-          RunExperiment(RestrictModes(p.config, p.todo), db, sweep, /*dry_run=*/false);
+          RunExperiment(RestrictModes(p.config, p.todo), db, sweep, /*dry_run=*/false,
+                        /*record_signals=*/"",
+                        MemoServes(a.memo, p.config.workload.kind) ? memo->get() : nullptr);
       finish(p, outcome.status());
     }
   } else {
@@ -459,6 +471,7 @@ CLI::App* SetupSweep(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--dry-run", a->dry_run,
                 "Validate the grid and list its points and what would run; run nothing");
+  AddMemoFlags(*cmd, a->memo);
   cmd->callback([a] { SetExitCode(RunSweep(*a)); });
   return cmd;
 }

@@ -258,9 +258,18 @@ class Progress {
 
 }  // namespace
 
+// What decides a prefill's K/V besides its tokens: the memo serves a chunk only to runs that
+// agree on all of it.
+std::string MemoPartition(const ExperimentConfig& c) {
+  return c.model + "\n" + std::to_string(c.model_seed) + "\n" + c.model_device + "\n" +
+         c.model_dtype + "\n" + std::to_string(ModelThreads(c.model_threads)) + "\n" +
+         GranularityName(c.granularity) + "\n" + (c.cuda_graphs ? "graphs" : "eager");
+}
+
 StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::string& db_path,
                                    const std::string& sweep, bool dry_run,
-                                   const std::string& record_signals) {
+                                   const std::string& record_signals,
+                                   engine::PrefillMemo* memo) {
   ExperimentConfig c = config;  // With the pool split into KV-group blocks (ApplyKvGroups).
   // Everything that can fail on bad input fails here, before the database is touched.
   VTOKEN_RETURN_IF_ERROR(CheckRunFiles(c));
@@ -480,9 +489,18 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     Progress progress(label + " " + std::to_string(mi + 1) + "/" + std::to_string(c.modes.size()),
                       sim_runner != nullptr ? "virtual s" : "s");
     if (sim_runner != nullptr) sim_runner->BeginRun(label);
+    // The prefill memo below the recorder: a recorded trace sees the signals a run observes.
+    std::optional<engine::MemoRunner> memo_runner;
+    if (memo != nullptr && sim_runner == nullptr) {
+      memo_runner.emplace(*runner, *memo, MemoPartition(c));
+    }
+    model::ModelRunner& model_runner =
+        memo_runner ? static_cast<model::ModelRunner&>(*memo_runner) : *runner;
+    const engine::PrefillMemoStats memo_before = memo ? memo->stats() : engine::PrefillMemoStats{};
     std::optional<sim::RecordingRunner> recorder;
-    if (trace) recorder.emplace(*runner, *trace, label);
-    model::ModelRunner& run_with = recorder ? static_cast<model::ModelRunner&>(*recorder) : *runner;
+    if (trace) recorder.emplace(model_runner, *trace, label);
+    model::ModelRunner& run_with =
+        recorder ? static_cast<model::ModelRunner&>(*recorder) : model_runner;
     auto* llama_runner = dynamic_cast<model::LlamaRunner*>(runner.get());
     const model::DecodeStats graphs_before =
         llama_runner != nullptr ? llama_runner->decode_stats() : model::DecodeStats{};
@@ -599,6 +617,27 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       const engine::MeanCi acc = engine::MeanCi95(scores);
       summary["task_accuracy"] = acc.mean;
       summary["task_accuracy_ci95"] = acc.half_width;
+    }
+    if (memo_runner) {
+      const engine::PrefillMemoStats& m = memo->stats();
+      const int64_t restored = m.tokens_restored - memo_before.tokens_restored;
+      summary["prefill_restored_tokens"] = static_cast<double>(restored);
+      if (restored > 0) {
+        engine::DropRequestTimes(summary);
+        std::fprintf(stderr,
+                     "%s: %lld prompt tokens' prefill restored from an earlier run (their K/V, "
+                     "first token and signals as computed there; the run records no request "
+                     "times)\n",
+                     label.c_str(), static_cast<long long>(restored));
+      }
+      if (m.kv_mismatches > memo_before.kv_mismatches) {
+        std::fprintf(stderr,
+                     "%s: warning: %lld recomputed prefill chunks differ from the memo's K/V "
+                     "(the model's step is not batch-invariant); rerun with --no-prefill-memo "
+                     "for exact separate runs\n",
+                     label.c_str(),
+                     static_cast<long long>(m.kv_mismatches - memo_before.kv_mismatches));
+      }
     }
     if (!rouge_naive.empty()) {
       double sum = 0;

@@ -120,4 +120,14 @@ std::map<std::string, double> SummarizeRun(const EngineResult& r,
   return s;
 }
 
+void DropRequestTimes(std::map<std::string, double>& summary) {
+  std::erase_if(summary, [](const auto& kv) {
+    const std::string& k = kv.first;
+    for (const char* prefix : {"throughput_", "ttft_", "tpot_", "e2e_"}) {
+      if (k.rfind(prefix, 0) == 0) return true;
+    }
+    return false;
+  });
+}
+
 }  // namespace vtoken::engine

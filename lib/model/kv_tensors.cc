@@ -1,5 +1,6 @@
 #include "lib/model/kv_tensors.h"
 
+#include <cstring>
 #include <string>
 
 namespace vtoken::model {
@@ -80,6 +81,53 @@ Status KvTensors::CopySlots(const std::vector<int64_t>& src_slots,
     // index_select materializes the sources first: that is what makes overlapping moves safe.
     k_[i].index_copy_(0, dst, k_[i].index_select(0, src));
     v_[i].index_copy_(0, dst, v_[i].index_select(0, src));
+  }
+  return Status::Ok();
+}
+
+Status KvTensors::ReadSlots(std::span<const int64_t> slots, std::vector<std::byte>& out) const {
+  VTOKEN_RETURN_IF_ERROR(CheckSlots(slots));
+  if (slots.empty()) return Status::Ok();
+  torch::NoGradGuard no_grad;
+  auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
+  const auto index =
+      torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()), index_options);
+  for (size_t i = 0; i < k_.size(); ++i) {
+    for (const torch::Tensor* t : {&k_[i], &v_[i]}) {
+      const torch::Tensor rows = t->index_select(0, index).to(torch::kCPU).contiguous();
+      const size_t bytes = rows.numel() * rows.element_size();
+      const size_t at = out.size();
+      out.resize(at + bytes);
+      std::memcpy(out.data() + at, rows.data_ptr(), bytes);
+    }
+  }
+  return Status::Ok();
+}
+
+Status KvTensors::WriteSlots(std::span<const int64_t> slots, std::span<const std::byte> bytes) {
+  VTOKEN_RETURN_IF_ERROR(CheckSlots(slots));
+  const int64_t expected = static_cast<int64_t>(slots.size()) * bytes_per_slot();
+  if (static_cast<int64_t>(bytes.size()) != expected) {
+    return InvalidArgumentError("KvTensors::WriteSlots: " + std::to_string(bytes.size()) +
+                                " bytes for " + std::to_string(slots.size()) + " slots of " +
+                                std::to_string(bytes_per_slot()) + " bytes");
+  }
+  if (slots.empty()) return Status::Ok();
+  torch::NoGradGuard no_grad;
+  auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
+  const auto index =
+      torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()), index_options);
+  size_t at = 0;
+  for (size_t i = 0; i < k_.size(); ++i) {
+    for (torch::Tensor* t : {&k_[i], &v_[i]}) {
+      std::vector<int64_t> shape = t->sizes().vec();
+      shape[0] = static_cast<int64_t>(slots.size());
+      torch::Tensor rows = torch::empty(shape, t->options().device(torch::kCPU));
+      const size_t n = rows.numel() * rows.element_size();
+      std::memcpy(rows.data_ptr(), bytes.data() + at, n);
+      at += n;
+      t->index_copy_(0, index, rows.to(t->device()));
+    }
   }
   return Status::Ok();
 }

@@ -15,6 +15,7 @@
 
 #include <torch/torch.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -76,6 +77,12 @@ class KvTensors {
   // range.
   Status CopySlots(const std::vector<int64_t>& src_slots, const std::vector<int64_t>& dst_slots);
 
+  // Appends the K and V rows of `slots` to `out` as bytes on the host: per distinct tensor (in
+  // layer order) the K rows of every slot, then their V rows; bytes_per_slot() per slot in all.
+  Status ReadSlots(std::span<const int64_t> slots, std::vector<std::byte>& out) const;
+  // Writes bytes in ReadSlots' layout into `slots`. InvalidArgument on a size mismatch or a slot
+  // out of range.
+  Status WriteSlots(std::span<const int64_t> slots, std::span<const std::byte> bytes);
   // Returns InvalidArgument unless every slot lies in [0, num_slots).
   Status CheckSlots(std::span<const int64_t> slots) const;
 

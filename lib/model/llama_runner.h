@@ -85,6 +85,12 @@ class LlamaRunner final : public ModelRunner {
   // forward's stream, one copy back); else, or if that fails (reported on stderr), TokenKvHash
   // per slot.
   std::vector<uint64_t> TokenKvHashes(std::span<const SlotIndex> slots) override;
+  Status ReadKv(std::span<const SlotIndex> slots, std::vector<std::byte>& out) override {
+    return kv_.ReadSlots(slots, out);
+  }
+  Status WriteKv(std::span<const SlotIndex> slots, std::span<const std::byte> bytes) override {
+    return kv_.WriteSlots(slots, bytes);
+  }
   void ForgetRequest(int64_t request) override { samplers_.erase(request); }
 
   const LlamaModel& model() const { return model_; }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -149,6 +150,20 @@ class ModelRunner {
     for (SlotIndex slot : slots) hashes.push_back(TokenKvHash(slot));
     return hashes;
   }
+  // The K and V bytes `slots` hold, in a layout of the runner's choosing that WriteKv takes back
+  // (a slot's bytes are kv_bytes_per_token() / num_kv_groups()), appended to `out`: what
+  // engine::PrefillMemo keeps of a computed prefill chunk. FailedPrecondition from a runner that
+  // cannot (the simulator's).
+  virtual Status ReadKv(std::span<const SlotIndex> slots, std::vector<std::byte>& out) {
+    (void)slots, (void)out;
+    return FailedPreconditionError("this runner cannot read its KV rows back");
+  }
+  // Writes bytes ReadKv returned for as many slots into `slots`, as if a forward had computed
+  // them there. InvalidArgument on a size mismatch or a slot out of range.
+  virtual Status WriteKv(std::span<const SlotIndex> slots, std::span<const std::byte> bytes) {
+    (void)slots, (void)bytes;
+    return FailedPreconditionError("this runner cannot write KV rows");
+  }
   // Drops per-request state (sampler streams).
   virtual void ForgetRequest(int64_t request) = 0;
   // The run's clock; nullptr: the wall clock.
@@ -175,6 +190,12 @@ class ForwardingRunner : public ModelRunner {
   uint64_t TokenKvHash(SlotIndex slot) override { return inner_.TokenKvHash(slot); }
   std::vector<uint64_t> TokenKvHashes(std::span<const SlotIndex> slots) override {
     return inner_.TokenKvHashes(slots);
+  }
+  Status ReadKv(std::span<const SlotIndex> slots, std::vector<std::byte>& out) override {
+    return inner_.ReadKv(slots, out);
+  }
+  Status WriteKv(std::span<const SlotIndex> slots, std::span<const std::byte> bytes) override {
+    return inner_.WriteKv(slots, bytes);
   }
   void ForgetRequest(int64_t request) override { inner_.ForgetRequest(request); }
   RunClock* clock() override { return inner_.clock(); }

@@ -73,6 +73,35 @@ TEST(KvTensorsTest, ScratchSlotsAreAllocatedButNotTheCallers) {
       << negative.status().message();
 }
 
+// ReadSlots / WriteSlots (the prefill memo's copy out and back in): what is read from some slots
+// and written to others reads back equal, TokenKvHash included, at every granularity and dtype.
+TEST(KvTensorsTest, SlotsReadOutWriteBackIntoOtherSlotsExactly) {
+  for (const Granularity g : {Granularity::kToken, Granularity::kLayer, Granularity::kHead}) {
+    for (const torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+      StatusOr<KvTensors> kv = KvTensors::Create({.num_layers = 3, .num_slots = 16,
+                                                  .num_kv_heads = 2, .head_dim = 4,
+                                                  .dtype = dtype, .granularity = g});
+      ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+      torch::manual_seed(7);
+      for (const torch::Tensor& t : kv->k_tensors()) t.copy_(torch::randn_like(t));
+      for (const torch::Tensor& t : kv->v_tensors()) t.copy_(torch::randn_like(t));
+      const std::vector<int64_t> from = {3, 0, 9}, to = {12, 5, 15};
+      std::vector<std::byte> bytes;
+      ASSERT_TRUE(kv->ReadSlots(from, bytes).ok());
+      ASSERT_EQ(static_cast<int64_t>(bytes.size()), 3 * kv->bytes_per_slot());
+      ASSERT_TRUE(kv->WriteSlots(to, bytes).ok());
+      for (size_t i = 0; i < from.size(); ++i) {
+        EXPECT_EQ(TokenKvHash(*kv, from[i]), TokenKvHash(*kv, to[i]))
+            << GranularityName(g) << " slot " << from[i];
+      }
+      bytes.pop_back();
+      EXPECT_EQ(kv->WriteSlots(to, bytes).code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(kv->ReadSlots(std::vector<int64_t>{16}, bytes).code(),
+                StatusCode::kInvalidArgument);
+    }
+  }
+}
+
 std::vector<engine::Request> Requests(int n, int64_t prompt, int64_t max_tokens) {
   return test_configs::Requests(n, prompt, 13, max_tokens, 99);
 }

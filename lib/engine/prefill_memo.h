@@ -1,0 +1,128 @@
+// PrefillMemo: a prompt's prefill computed once per sweep. Policies observe a sequence only when
+// its whole prompt is in the cache (engine.h: nothing is evicted during a chunked prefill), so
+// every configuration of a sweep computes the same prefill chunks from the same tokens: the same
+// K and V rows, the same first token and the same signals. The memo keeps what the first run
+// computed and MemoRunner restores it in the runs that follow: the chunk's K/V bytes are written
+// into the slots the engine reserved, and the forward's output is returned as computed, so the
+// cache, the pool and every policy decision are those of a run that computed it.
+//
+// A chunk is served only when it continues, token for token, a chunk chain the memo holds from
+// position 0, with every earlier token still live in every KV group (no eviction yet), no prefix
+// fork, and greedy or no sampling. Anything else passes through to the model. A chunk is keyed by
+// its tokens, its start and its predecessor's entry, so equal keys are equal inputs, compared in
+// full (no hash is trusted).
+//
+// The outputs: a chunk that samples keeps one output per (score_token, signals asked); a miss that
+// asks for signals or samples is computed with both signals (attention and key norms), and a later
+// request gets the ones it asked for, the others left at zero (runner.h's contract). When an
+// output is missing for a chunk whose K/V the memo holds, the chunk is recomputed and its K/V
+// compared with the stored bytes: a difference (the model is not batch-invariant) is counted in
+// stats().kv_mismatches.
+//
+// KV bytes live in an unlinked file in the directory given (the page cache keeps the hot part in
+// memory); outputs in memory. Past max_bytes nothing new is stored: chunks are computed as usual.
+// Not thread-safe: one run at a time uses a memo (the sweep's runs are sequential).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "lib/core/status.h"
+#include "lib/model/runner.h"
+
+namespace vtoken::engine {
+
+struct PrefillMemoStats {
+  int64_t chunks_restored = 0;  // served from the memo
+  int64_t tokens_restored = 0;
+  int64_t chunks_computed = 0;  // eligible chunks the model computed (then stored when room)
+  int64_t tokens_computed = 0;
+  int64_t kv_mismatches = 0;    // recomputed chunks whose K/V differ from the stored bytes
+  int64_t bytes_stored = 0;     // KV bytes in the file
+};
+
+class PrefillMemo {
+ public:
+  // Creates the memo's file in `dir` (created if missing; unlinked at once, so nothing remains
+  // after the process). NotFound when the directory cannot be made or written.
+  static StatusOr<std::unique_ptr<PrefillMemo>> Create(const std::string& dir, int64_t max_bytes);
+  ~PrefillMemo();
+  PrefillMemo(const PrefillMemo&) = delete;
+  PrefillMemo& operator=(const PrefillMemo&) = delete;
+
+  const PrefillMemoStats& stats() const { return stats_; }
+  int64_t max_bytes() const { return max_bytes_; }
+  void set_max_bytes(int64_t max_bytes) { max_bytes_ = max_bytes; }
+
+ private:
+  friend class MemoRunner;
+  struct Output {
+    bool sample = false;
+    int32_t score_token = -1;
+    bool signals = false;     // computed with both signals
+    int32_t obs_window = 0;   // their window, when `signals`
+    model::RunnerOutput out;  // as computed, both signals full length when `signals`
+  };
+  struct Entry {
+    std::string partition;
+    int64_t parent = -1;  // the chunk before, -1: the chunk starts at position 0
+    std::vector<int32_t> tokens;
+    int64_t kv_offset = 0;  // in the file
+    int64_t kv_bytes = 0;
+    std::vector<Output> outputs;
+  };
+  PrefillMemo(int fd, int64_t max_bytes) : fd_(fd), max_bytes_(max_bytes) {}
+  // The entry for (partition, parent, tokens), or -1.
+  int64_t Find(const std::string& partition, int64_t parent,
+               const std::vector<int32_t>& tokens) const;
+  // Stores an entry with its KV bytes; -1 when the memo is full or the write failed (reported once
+  // on stderr, the memo then stores nothing more).
+  int64_t Add(const std::string& partition, int64_t parent, std::vector<int32_t> tokens,
+              const std::vector<std::byte>& kv);
+  Status ReadKv(const Entry& e, std::vector<std::byte>& out) const;
+
+  int fd_;
+  int64_t max_bytes_;
+  bool full_ = false;
+  std::vector<Entry> entries_;
+  std::unordered_multimap<uint64_t, int64_t> index_;  // key hash -> entry
+  PrefillMemoStats stats_;
+};
+
+// The runner a run uses with a memo: forwards to `inner`, serving the prefill chunks the memo
+// holds and storing the ones it computes. `partition` names everything besides a chunk's input
+// that decides what the model computes (the model, its weights' seed, dtype, device, KV-group
+// granularity, threads): entries serve only their own partition.
+class MemoRunner final : public model::ForwardingRunner {
+ public:
+  MemoRunner(model::ModelRunner& inner, PrefillMemo& memo, std::string partition)
+      : ForwardingRunner(inner), memo_(memo), partition_(std::move(partition)) {}
+
+  StatusOr<std::vector<model::RunnerOutput>> Forward(
+      const std::vector<model::RunnerInput>& inputs) override;
+  void ForgetRequest(int64_t request) override;
+
+ private:
+  // Where a request's prefill stands in the memo: the entry of its last chunk (-1: none yet) and
+  // the position its next chunk must start at; -1: the request left the memo's path.
+  struct Track {
+    int64_t entry = -1;
+    int64_t next = -1;
+  };
+  // Whether `in` may be served or stored, with the entry of its predecessor in *parent.
+  bool Eligible(const model::RunnerInput& in, int64_t* parent);
+  // The output stored for `in` (signals reduced to the ones asked), or nullopt.
+  std::optional<model::RunnerOutput> StoredOutput(const PrefillMemo::Entry& e,
+                                                  const model::RunnerInput& in) const;
+
+  PrefillMemo& memo_;
+  std::string partition_;
+  std::unordered_map<int64_t, Track> track_;
+};
+
+}  // namespace vtoken::engine
