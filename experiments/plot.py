@@ -16,6 +16,10 @@ has data for as NAME.pdf and NAME.png (300 dpi), printing each path it writes:
   by_KEY             blocks held, waste, throughput and ROUGE-L vs any other grid key
   accuracy_vs_blocks task accuracy against the KV blocks each run really held per request,
                      naive vs vtoken, one colour per policy (task sweeps: docs/TASKS.md)
+  accuracy_vs_compression  task accuracy against the compression ratio (1 - keep ratio), one
+                     line per policy, native dashed (kvpress's leaderboard format)
+  needle_heatmap_keep_K    per keep ratio K, one panel per policy: mean score per needle depth
+                     and context length
 
 Grouping. The grid's varying keys are found by comparing the runs' resolved configs
 (runs.config_toml), so the script needs nothing but the database. Runs that differ only in
@@ -147,7 +151,8 @@ class Writer:
     def save(self, fig, name, legend_axes=None, note=None, ncol=None, last=()):
         """Lays out fig, puts one legend of every labelled artist below the axes (the labels
         starting with one of `last` at its end), writes it."""
-        fig.tight_layout(pad=0.4)
+        if not fig.get_constrained_layout():
+            fig.tight_layout(pad=0.4)
         handles, labels = [], []
         for ax in legend_axes if legend_axes is not None else fig.axes:
             for h, l in zip(*ax.get_legend_handles_labels()):
@@ -648,6 +653,121 @@ def plot_accuracy_vs_blocks(con, points, out):
              note="bars: 95% interval over the requests, within [0, 1]")
 
 
+def eviction_mode(points):
+    """The mode whose runs stand for a policy's accuracy: naive, else vtoken (they evict the same
+    tokens, so their answers are the same)."""
+    modes = {p.mode for p in points}
+    return "naive" if "naive" in modes else ("vtoken" if "vtoken" in modes else None)
+
+
+def plot_accuracy_vs_compression(con, points, out):
+    """kvpress's leaderboard view: task accuracy against the compression ratio (the share of the
+    context evicted, 1 - policy.keep_ratio), one line per policy, the 95% interval over the
+    requests as a band within [0, 1], the full cache (native) as a dashed line."""
+    task_points = [p for p in points if not math.isnan(p.mean("task_accuracy"))]
+    mode = eviction_mode(task_points)
+    curves = {}
+    for p in task_points:
+        keep = p.config.get("policy.keep_ratio")
+        if p.mode != mode or not is_number(keep) or keep <= 0:
+            continue
+        scores = request_scores(con, [r.id for r in p.runs])
+        m, h, _ = ci95(scores) if scores else (p.mean("task_accuracy"), math.nan, 0)
+        curves.setdefault(p.policy, []).append((1.0 - keep, m, h))
+    if not curves or max(len(c) for c in curves.values()) < 2:
+        return
+    fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.8))
+    for policy in sorted(curves):
+        pts = sorted(curves[policy])
+        xs, ys = [x for x, _, _ in pts], [y for _, y, _ in pts]
+        color = policy_color(policy)
+        ax.plot(xs, ys, marker="o", markersize=3, lw=1, color=color, label=policy)
+        if any(not math.isnan(h) for _, _, h in pts):
+            ax.fill_between(xs, [max(0.0, y - (0 if math.isnan(h) else h)) for _, y, h in pts],
+                            [min(1.0, y + (0 if math.isnan(h) else h)) for _, y, h in pts],
+                            color=color, alpha=0.12, lw=0)
+    native = [p for p in task_points if p.mode == "native"]
+    if native:
+        scores = request_scores(con, [r.id for p in native for r in p.runs])
+        ax.axhline(sum(scores) / len(scores) if scores else native[0].mean("task_accuracy"),
+                   color="black", ls="--", lw=0.8, label="native (full cache)")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("compression ratio (share of the context evicted)")
+    ax.set_ylabel("task accuracy (share of answers found)")
+    out.save(fig, "accuracy_vs_compression", legend_axes=[ax],
+             note=f"{mode} runs; bands: 95% interval over the requests, within [0, 1]")
+
+
+def request_cells(con, run_ids):
+    """(configured needle depth, context tokens, score) of the scored requests of `run_ids`."""
+    cols = {r[1] for r in con.execute("PRAGMA table_info(requests)")}
+    if not {"score", "depth", "context_tokens"} <= cols:
+        return []
+    marks = ",".join("?" * len(run_ids))
+    return con.execute(
+        f"SELECT depth, context_tokens, score FROM requests WHERE run_id IN ({marks}) "
+        "AND score IS NOT NULL AND depth IS NOT NULL", list(run_ids)).fetchall()
+
+
+def plot_needle_heatmap(con, points, out):
+    """Per keep ratio, one panel per policy: the mean score of the requests at each needle depth
+    (rows) and context length (columns), with the count of requests per cell; native first."""
+    task_points = [p for p in points if not math.isnan(p.mean("task_accuracy"))]
+    mode = eviction_mode(task_points)
+    by_keep = {}
+    native = []
+    for p in task_points:
+        cells = request_cells(con, [r.id for r in p.runs])
+        if not cells:
+            continue
+        if p.mode == "native":
+            native.extend(cells)
+        elif p.mode == mode:
+            keep = p.config.get("policy.keep_ratio")
+            by_keep.setdefault(keep, {}).setdefault(p.policy, []).extend(cells)
+    for keep, policies in sorted(by_keep.items(), key=lambda kv: sort_key(kv[0])):
+        panels = ([("native (full cache)", native)] if native else []) + sorted(policies.items())
+        depths = sorted({d for _, cells in panels for d, _, _ in cells})
+        lengths = sorted({n for _, cells in panels for _, n, _ in cells})
+        cols = min(4, len(panels))
+        rows = math.ceil(len(panels) / cols)
+        fig, axs = plt.subplots(rows, cols, squeeze=False, sharex=True, sharey=True,
+                                constrained_layout=True,
+                                figsize=(FULL_IN, 0.6 + rows * (0.35 + 0.22 * len(depths))))
+        image = None
+        for i, (name, cells) in enumerate(panels):
+            ax = axs[i // cols][i % cols]
+            grid_sum = [[0.0] * len(lengths) for _ in depths]
+            grid_n = [[0] * len(lengths) for _ in depths]
+            for d, n, score in cells:
+                grid_sum[depths.index(d)][lengths.index(n)] += score
+                grid_n[depths.index(d)][lengths.index(n)] += 1
+            values = [[grid_sum[r][c] / grid_n[r][c] if grid_n[r][c] else math.nan
+                       for c in range(len(lengths))] for r in range(len(depths))]
+            image = ax.imshow(values, vmin=0, vmax=1, cmap="viridis", aspect="auto",
+                              origin="upper")
+            for r in range(len(depths)):
+                for c in range(len(lengths)):
+                    if grid_n[r][c]:
+                        v = values[r][c]
+                        ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=5.5,
+                                color="black" if v > 0.6 else "white")
+            ax.set_title(name, fontsize=7)
+            ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+            ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
+        for j in range(len(panels), rows * cols):
+            axs[j // cols][j % cols].axis("off")
+        for ax in axs[-1]:
+            ax.set_xlabel("context (tokens)")
+        for row in axs:
+            row[0].set_ylabel("needle depth")
+        fig.colorbar(image, ax=axs, shrink=0.8, label="mean score")
+        fig.suptitle(f"{mode} runs at keep ratio {fmt(keep)}: mean score of the requests at each "
+                     "needle depth and context length", fontsize=7)
+        out.save(fig, f"needle_heatmap_keep_{fmt(keep)}")
+
+
 def mode_rank_name(mode):
     return MODES.index(mode) if mode in MODES else len(MODES)
 
@@ -678,6 +798,8 @@ def main(argv=None):
     plot_block_size(points, axes, out)
     plot_generic(points, axes, out)
     plot_accuracy_vs_blocks(con, points, out)
+    plot_accuracy_vs_compression(con, points, out)
+    plot_needle_heatmap(con, points, out)
     for path in out.written:
         print(path)
 

@@ -78,3 +78,77 @@ def test_accuracy_is_over_requests_clipped_and_labelled_in_words(db):
     for lo, hi in spans:
         assert lo == pytest.approx(0.75 - 0.387, abs=1e-3)
         assert hi == 1.0
+
+
+# A keep-ratio sweep of two policies: per (mode, policy, keep ratio) the scores of 4 requests at
+# depths 0, 0.5, 0.5, 1.0 and 1,024 tokens (the first two) or 2,048 (the last two).
+DEPTHS = [0.0, 0.5, 0.5, 1.0]
+LENGTHS = [1024, 1024, 2048, 2048]
+KEEP_SCORES = {("h2o", 0.5): [1, 1, 0, 1], ("h2o", 0.25): [0, 1, 0, 1],
+               ("snapkv", 0.5): [1, 1, 1, 1], ("snapkv", 0.25): [1, 0, 0, 1]}
+
+
+@pytest.fixture(scope="module")
+def keep_db(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("keep") / "k.db")
+    con = sqlite3.connect(path)
+    for ddl in SCHEMA:
+        con.execute(ddl)
+    con.execute("CREATE TABLE requests (run_id INTEGER NOT NULL, request_id INTEGER NOT NULL, "
+                "depth REAL, context_tokens INTEGER, score REAL, "
+                "PRIMARY KEY (run_id, request_id)) WITHOUT ROWID")
+    runs = [("native", "", None)] + [(m, pol, k) for (pol, k) in KEEP_SCORES
+                                     for m in ("naive", "vtoken")]
+    for run_id, (mode, policy, keep) in enumerate(runs, start=1):
+        toml = f'name = "k"\nmodes = ["{mode}"]\nseed = 1\n'
+        if policy:
+            toml += f'[policy]\nname = "{policy}"\nkeep_ratio = {keep}\n'
+        con.execute("INSERT INTO runs (id, created, config_toml, sweep, mode, policy, seed, "
+                    "status) VALUES (?, '2026-12-05T00:00:00Z', ?, 'k', ?, ?, 1, 'completed')",
+                    (run_id, toml, mode, policy))
+        scores = [1] * 4 if mode == "native" else KEEP_SCORES[(policy, keep)]
+        con.executemany("INSERT INTO requests VALUES (?, ?, ?, ?, ?)",
+                        [(run_id, i, DEPTHS[i], LENGTHS[i], s) for i, s in enumerate(scores)])
+        con.execute("INSERT INTO summary VALUES (?, 'task_accuracy', ?)", (run_id, sum(scores) / 4))
+    con.commit()
+    con.close()
+    return path
+
+
+def test_accuracy_vs_compression_has_one_line_per_policy_and_the_full_cache(keep_db):
+    con, points, _ = sweep_points.load(keep_db, "k")
+    out = Capture()
+    plot.plot_accuracy_vs_compression(con, points, out)
+    ax = out.figures["accuracy_vs_compression"].axes[0]
+    lines = {l.get_label(): l for l in ax.get_lines()}
+    assert set(lines) == {"h2o", "snapkv", "native (full cache)"}
+    xs, ys = lines["h2o"].get_data()
+    assert list(xs) == [0.5, 0.75] and list(ys) == [0.75, 0.5]
+    xs, ys = lines["snapkv"].get_data()
+    assert list(xs) == [0.5, 0.75] and list(ys) == [1.0, 0.5]
+    assert list(lines["native (full cache)"].get_data()[1]) == [1.0, 1.0]
+    assert ax.get_xlim() == (0, 1) and ax.get_ylim() == (-0.03, 1.03)
+    for band in ax.collections:  # the 95% intervals, cut to [0, 1]
+        ys = band.get_paths()[0].vertices[:, 1]
+        assert ys.min() >= 0.0 and ys.max() <= 1.0
+    assert ax.get_xlabel() == "compression ratio (share of the context evicted)"
+
+
+def test_needle_heatmap_cells_are_mean_scores_per_depth_and_length(keep_db):
+    con, points, _ = sweep_points.load(keep_db, "k")
+    out = Capture()
+    plot.plot_needle_heatmap(con, points, out)
+    assert set(out.figures) == {"needle_heatmap_keep_0.25", "needle_heatmap_keep_0.5"}
+    fig = out.figures["needle_heatmap_keep_0.25"]
+    panels = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+    assert set(panels) == {"native (full cache)", "h2o", "snapkv"}
+    # h2o at 25%: depth 0 / 1,024 -> 0; depth 0.5 -> 1 (1,024) and 0 (2,048); depth 1 -> 1.
+    grid = panels["h2o"].get_images()[0].get_array()
+    assert grid.shape == (3, 2)
+    assert grid[0][0] == 0.0 and math.isnan(grid[0][1])
+    assert grid[1][0] == 1.0 and grid[1][1] == 0.0
+    assert math.isnan(grid[2][0]) and grid[2][1] == 1.0
+    full = panels["native (full cache)"]  # the first column: its tick labels are shown
+    assert [t.get_text() for t in full.get_yticklabels()] == ["0%", "50%", "100%"]
+    assert [t.get_text() for t in full.get_xticklabels()] == ["1024", "2048"]
+    assert (full.get_images()[0].get_array() == 1.0).sum() == 4
