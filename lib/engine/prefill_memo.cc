@@ -1,6 +1,7 @@
 #include "lib/engine/prefill_memo.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -91,19 +92,21 @@ int64_t PrefillMemo::Add(const std::string& partition, int64_t parent,
   return id;
 }
 
-Status PrefillMemo::ReadKv(const Entry& e, std::vector<std::byte>& out) const {
-  out.resize(static_cast<size_t>(e.kv_bytes));
-  for (int64_t done = 0; done < e.kv_bytes;) {
-    const ssize_t n = pread(fd_, out.data() + done, static_cast<size_t>(e.kv_bytes - done),
-                            static_cast<off_t>(e.kv_offset + done));
-    if (n <= 0) {
-      if (n < 0 && errno == EINTR) continue;
-      return DataLossError(std::string("prefill memo: reading its file failed: ") +
-                           (n < 0 ? std::strerror(errno) : "short read"));
-    }
-    done += n;
+PrefillMemo::KvView::~KvView() {
+  if (base_ != nullptr) munmap(base_, length_);
+}
+
+StatusOr<PrefillMemo::KvView> PrefillMemo::MapKv(const Entry& e) const {
+  static const int64_t page = sysconf(_SC_PAGESIZE);
+  const int64_t start = e.kv_offset / page * page;
+  const size_t length = static_cast<size_t>(e.kv_offset + e.kv_bytes - start);
+  void* base = mmap(nullptr, length, PROT_READ, MAP_SHARED, fd_, static_cast<off_t>(start));
+  if (base == MAP_FAILED) {
+    return DataLossError(std::string("prefill memo: mapping its file failed: ") +
+                         std::strerror(errno));
   }
-  return Status::Ok();
+  return KvView(base, length, static_cast<size_t>(e.kv_offset - start),
+                static_cast<size_t>(e.kv_bytes));
 }
 
 bool MemoRunner::Eligible(const model::RunnerInput& in, int64_t* parent) {
@@ -195,8 +198,8 @@ StatusOr<std::vector<model::RunnerOutput>> MemoRunner::Forward(
       computed.push_back(i);
       continue;
     }
-    VTOKEN_RETURN_IF_ERROR(memo_.ReadKv(e, kv));
-    VTOKEN_RETURN_IF_ERROR(inner_.WriteKv(in.write_slots, kv));
+    VTOKEN_ASSIGN_OR_RETURN(const PrefillMemo::KvView view, memo_.MapKv(e));
+    VTOKEN_RETURN_IF_ERROR(inner_.WriteKv(in.write_slots, view.bytes()));
     results[i] = *std::move(out);
     track_[in.request] = {
         .entry = id, .next = in.positions.front() + static_cast<int64_t>(in.tokens.size())};
@@ -223,7 +226,6 @@ StatusOr<std::vector<model::RunnerOutput>> MemoRunner::Forward(
     }
     VTOKEN_ASSIGN_OR_RETURN(outs, inner_.Forward(batch));
   }
-  std::vector<std::byte> stored;
   for (size_t k = 0; k < computed.size(); ++k) {
     const size_t i = computed[k];
     const model::RunnerInput& in = inputs[i];
@@ -240,8 +242,11 @@ StatusOr<std::vector<model::RunnerOutput>> MemoRunner::Forward(
     if (plan[i] == Plan::kStore) {
       id = memo_.Add(partition_, key[i], in.tokens, kv);
     } else {
-      VTOKEN_RETURN_IF_ERROR(memo_.ReadKv(memo_.entries_[id], stored));
-      if (stored != kv) ++memo_.stats_.kv_mismatches;
+      VTOKEN_ASSIGN_OR_RETURN(const PrefillMemo::KvView view, memo_.MapKv(memo_.entries_[id]));
+      const std::span<const std::byte> stored = view.bytes();
+      if (stored.size() != kv.size() || !std::equal(stored.begin(), stored.end(), kv.begin())) {
+        ++memo_.stats_.kv_mismatches;
+      }
     }
     if (id < 0) {  // Not kept (the memo is full): the output as computed, the path left.
       track_.erase(in.request);

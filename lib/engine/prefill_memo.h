@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -84,7 +85,26 @@ class PrefillMemo {
   // on stderr, the memo then stores nothing more).
   int64_t Add(const std::string& partition, int64_t parent, std::vector<int32_t> tokens,
               const std::vector<std::byte>& kv);
-  Status ReadKv(const Entry& e, std::vector<std::byte>& out) const;
+  // A read-only view of an entry's KV bytes in the file (mapped; unmapped with the view).
+  class KvView {
+   public:
+    KvView(void* base, size_t length, size_t skip, size_t size)
+        : base_(base), length_(length), bytes_(static_cast<std::byte*>(base) + skip, size) {}
+    KvView(KvView&& o) noexcept : base_(o.base_), length_(o.length_), bytes_(o.bytes_) {
+      o.base_ = nullptr;
+    }
+    KvView(const KvView&) = delete;
+    KvView& operator=(const KvView&) = delete;
+    KvView& operator=(KvView&&) = delete;
+    ~KvView();
+    std::span<const std::byte> bytes() const { return bytes_; }
+
+   private:
+    void* base_;
+    size_t length_;
+    std::span<const std::byte> bytes_;
+  };
+  StatusOr<KvView> MapKv(const Entry& e) const;
 
   int fd_;
   int64_t max_bytes_;

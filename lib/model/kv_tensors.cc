@@ -114,10 +114,23 @@ Status KvTensors::WriteSlots(std::span<const int64_t> slots, std::span<const std
   }
   if (slots.empty()) return Status::Ok();
   torch::NoGradGuard no_grad;
+  size_t at = 0;
+  if (options_.device.is_cpu()) {  // Straight into the rows: one copy of the bytes.
+    for (size_t i = 0; i < k_.size(); ++i) {
+      for (torch::Tensor* t : {&k_[i], &v_[i]}) {
+        const size_t row = static_cast<size_t>(t->stride(0) * t->element_size());
+        auto* base = static_cast<std::byte*>(t->data_ptr());
+        for (int64_t slot : slots) {
+          std::memcpy(base + static_cast<size_t>(slot) * row, bytes.data() + at, row);
+          at += row;
+        }
+      }
+    }
+    return Status::Ok();
+  }
   auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
   const auto index =
       torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()), index_options);
-  size_t at = 0;
   for (size_t i = 0; i < k_.size(); ++i) {
     for (torch::Tensor* t : {&k_[i], &v_[i]}) {
       std::vector<int64_t> shape = t->sizes().vec();
