@@ -51,7 +51,8 @@ constexpr Row kRows[] = {
     {"waste ratio F (mean)", "waste_ratio_mean", "%.3f", true},
     {"memory utilization 1-F", "waste_ratio_mean", "%.3f", true, Derive::kOneMinus},
     {"blocks < 50% utilized", "", "%.3f", false, Derive::kBelowHalf},
-    {"peak allocated blocks", "peak_allocated_blocks", "%.0f", true, Derive::kPerToken},
+    {"peak allocated blocks (with copy sources)", "peak_allocated_blocks", "%.0f", true,
+     Derive::kPerToken},
     {"peak concurrency", "peak_running", "%.0f", true},
     {"preemptions", "preemptions", "%.0f", false},
     {"throughput (tok/s)", "throughput_tok_s", "%.1f", true, Derive::kValue, false, true},
@@ -207,10 +208,18 @@ Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& r
   add_row("blocks x block size", [&](size_t i) {
     return std::to_string(runs[i].num_blocks) + " x " + std::to_string(runs[i].block_size);
   });
-  // The mode has its row above; every other config key that differs gets one.
+  // Named in every table: what a block and a budget are (docs/METRICS.md).
+  add_row("granularity / allocation", [&](size_t i) {
+    return ConfigValue(configs[i], "cache.granularity", "token") + " / " +
+           (runs[i].policy.empty() ? "-"
+                                   : ConfigValue(configs[i], "policy.budget_allocation", "uniform"));
+  });
+  // The mode has its row above, granularity and allocation theirs; every other config key that
+  // differs gets one.
   std::vector<const FlatConfig*> config_ptrs;
   for (const FlatConfig& c : configs) config_ptrs.push_back(&c);
-  for (const std::string& key : VaryingKeys(config_ptrs, {"modes"})) {
+  for (const std::string& key : VaryingKeys(config_ptrs, {"modes", "cache.granularity",
+                                                          "policy.budget_allocation"})) {
     add_row(key, [&](size_t i) { return ConfigValue(configs[i], key); });
   }
   for (const Row& row : kRows) {

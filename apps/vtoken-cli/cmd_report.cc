@@ -42,7 +42,7 @@ constexpr Figure kMemory[] = {
     {"ideal (final)", "ideal_final_mean", "%.1f"},
     {"waste F", "waste_ratio_mean", "%.3f"},
     {"blocks <50% used", "util_below_50", "%.3f"},
-    {"peak blocks", "peak_allocated_blocks", "%.0f"},
+    {"peak blocks (with copy sources)", "peak_allocated_blocks", "%.0f"},
     {"peak conc.", "peak_running", "%.0f"},
     {"preempt.", "preemptions", "%.0f"},
     {"forks", "forks", "%.0f"},
@@ -66,7 +66,15 @@ constexpr Figure kSpeed[] = {
 
 // Config keys that are not grid axes: the mode and policy have columns of their own, and the
 // experiment name is the same for every run of a sweep.
-const std::set<std::string> kNotAxes = {"modes", "name", "policy.name"};
+// The KV granularity and the budget allocation have columns of their own, named in every table.
+const std::set<std::string> kNotAxes = {"modes", "name", "policy.name", "cache.granularity",
+                                        "policy.budget_allocation"};
+
+// Block counts a run records in group blocks (lib/engine/run_summary.h): divided by its KV
+// groups, so every granularity is on the scale of token blocks, as `compare` counts them.
+constexpr const char* kGroupBlockFigures[] = {"blocks_mean", "blocks_final_mean",
+                                              "ideal_final_mean", "peak_allocated_blocks",
+                                              "live_final_mean"};
 
 // One run, or one point of a sweep with seeds: the mean of its runs' figures, `ci` the
 // half-widths of their 95% confidence intervals (Student's t) and `run_ids` its runs.
@@ -143,8 +151,9 @@ std::vector<std::string> GridKeys(const std::vector<ReportRun>& runs, bool seeds
   return VaryingKeys(configs, native, ignore);
 }
 
-std::string ConfigValue(const ReportRun& r, const std::string& key) {
-  return cli::ConfigValue(r.config, key);
+std::string ConfigValue(const ReportRun& r, const std::string& key,
+                        const std::string& missing = "-") {
+  return cli::ConfigValue(r.config, key, missing);
 }
 
 // A figure of a run, or of a point as "mean ± half-width" (the 95% confidence interval over its
@@ -166,10 +175,11 @@ void PrintTable(const char* title, const std::vector<ReportRun>& runs,
         runs.begin(), runs.end(), [&](const ReportRun& r) { return !std::isnan(Get(r, f.key)); });
     if (!f.only_if_measured || measured) figures.push_back(f);
   }
-  std::printf("\n### %s\n\n| %s | mode | policy |", title, seeds ? "runs | seeds" : "run");
+  std::printf("\n### %s\n\n| %s | mode | policy | granularity | allocation |", title,
+              seeds ? "runs | seeds" : "run");
   for (const std::string& k : axes) std::printf(" %s |", k.c_str());
   for (const Figure& f : figures) std::printf(" %s |", f.header);
-  std::printf("\n|%s---|---|", seeds ? "---|---:|" : "---:|");
+  std::printf("\n|%s---|---|---|---|", seeds ? "---|---:|" : "---:|");
   for (size_t i = 0; i < axes.size(); ++i) std::printf("---:|");
   for (size_t i = 0; i < figures.size(); ++i) std::printf("---:|");
   std::printf("\n");
@@ -181,8 +191,12 @@ void PrintTable(const char* title, const std::vector<ReportRun>& runs,
     } else {
       std::printf("| %lld |", static_cast<long long>(r.record.id));
     }
-    std::printf(" %s | %s |", r.record.mode.c_str(),
-                r.record.policy.empty() ? "-" : r.record.policy.c_str());
+    std::printf(" %s | %s | %s | %s |", r.record.mode.c_str(),
+                r.record.policy.empty() ? "-" : r.record.policy.c_str(),
+                ConfigValue(r, "cache.granularity", "token").c_str(),
+                r.record.policy.empty()
+                    ? "-"
+                    : ConfigValue(r, "policy.budget_allocation", "uniform").c_str());
     for (const std::string& k : axes) std::printf(" %s |", ConfigValue(r, k).c_str());
     for (const Figure& f : figures) std::printf(" %s |", Cell(r, f).c_str());
     std::printf("\n");
@@ -318,6 +332,12 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
     VTOKEN_ASSIGN_OR_RETURN(r.config,
                             FlattenConfig(rec.config_toml, db + ": run " + std::to_string(rec.id)));
     r.summary.values["util_below_50"] = Get(r, "util_hist_0") + Get(r, "util_hist_1");
+    if (const double groups = Get(r, "kv_groups"); groups > 1) {
+      for (const char* key : kGroupBlockFigures) {
+        auto it = r.summary.values.find(key);
+        if (it != r.summary.values.end()) it->second /= groups;
+      }
+    }
     if (!std::isnan(Get(r, "task_accuracy"))) {
       VTOKEN_ASSIGN_OR_RETURN(const std::vector<engine::RequestRecord> requests,
                               store.GetRequests(rec.id));
@@ -371,6 +391,9 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
   for (size_t i = 0; i < axes.size(); ++i) std::printf("%s%s", i ? ", " : "", axes[i].c_str());
   std::printf(".\n");
   PrintTable("Memory", runs, axes, kMemory, seeds);
+  std::printf("\nBlocks are token blocks (block_size tokens of every layer's K and V): at layer or "
+              "head granularity a run's group blocks divided by its KV groups, as `compare` "
+              "counts them. Peak blocks include the sources of relocation copies in flight.\n");
   PrintTable("Speed, quality, reclamation cost", runs, axes, kSpeed, seeds);
   if (std::any_of(runs.begin(), runs.end(),
                   [](const ReportRun& r) { return Get(r, "prefill_restored_tokens") > 0; })) {

@@ -38,7 +38,8 @@ num_recent = 16
 trigger = "always"
 TOML
 for g in layer head; do
-  "$CLI" run "$TMP/g.toml" --set cache.granularity=$g --db "$TMP/$g.db" >"$TMP/$g.out" 2>"$TMP/$g.err" \
+  "$CLI" run "$TMP/g.toml" --set cache.granularity=$g --db "$TMP/$g.db" --sweep "g_$g" \
+    >"$TMP/$g.out" 2>"$TMP/$g.err" \
     || fail "$g run exited $?: $(tail -2 "$TMP/$g.err")"
   grep -q "granularity $g" "$TMP/$g.err" || fail "$g: the run header does not name the granularity"
   [[ "$(sqlite3 "$TMP/$g.db" "select count(*) from runs where status='completed'")" == 2 ]] \
@@ -50,6 +51,18 @@ for g in layer head; do
   [[ "$(sqlite3 "$TMP/$g.db" "select value > 0 from summary s join runs r on r.id = s.run_id where r.mode='vtoken' and name='moves'")" == 1 ]] \
     || fail "$g: the vtoken run moved nothing"
   same_outputs "$TMP/$g.db" || fail "$g: naive and vtoken outputs differ"
+  # One unit, named: report's blocks per request are compare's token blocks, and both name the
+  # granularity and the allocation.
+  grep -q "^granularity / allocation .* $g / uniform" "$TMP/$g.out" \
+    || fail "$g: compare does not name the granularity: $(grep granularity "$TMP/$g.out")"
+  "$CLI" report --db "$TMP/$g.db" --sweep "g_$g" --no-figures >"$TMP/$g.report" 2>&1 \
+    || fail "$g: report exited $?"
+  compared=$(awk '/^blocks held \/ request \(mean\)/ {print $(NF - 1)}' "$TMP/$g.out")
+  reported=$(awk -F' *\\| *' '$3 == "vtoken" && $5 == "'"$g"'" && $6 == "uniform" {print $7; exit}' \
+    "$TMP/$g.report")
+  [[ -n "$compared" && "$compared" == "$reported" ]] \
+    || fail "$g: report's vtoken blocks/request '$reported' is not compare's '$compared'"
+  grep -q "^Blocks are token blocks" "$TMP/$g.report" || fail "$g: report does not name its unit"
 done
 # Head and layer groups coincide on a model with one KV head: the same evictions, blocks, outputs.
 q="select s.name, s.value from summary s join runs r on r.id = s.run_id where r.mode='naive' and s.name in ('evictions','blocks_mean','ideal_final_mean') order by s.name"
