@@ -205,4 +205,7 @@ inline Key Custom(std::string name, KeyType type, Key::Getter get, Key::Setter s
   return Key::Custom(std::move(name), type, std::move(get), std::move(set));
 }
 
+// Appends the [sim] keys (config_key_table_sim.cc), in the order they are applied.
+void AppendSimKeys(std::vector<ConfigKey>& keys);
+
 }  // namespace vtoken::cli::config_key_builder
