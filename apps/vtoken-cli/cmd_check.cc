@@ -8,6 +8,7 @@
 
 #include "apps/vtoken-cli/cli_checks.h"
 #include "apps/vtoken-cli/command.h"
+#include "apps/vtoken-cli/config_keys.h"
 #include "apps/vtoken-cli/model_check.h"
 #include "lib/core/budget_allocation.h"
 #include "lib/core/check_harness.h"
@@ -245,11 +246,20 @@ CLI::App* SetupCheck(CLI::App& app) {
       ->check(IntIn(1));
   cmd->add_option("--trigger", args->trigger, "Reclaim trigger: always or pressure")
       ->capture_default_str();
-  cmd->add_option("--frag-threshold", o.reclaim.frag_threshold, "Waste ratio trigger")
-      ->capture_default_str();
-  cmd->add_option("--max-moves", o.reclaim.max_moves_per_step, "Moves per reclaim step")
+  // Flags that mirror config keys take the key's spelling and one-line doc (config_keys.h).
+  const ConfigKey& frag = *FindConfigKey("reclaim.frag_threshold");
+  cmd->add_option(frag.FlagName(), o.reclaim.frag_threshold, frag.doc)->capture_default_str();
+  const ConfigKey& moves = *FindConfigKey("reclaim.max_moves_per_step");
+  cmd->add_option(moves.FlagName(), o.reclaim.max_moves_per_step, moves.doc)
       ->capture_default_str()
       ->check(IntIn(1));
+  cmd->add_option("--max-moves", o.reclaim.max_moves_per_step,
+                  "Deprecated spelling of " + moves.FlagName())
+      ->check(IntIn(1))
+      ->each([moves](const std::string&) {
+        std::fprintf(stderr, "vtoken-cli: note: --max-moves is deprecated; use %s\n",
+                     moves.FlagName().c_str());
+      });
   cmd->add_option("--policy", args->policy,
                   "Eviction policy choosing the victims (see `vtoken-cli policies`); default: "
                   "uniformly random victims");

@@ -1,7 +1,8 @@
 // Experiment configuration: the TOML file of `vtoken-cli run` / `sweep`, parsed into the option
-// structs of the engine. Only apps/ parses TOML. Every key is documented in
-// docs/EXPERIMENTS.md; an unknown key, a wrong type or an impossible value is an error naming the
-// file and the key, reported before anything runs or is written.
+// structs of the engine. Only apps/ parses TOML. Every key is declared once in the key table
+// (config_keys.h), which docs/EXPERIMENTS.md's key reference is generated from; an unknown key,
+// a wrong type or an impossible value is an error naming the file, the key and the line (or the
+// --set), reported before anything runs or is written.
 #pragma once
 
 #include <string>
@@ -19,7 +20,8 @@ namespace vtoken::cli {
 struct ExperimentConfig {
   std::string name;                    // Experiment name (defaults to the file's stem).
   std::string file;                    // The TOML file it came from.
-  std::vector<Mode> modes;             // Runs to make, one per mode, native first.
+  // Runs to make, one per mode, native first.
+  std::vector<Mode> modes = {Mode::kNative, Mode::kNaive, Mode::kVtoken};
   std::string db = "results/vtoken.db";
   // Model directory, "synthetic:NAME" (real shapes, random weights) or "sim:NAME" (simulated:
   // no weights, lib/sim).

@@ -458,8 +458,11 @@ void BindCache(py::module_& m) {
              Check(ValidateReclaimOptions(o));
              return std::make_unique<ReclaimPlanner>(o);
            }),
-           py::arg("trigger") = "pressure", py::arg("frag_threshold") = 0.25,
-           py::arg("low_watermark") = 0.25, py::arg("max_moves_per_step") = 4096)
+           // The defaults are ReclaimOptions's, the one declaration the config keys read too.
+           py::arg("trigger") = "pressure",
+           py::arg("frag_threshold") = ReclaimOptions{}.frag_threshold,
+           py::arg("low_watermark") = ReclaimOptions{}.low_watermark,
+           py::arg("max_moves_per_step") = ReclaimOptions{}.max_moves_per_step)
       .def("triggered",
            [](const ReclaimPlanner& p, const VirtualKvCache& c) {
              return p.Triggered(c.PoolSnapshot());
