@@ -190,10 +190,12 @@ TEST_F(ReadCommandsTest, ReportAveragesSeedsIntoPointsWithConfidenceIntervals) {
       << r.out;
   // The seed keys are not grid keys; keep_ratio is.
   EXPECT_NE(r.out.find("grid keys: policy.keep_ratio."), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("| 1 2 3 | 3 | vtoken | h2o | 0.25 | 13.0 ± 9.0 |"), std::string::npos)
+  EXPECT_NE(r.out.find("| 1 2 3 | 3 | vtoken | h2o | token | uniform | 0.25 | 13.0 ± 9.0 |"),
+            std::string::npos)
       << r.out;
   // One seed: no interval.
-  EXPECT_NE(r.out.find("| 4 | 1 | vtoken | h2o | 0.5 | 20.0 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| 4 | 1 | vtoken | h2o | token | uniform | 0.5 | 20.0 |"), std::string::npos)
+      << r.out;
 }
 
 }  // namespace
