@@ -20,6 +20,8 @@ has data for as NAME.pdf and NAME.png (300 dpi), printing each path it writes:
                      line per policy, native dashed (kvpress's leaderboard format)
   needle_heatmap_keep_K    per keep ratio K, one panel per policy: mean score per needle depth
                      and context length
+  allocation         layer / head granularity: live tokens per layer at finish (and the spread
+                     between a layer's KV heads), one line per policy and budget allocation
 
 Grouping. The grid's varying keys are found by comparing the runs' resolved configs
 (runs.config_toml), so the script needs nothing but the database. Runs that differ only in
@@ -37,12 +39,13 @@ matplotlib.
 """
 
 import argparse
+import json
 import math
 import os
 import sys
 import zlib
 
-from sweep_points import ci95, fmt, is_number, load, sort_key
+from sweep_points import ci95, fmt, is_number, load, short, sort_key
 
 try:
     import matplotlib
@@ -768,6 +771,65 @@ def plot_needle_heatmap(con, points, out):
         out.save(fig, f"needle_heatmap_keep_{fmt(keep)}")
 
 
+def request_groups(con, run_ids):
+    """requests.live_per_group of `run_ids`, parsed: per request a list per layer of the live
+    tokens of its KV heads (a layer-granularity entry is one head)."""
+    cols = {r[1] for r in con.execute("PRAGMA table_info(requests)")}
+    if "live_per_group" not in cols:
+        return []
+    marks = ",".join("?" * len(run_ids))
+    out = []
+    for (v,) in con.execute(f"SELECT live_per_group FROM requests WHERE run_id IN ({marks}) "
+                            "AND live_per_group IS NOT NULL", list(run_ids)):
+        out.append([g if isinstance(g, list) else [g] for g in json.loads(v)])
+    return out
+
+
+def plot_allocation(con, points, out):
+    """What a budget allocation kept where (layer / head granularity): per layer, the live tokens
+    of a request at its finish summed over the layer's KV heads (mean over the requests), one
+    line per point of the eviction mode; at head granularity a second panel shows the spread
+    between a layer's heads (max - min, mean over the requests)."""
+    mode = eviction_mode(points)
+    rows = []
+    for p in points:
+        if p.mode != mode:
+            continue
+        reqs = request_groups(con, [r.id for r in p.runs])
+        if not reqs:
+            continue
+        layers = len(reqs[0])
+        per_layer = [sum(sum(r[l]) for r in reqs) / len(reqs) for l in range(layers)]
+        spread = [sum(max(r[l]) - min(r[l]) for r in reqs) / len(reqs) for l in range(layers)]
+        heads = max(len(g) for g in reqs[0])
+        label = (f"{p.policy}, {p.config.get('cache.granularity', 'token')}, "
+                 f"{p.config.get('policy.budget_allocation', 'uniform')}")
+        rest = [f"{short(k)}={fmt(v)}" for k, v in p.values.items()
+                if k not in ("policy.name", "cache.granularity", "policy.budget_allocation")]
+        rows.append((", ".join([label] + rest), p.policy, per_layer, spread, heads))
+    if not rows:
+        return
+    per_head = any(h > 1 for *_, h in rows)
+    fig, axs = plt.subplots(1, 2 if per_head else 1, squeeze=False,
+                            figsize=(FULL_IN if per_head else COLUMN_IN, 2.6))
+    markers = "osD^vP*X"
+    for i, (label, policy, per_layer, spread, heads) in enumerate(rows):
+        kw = dict(color=policy_color(policy), marker=markers[i % len(markers)], markersize=3,
+                  lw=1, label=label)
+        xs = list(range(len(per_layer)))
+        axs[0][0].plot(xs, per_layer, **kw)
+        if per_head and heads > 1:
+            axs[0][1].plot(xs, spread, **kw)
+    axs[0][0].set_xlabel("layer")
+    axs[0][0].set_ylabel("live tokens at finish (per request)")
+    axs[0][0].set_ylim(bottom=0)
+    if per_head:
+        axs[0][1].set_xlabel("layer")
+        axs[0][1].set_ylabel("max - min over the layer's KV heads")
+        axs[0][1].set_ylim(bottom=0)
+    out.save(fig, "allocation", note=f"{mode} runs; means over the requests")
+
+
 def mode_rank_name(mode):
     return MODES.index(mode) if mode in MODES else len(MODES)
 
@@ -800,6 +862,7 @@ def main(argv=None):
     plot_accuracy_vs_blocks(con, points, out)
     plot_accuracy_vs_compression(con, points, out)
     plot_needle_heatmap(con, points, out)
+    plot_allocation(con, points, out)
     for path in out.written:
         print(path)
 

@@ -328,6 +328,14 @@ class Engine {
     r.blocks_final = cache_.num_blocks_held(s.seq);
     r.live_final = cache_.num_live(s.seq);
     r.ideal_blocks_final = cache_.IdealBlocks(s.seq);
+    if (groups_ > 1) {  // Group g = layer * (groups per layer) + KV head (KvGroupOf).
+      const int32_t layers = std::max(1, o_.evictor.num_layers);
+      const int32_t per_layer = groups_ % layers == 0 ? groups_ / layers : groups_;
+      r.live_per_group.assign(groups_ / per_layer, std::vector<int64_t>(per_layer));
+      for (int32_t g = 0; g < groups_; ++g) {
+        r.live_per_group[g / per_layer][g % per_layer] = cache_.table(s.seq, g).num_live();
+      }
+    }
     r.blocks_mean = s.blocks_samples > 0 ? s.blocks_sum / static_cast<double>(s.blocks_samples)
                                          : r.blocks_final;
     ReleaseMembers(index);

@@ -103,6 +103,10 @@ struct RequestResult {
   double blocks_mean = 0;    // Blocks held, averaged over the steps it was running.
   int32_t blocks_final = 0;  // Blocks held when it finished.
   int64_t live_final = 0;    // Live tokens when it finished.
+  // Layer / head granularity: the live tokens of each KV group when it finished, one row per
+  // layer (one entry per KV head at head granularity, one at layer granularity). Empty at token
+  // granularity.
+  std::vector<std::vector<int64_t>> live_per_group;
   int64_t ideal_blocks_final = 0;
   // Teacher-forced requests: log p of each forced token, in order (natural log).
   std::vector<double> token_logprobs;

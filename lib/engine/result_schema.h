@@ -28,7 +28,7 @@ namespace vtoken::engine {
 
 // PRAGMA user_version of a database this build writes. 1: c87a9c5 and before. 2: the task
 // columns of requests (task ... score), runs.run_lock.
-inline constexpr int kResultSchemaVersion = 2;
+inline constexpr int kResultSchemaVersion = 3;
 
 // One column of the table of `Record`.
 template <typename Record>
@@ -225,6 +225,10 @@ struct RequestRecord {
   std::optional<double> score;            // task score in [0, 1]
   std::optional<double> needle_depth;     // the depth the generator reached
   std::optional<double> nll_mean;         // teacher-forced: mean NLL of its forced tokens (nats)
+  // Layer / head granularity: the live tokens of every KV group at finish as JSON, one entry per
+  // layer ([n, ...] at layer granularity, [[n per KV head], ...] at head granularity): what the
+  // budget allocation kept where. nullopt at token granularity.
+  std::optional<std::string> live_per_group;
 };
 
 // One row of `outputs`: what a request generated.
@@ -329,6 +333,8 @@ inline constexpr Column<RequestRecord> kRequestColumns[] = {
     Field<&RequestRecord::score>("score", "REAL", 2, "task score in [0, 1]"),
     Field<&RequestRecord::needle_depth>("needle_depth", "REAL", 2, "needle depth reached"),
     Field<&RequestRecord::nll_mean>("nll_mean", "REAL", 2, "mean NLL of forced tokens"),
+    Field<&RequestRecord::live_per_group>("live_per_group", "TEXT", 3,
+                                          "live tokens per KV group at finish, JSON per layer"),
 };
 static_assert(VersionsAscend<RequestRecord>(kRequestColumns));
 inline constexpr Table<RequestRecord> kRequestTable{

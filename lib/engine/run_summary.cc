@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include <nlohmann/json.hpp>
+
 #include "lib/engine/stats.h"
 
 namespace vtoken::engine {
@@ -36,6 +38,13 @@ std::vector<RequestRecord> ToRequestRecords(const EngineResult& result) {
     r.blocks_mean = q.blocks_mean;
     r.blocks_final = q.blocks_final;
     r.ideal_blocks_final = static_cast<int32_t>(q.ideal_blocks_final);
+    if (!q.live_per_group.empty()) {  // [n per layer], or [[n per KV head] per layer]
+      nlohmann::json rows = nlohmann::json::array();
+      for (const std::vector<int64_t>& row : q.live_per_group) {
+        rows.push_back(row.size() == 1 ? nlohmann::json(row[0]) : nlohmann::json(row));
+      }
+      r.live_per_group = rows.dump();
+    }
     out.push_back(r);
   }
   return out;

@@ -152,3 +152,37 @@ def test_needle_heatmap_cells_are_mean_scores_per_depth_and_length(keep_db):
     assert [t.get_text() for t in full.get_yticklabels()] == ["0%", "50%", "100%"]
     assert [t.get_text() for t in full.get_xticklabels()] == ["1024", "2048"]
     assert (full.get_images()[0].get_array() == 1.0).sum() == 4
+
+
+def test_allocation_sums_each_layers_heads_and_shows_their_spread(tmp_path):
+    path = str(tmp_path / "a.db")
+    con = sqlite3.connect(path)
+    for ddl in SCHEMA:
+        con.execute(ddl)
+    con.execute("CREATE TABLE requests (run_id INTEGER NOT NULL, request_id INTEGER NOT NULL, "
+                "live_per_group TEXT, PRIMARY KEY (run_id, request_id)) WITHOUT ROWID")
+    # Two head-granularity points (uniform, pyramid) of 3 layers x 2 KV heads, 2 requests each.
+    groups = {"uniform": ["[[4, 4], [4, 4], [4, 4]]", "[[6, 2], [4, 4], [4, 4]]"],
+              "pyramid": ["[[8, 6], [4, 4], [1, 1]]", "[[8, 8], [4, 2], [1, 1]]"]}
+    for run_id, (alloc, values) in enumerate(groups.items(), start=1):
+        toml = ('name = "a"\nmodes = ["naive"]\nseed = 1\n[cache]\ngranularity = "head"\n'
+                f'[policy]\nname = "h2o"\nbudget_allocation = "{alloc}"\n')
+        con.execute("INSERT INTO runs (id, created, config_toml, sweep, mode, policy, seed, "
+                    "status) VALUES (?, '2026-12-05T00:00:00Z', ?, 'a', 'naive', 'h2o', 1, "
+                    "'completed')", (run_id, toml))
+        con.executemany("INSERT INTO requests VALUES (?, ?, ?)",
+                        [(run_id, i, v) for i, v in enumerate(values)])
+        con.execute("INSERT INTO summary VALUES (?, 'kv_groups', 6)", (run_id,))
+    con.commit()
+    con.close()
+    con, points, _ = sweep_points.load(path, "a")
+    out = Capture()
+    plot.plot_allocation(con, points, out)
+    totals, spreads = out.figures["allocation"].axes[:2]
+    lines = {l.get_label(): l.get_data()[1] for l in totals.get_lines()}
+    assert list(lines["h2o, head, uniform"]) == [8.0, 8.0, 8.0]
+    assert list(lines["h2o, head, pyramid"]) == [15.0, 7.0, 2.0]
+    spread = {l.get_label(): l.get_data()[1] for l in spreads.get_lines()}
+    assert list(spread["h2o, head, uniform"]) == [2.0, 0.0, 0.0]
+    assert list(spread["h2o, head, pyramid"]) == [1.0, 1.0, 0.0]
+    assert totals.get_ylabel() == "live tokens at finish (per request)"

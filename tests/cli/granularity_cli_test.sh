@@ -90,7 +90,31 @@ for point in "layer uniform" "head uniform" "head adaptive"; do
   [[ "$(sqlite3 "$db" "select count(*) from summary where name='violations' and value = 0")" == 2 ]] \
     || fail "vt-tiny-gqa $point: verification found violations"
   same_outputs "$db" || fail "vt-tiny-gqa $point: naive and vtoken outputs differ"
+  # What the allocation kept where: per request, live tokens per layer (per KV head at head
+  # granularity), summing to the live (token, group) entries at finish.
+  python3 - "$db" "$1" <<'PY' || fail "vt-tiny-gqa $point: requests.live_per_group is wrong"
+import json, sqlite3, sys
+con = sqlite3.connect(sys.argv[1])
+rows = con.execute("select r.mode, q.live_per_group from requests q join runs r on r.id = q.run_id").fetchall()
+assert rows and all(v is not None for _, v in rows), rows
+for mode, v in rows:
+    groups = json.loads(v)
+    assert len(groups) == 6, groups  # one entry per layer
+    if sys.argv[2] == "head":
+        assert all(isinstance(g, list) and len(g) == 2 for g in groups), groups
+    else:
+        assert all(isinstance(g, int) for g in groups), groups
+for mode in ("naive", "vtoken"):
+    total = [sum(sum(g) if isinstance(g, list) else g for g in json.loads(v))
+             for m, v in rows if m == mode]
+    (mean,) = con.execute("select value from summary s join runs r on r.id = s.run_id "
+                          "where r.mode = ? and s.name = 'live_final_mean'", (mode,)).fetchone()
+    assert abs(sum(total) / len(total) - mean) < 1e-9, (total, mean)
+PY
 done
+"$CLI" run "$TMP/g.toml" --db "$TMP/token.db" >/dev/null 2>&1 || fail "token run exited $?"
+[[ "$(sqlite3 "$TMP/token.db" "select count(*) from requests where live_per_group is null")" == 12 ]] \
+  || fail "a token-granularity run records live_per_group"
 [[ "$(outputs "$TMP/gqa-layer-uniform.db" naive)" != "$(outputs "$TMP/gqa-head-uniform.db" naive)" ]] \
   || fail "vt-tiny-gqa: per-head and per-layer budgets gave the same outputs"
 [[ "$(outputs "$TMP/gqa-head-uniform.db" naive)" != "$(outputs "$TMP/gqa-head-adaptive.db" naive)" ]] \
