@@ -15,6 +15,7 @@
 
 #include "apps/vtoken-cli/cli_checks.h"
 #include "apps/vtoken-cli/command.h"
+#include "apps/vtoken-cli/config_keys.h"
 #include "apps/vtoken-cli/model_threads.h"
 #include "apps/vtoken-cli/run_checks.h"
 #include "lib/core/memory_budget.h"
@@ -292,13 +293,25 @@ CLI::App* SetupGenerate(CLI::App& app) {
   cmd->add_option("--policy", a->policy, "Eviction policy (see `vtoken-cli policies`)");
   cmd->add_option("--policy-param", a->policy_params,
                   "With --policy: a policy parameter KEY=VALUE (repeatable)");
-  cmd->add_option("--budget", a->budget, "Live tokens kept per eviction")
-      ->check(IntIn(1, engine::kMaxRequestTokens));
-  cmd->add_option("--sink", a->num_sink, "First tokens never evicted")
-      ->capture_default_str()
-      ->check(IntIn(0, engine::kMaxRequestTokens));
-  cmd->add_option("--recent", a->num_recent, "Last tokens never evicted (default min(32, budget/2))")
-      ->check(IntIn(0, engine::kMaxRequestTokens));
+  // Flags that mirror config keys take the key's spelling (config_keys.h); the old spellings
+  // still work and say so.
+  auto key_flag = [&](const char* key, const char* old, auto& target, const std::string& doc,
+                      int64_t min) {
+    const std::string flag = FindConfigKey(key)->FlagName();
+    CLI::Option* o = cmd->add_option(flag, target, doc)->check(IntIn(min, engine::kMaxRequestTokens));
+    cmd->add_option(old, target, "Deprecated spelling of " + flag)
+        ->check(IntIn(min, engine::kMaxRequestTokens))
+        ->excludes(o)
+        ->each([old, flag](const std::string&) {
+          std::fprintf(stderr, "vtoken-cli: note: %s is deprecated; use %s\n", old, flag.c_str());
+        });
+    return o;
+  };
+  key_flag("policy.budget_tokens", "--budget", a->budget, "Live tokens kept per eviction", 1);
+  key_flag("policy.num_sink", "--sink", a->num_sink, "First tokens never evicted", 0)
+      ->capture_default_str();
+  key_flag("policy.num_recent", "--recent", a->num_recent,
+           "Last tokens never evicted (default min(32, budget/2))", 0);
   cmd->add_option("--drop", a->drop,
                   "Evict exactly these positions (comma-separated; BOS is 0) right after "
                   "prefill, RoPE positions kept; instead of --policy/--budget");

@@ -84,12 +84,12 @@ TEST_F(GenerateTest, DropEvictsExactlyTheListedPositions) {
 // every CPU this process may use); threads split the work, never a sum, so every count gives the
 // same tokens.
 TEST_F(GenerateTest, ThreadsChangeNothingButTheTeam) {
-  const std::vector<std::string> args = {"--policy", "h2o", "--budget", "12", "--threads"};
+  const std::vector<std::string> args = {"--policy", "h2o", "--budget-tokens", "12", "--threads"};
   std::vector<std::string> one = args, two = args;
   one.push_back("1");
   two.push_back("2");
   const nlohmann::json a = Json(one), b = Json(two);
-  const nlohmann::json by_default = Json({"--policy", "h2o", "--budget", "12"});
+  const nlohmann::json by_default = Json({"--policy", "h2o", "--budget-tokens", "12"});
   EXPECT_EQ(a["threads"], 1);
   EXPECT_EQ(b["threads"], 2);
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {  // Every CPU of the affinity mask.
@@ -104,7 +104,7 @@ TEST_F(GenerateTest, ThreadsChangeNothingButTheTeam) {
   const char* before = std::getenv("OMP_NUM_THREADS");
   const std::string saved = before != nullptr ? before : "";
   setenv("OMP_NUM_THREADS", "1", 1);
-  const nlohmann::json capped = Json({"--policy", "h2o", "--budget", "12"});
+  const nlohmann::json capped = Json({"--policy", "h2o", "--budget-tokens", "12"});
   const nlohmann::json given = Json(two);
   if (before != nullptr) {
     setenv("OMP_NUM_THREADS", saved.c_str(), 1);
@@ -117,14 +117,39 @@ TEST_F(GenerateTest, ThreadsChangeNothingButTheTeam) {
 }
 
 TEST_F(GenerateTest, PolicyParamReachesThePolicy) {
-  const nlohmann::json j = Json({"--policy", "h2o", "--budget", "12", "--policy-param",
+  const nlohmann::json j = Json({"--policy", "h2o", "--budget-tokens", "12", "--policy-param",
                                  "recent_ratio=0.25"});
   EXPECT_EQ(j["policy"], "h2o");
   EXPECT_GT(j["evictions"].get<int64_t>(), 0);
-  const CliResult bad = Generate({"--policy", "h2o", "--budget", "12", "--policy-param",
+  const CliResult bad = Generate({"--policy", "h2o", "--budget-tokens", "12", "--policy-param",
                                   "recent_ratio=7"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("recent_ratio"), std::string::npos) << bad.err;
+}
+
+// The flags that mirror config keys are spelled as the keys are (--budget-tokens, --num-sink,
+// --num-recent); the old spellings give the same run and a one-line note that they are deprecated.
+TEST_F(GenerateTest, OldFlagSpellingsStillWorkAndSaySo) {
+  const std::vector<std::string> now = {"--policy",   "h2o", "--budget-tokens", "12",
+                                        "--num-sink", "2",   "--num-recent",    "4",
+                                        "--output",   "json"};
+  const std::vector<std::string> old = {"--policy", "h2o", "--budget", "12", "--sink", "2",
+                                        "--recent", "4",   "--output", "json"};
+  const CliResult a = Generate(now);
+  const CliResult b = Generate(old);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const nlohmann::json ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  EXPECT_EQ(ja["output_ids"], jb["output_ids"]);
+  EXPECT_EQ(ja["evictions"], jb["evictions"]);
+  EXPECT_EQ(a.err.find("deprecated"), std::string::npos) << a.err;
+  for (const char* note : {"--budget is deprecated; use --budget-tokens",
+                           "--sink is deprecated; use --num-sink",
+                           "--recent is deprecated; use --num-recent"}) {
+    EXPECT_NE(b.err.find(note), std::string::npos) << b.err;
+  }
+  const CliResult both = Generate({"--policy", "h2o", "--budget-tokens", "12", "--budget", "8"});
+  EXPECT_NE(both.exit_code, 0);
 }
 
 // The same continuation from naive and vtoken under a policy (identical live tokens), at every
@@ -133,7 +158,7 @@ TEST_F(GenerateTest, PolicyParamReachesThePolicy) {
 TEST_F(GenerateTest, Bfloat16NaiveAndVtokenAgreeAtEveryGranularity) {
   for (const char* granularity : {"token", "layer", "head"}) {
     SCOPED_TRACE(granularity);
-    const std::vector<std::string> args = {"--policy",      "h2o",         "--budget", "12",
+    const std::vector<std::string> args = {"--policy",      "h2o",         "--budget-tokens", "12",
                                            "--dtype",       "bfloat16",    "--granularity",
                                            granularity,     "--block-size", "3"};
     const nlohmann::json vt = Json(args);
@@ -153,7 +178,7 @@ TEST_F(GenerateTest, Bfloat16NaiveAndVtokenAgreeAtEveryGranularity) {
 
 // Layer and head groups evict per group; on a one-KV-head model they are the same groups.
 TEST_F(GenerateTest, LayerAndHeadGranularityCoincideOnOneKvHead) {
-  const std::vector<std::string> policy = {"--policy", "h2o", "--budget", "12", "--granularity"};
+  const std::vector<std::string> policy = {"--policy", "h2o", "--budget-tokens", "12", "--granularity"};
   std::vector<std::string> layer_args = policy, head_args = policy;
   layer_args.push_back("layer");
   head_args.push_back("head");
@@ -213,7 +238,7 @@ TEST_F(GenerateTest, CudaBfloat16NaiveAndVtokenAgree) {
   if (!GpuPresent()) GTEST_SKIP() << "no GPU (nvidia-smi -L fails)";
   for (const char* granularity : {"token", "head"}) {
     SCOPED_TRACE(granularity);
-    const std::vector<std::string> args = {"--policy", "h2o",      "--budget",      "12",
+    const std::vector<std::string> args = {"--policy", "h2o",      "--budget-tokens",      "12",
                                            "--device", "cuda",     "--dtype",       "bfloat16",
                                            "--block-size", "3",    "--granularity", granularity};
     const nlohmann::json vt = Json(args);
