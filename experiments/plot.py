@@ -229,14 +229,35 @@ def facets(points, skip):
     return groups[:MAX_FACETS]
 
 
-def errorbar(ax, xs, stats, st, label, dodge=(0, 1), log=False, **kw):
-    """A curve of means with 95% CI error bars (none where a point has one seed).
+# The range each figure can take: an interval is drawn within it (a ratio cannot exceed 1, a
+# count or a time cannot fall below 0).
+BOUNDS = {"rouge_l_vs_native": (0.0, 1.0), "rouge_l_vs_reference": (0.0, 1.0),
+          "rouge_l_vs_naive": (0.0, 1.0), "waste_ratio_mean": (0.0, 1.0),
+          "task_accuracy": (0.0, 1.0), "throughput_tok_s": (0.0, None),
+          "blocks_mean": (0.0, None), "e2e_p95": (0.0, None), "ttft_p95": (0.0, None),
+          "preemptions": (0.0, None), "moves": (0.0, None)}
+
+
+def clipped(mean, half, bounds):
+    """(below, above): the error bar lengths of mean ± half cut at the figure's bounds."""
+    if math.isnan(half) or math.isnan(mean):
+        return 0.0, 0.0
+    lo, hi = bounds
+    below = half if lo is None else max(0.0, min(half, mean - lo))
+    above = half if hi is None else max(0.0, min(half, hi - mean))
+    return below, above
+
+
+def errorbar(ax, xs, stats, st, label, dodge=(0, 1), log=False, bounds=(None, None), **kw):
+    """A curve of means with 95% CI error bars (none where a point has one seed), cut at the
+    figure's `bounds` (BOUNDS).
 
     dodge = (i, k): the curve is the i-th of k, shifted sideways a little so that the error bars
     of curves at the same x do not hide each other. Returns the x positions drawn."""
     means = [s[0] for s in stats]
-    errs = [0.0 if math.isnan(s[1]) else s[1] for s in stats]
-    if any(errs):
+    cut = [clipped(s[0], s[1], bounds) for s in stats]
+    errs = [[c[0] for c in cut], [c[1] for c in cut]]
+    if any(errs[0]) or any(errs[1]):
         shift = 0.025 * (dodge[0] - (dodge[1] - 1) / 2)
         if log:
             xs = [x * 2 ** shift for x in xs]
@@ -408,8 +429,9 @@ def plot_sla(points, axes, out):
         xs = [x for x, _ in pts]
         thr = [p.stat("throughput_tok_s") for _, p in pts]
         lat = [p.stat("e2e_p95") for _, p in pts]
-        drawn = errorbar(ax1, xs, thr, st, label, dodge=(i, len(cs)))
-        errorbar(ax2, xs, lat, st, label, dodge=(i, len(cs)))
+        drawn = errorbar(ax1, xs, thr, st, label, dodge=(i, len(cs)),
+                         bounds=BOUNDS["throughput_tok_s"])
+        errorbar(ax2, xs, lat, st, label, dodge=(i, len(cs)), bounds=BOUNDS["e2e_p95"])
         ok = [(t[0], x) for x, t, l in zip(drawn, thr, lat) if l[0] <= sla]
         if ok:  # the smallest C on a tie, as `report`
             t, x = max(ok, key=lambda tx: (tx[0], -tx[1]))
@@ -437,6 +459,7 @@ def plot_capacity(points, axes, out):
     labels, caps, errs, colors = [], [], [], []
     for i, (label, pts, st) in enumerate(cs):
         errorbar(ax1, [x for x, _ in pts], [p.stat("preemptions") for _, p in pts], st, label,
+                 bounds=BOUNDS["preemptions"],
                  dodge=(i, len(cs)))
         # The concurrency actually reached, at the points where no seed preempted: admission may
         # hold a run below its limit C.
@@ -522,8 +545,10 @@ def plot_block_size(points, axes, out):
         held = [ci95([r.get("blocks_mean") * x for r in p.runs]) for x, p in pts]
         d = {"dodge": (i, len(cs)), "log": True}
         errorbar(axs[0], xs, held, st, label, **d)
-        errorbar(axs[1], xs, [p.stat("moves") for _, p in pts], st, label, **d)
-        errorbar(axs[2], xs, [p.stat("waste_ratio_mean") for _, p in pts], st, label, **d)
+        errorbar(axs[1], xs, [p.stat("moves") for _, p in pts], st, label,
+                 bounds=BOUNDS["moves"], **d)
+        errorbar(axs[2], xs, [p.stat("waste_ratio_mean") for _, p in pts], st, label,
+                 bounds=BOUNDS["waste_ratio_mean"], **d)
     ylabels = ["slots held / request", "tokens moved", "waste ratio F (mean)"]
     for ax, y in zip(axs, ylabels):
         ax.set_xscale("log", base=2)
@@ -575,15 +600,18 @@ def plot_generic(points, axes, out):
         for i, (label, pts, st) in enumerate(cs):
             for ax, (name, _) in zip(axs, shown):
                 stats = [p.stat(name) for _, p in pts]
+                bounds = BOUNDS.get(name, (None, None))
                 if numeric:
-                    errorbar(ax, [x for x, _ in pts], stats, st, label, dodge=(i, len(cs)))
+                    errorbar(ax, [x for x, _ in pts], stats, st, label, dodge=(i, len(cs)),
+                             bounds=bounds)
                 else:
                     xs = [categories.index(fmt(x)) + (i - (len(cs) - 1) / 2) * width
                           for x, _ in pts]
-                    errs = [0.0 if math.isnan(s[1]) else s[1] for s in stats]
+                    cut = [clipped(s[0], s[1], bounds) for s in stats]
+                    errs = [[c[0] for c in cut], [c[1] for c in cut]]
                     ax.bar(xs, [s[0] for s in stats], width, label=label, color=st["color"],
                            hatch="//" if st["linestyle"] == "--" else None, edgecolor="white",
-                           linewidth=0.3, yerr=errs if any(errs) else None,
+                           linewidth=0.3, yerr=errs if any(errs[0]) or any(errs[1]) else None,
                            error_kw={"elinewidth": 0.8})
         for ref, st in zip(refs, styles(refs, False)):
             label = ref.label(skip=(x_key,))
@@ -594,7 +622,8 @@ def plot_generic(points, axes, out):
                 ax.axhline(m, color=st["color"], linestyle=st["linestyle"], linewidth=1.0,
                            label=label)
                 if not math.isnan(h):
-                    ax.axhspan(m - h, m + h, color=st["color"], alpha=0.12, linewidth=0)
+                    below, above = clipped(m, h, BOUNDS.get(name, (None, None)))
+                    ax.axhspan(m - below, m + above, color=st["color"], alpha=0.12, linewidth=0)
         for i, (ax, (_, ylabel)) in enumerate(zip(axs, shown)):
             if not numeric:
                 ax.set_xticks(range(len(categories)))
@@ -606,6 +635,11 @@ def plot_generic(points, axes, out):
             if i >= len(shown) - cols:
                 ax.set_xlabel(x_key)
             ax.set_ylabel(ylabel)
+            lo, hi = BOUNDS.get(shown[i][0], (None, None))
+            if lo is not None:
+                ax.set_ylim(bottom=lo)
+            if hi is not None:
+                ax.set_ylim(top=hi * 1.03)
         out.save(fig, "by_" + key.replace(".", "_"), note=seeds_note(members))
 
 

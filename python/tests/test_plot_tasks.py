@@ -186,3 +186,40 @@ def test_allocation_sums_each_layers_heads_and_shows_their_spread(tmp_path):
     assert list(spread["h2o, head, uniform"]) == [2.0, 0.0, 0.0]
     assert list(spread["h2o, head, pyramid"]) == [1.0, 1.0, 0.0]
     assert totals.get_ylabel() == "live tokens at finish (per request)"
+
+
+def test_bounded_figures_keep_their_intervals_within_bounds(tmp_path):
+    """Two seeds far apart give a 95% interval wider than the range: ROUGE-L (a ratio) is drawn
+    within [0, 1] and throughput (a rate) not below 0, on the by_KEY figure."""
+    path = str(tmp_path / "b.db")
+    con = sqlite3.connect(path)
+    for ddl in SCHEMA:
+        con.execute(ddl)
+    run_id = 0
+    for keep in (0.25, 0.5):
+        for seed, (rouge, tput) in ((1, (0.30, 1.0)), (2, (0.95, 40.0))):
+            run_id += 1
+            toml = (f'name = "b"\nmodes = ["naive"]\nseed = {seed}\n[workload]\nseed = {seed}\n'
+                    f'[policy]\nname = "h2o"\nkeep_ratio = {keep}\n')
+            con.execute("INSERT INTO runs (id, created, config_toml, sweep, mode, policy, seed, "
+                        "status) VALUES (?, '2026-12-05T00:00:00Z', ?, 'b', 'naive', 'h2o', ?, "
+                        "'completed')", (run_id, toml, seed))
+            con.executemany("INSERT INTO summary VALUES (?, ?, ?)",
+                            [(run_id, "rouge_l_vs_native", rouge),
+                             (run_id, "throughput_tok_s", tput)])
+    con.commit()
+    con.close()
+    _, points, axes = sweep_points.load(path, "b")
+    out = Capture()
+    plot.plot_generic(points, axes, out)
+    fig = out.figures["by_policy_keep_ratio"]
+    by_label = {ax.get_ylabel(): ax for ax in fig.axes}
+    for ylabel, (lo, hi) in (("ROUGE-L F1 vs native", (0.0, 1.0)),
+                             ("throughput (tok/s)", (0.0, math.inf))):
+        ax = by_label[ylabel]
+        segments = [seg for c in ax.containers for seg in c.lines[2][0].get_segments()]
+        assert segments, ylabel  # the interval is drawn, and cut
+        ends = [y for seg in segments for _, y in seg]
+        assert min(ends) >= lo and max(ends) <= hi, (ylabel, ends)
+        assert ax.get_ylim()[0] >= lo
+    assert by_label["ROUGE-L F1 vs native"].get_ylim()[1] <= 1.03
