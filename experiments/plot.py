@@ -179,7 +179,7 @@ class Writer:
             # No creation date in the PDF: the same database gives the same file.
             meta = {"CreationDate": None} if f == "pdf" else {}
             fig.savefig(path, dpi=DPI, bbox_inches="tight", pad_inches=0.03,
-                        bbox_extra_artists=extra, metadata=meta)
+                        bbox_extra_artists=extra + list(fig.texts), metadata=meta)
             self.written.append(path)
         plt.close(fig)
 
@@ -791,6 +791,7 @@ def plot_needle_heatmap(con, points, out):
                         ax.text(c, r, f"{v:.2f}", ha="center", va="center", fontsize=5.5,
                                 color="black" if v > 0.6 else "white")
             ax.set_title(name, fontsize=7)
+            ax.grid(False)
             ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
             ax.set_yticks(range(len(depths)), [f"{d:.0%}" for d in depths])
         for j in range(len(panels), rows * cols):
@@ -800,8 +801,8 @@ def plot_needle_heatmap(con, points, out):
         for row in axs:
             row[0].set_ylabel("needle depth")
         fig.colorbar(image, ax=axs, shrink=0.8, label="mean score")
-        fig.suptitle(f"{mode} runs at keep ratio {fmt(keep)}: mean score of the requests at each "
-                     "needle depth and context length", fontsize=7)
+        fig.text(0.5, 1.0, f"{mode} runs at keep ratio {fmt(keep)}: mean score of the requests "
+                 "at each needle depth and context length", ha="center", va="bottom", fontsize=7)
         out.save(fig, f"needle_heatmap_keep_{fmt(keep)}")
 
 

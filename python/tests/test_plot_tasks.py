@@ -148,6 +148,9 @@ def test_needle_heatmap_cells_are_mean_scores_per_depth_and_length(keep_db):
     assert grid[0][0] == 0.0 and math.isnan(grid[0][1])
     assert grid[1][0] == 1.0 and grid[1][1] == 0.0
     assert math.isnan(grid[2][0]) and grid[2][1] == 1.0
+    assert [t.get_text() for t in fig.texts] == [
+        "naive runs at keep ratio 0.25: mean score of the requests at each needle depth and "
+        "context length"]
     full = panels["native (full cache)"]  # the first column: its tick labels are shown
     assert [t.get_text() for t in full.get_yticklabels()] == ["0%", "50%", "100%"]
     assert [t.get_text() for t in full.get_xticklabels()] == ["1024", "2048"]
