@@ -703,22 +703,26 @@ def plot_accuracy_vs_compression(con, points, out):
     requests as a band within [0, 1], the full cache (native) as a dashed line."""
     task_points = [p for p in points if not math.isnan(p.mean("task_accuracy"))]
     mode = eviction_mode(task_points)
-    curves = {}
+    curves = {}  # one per policy and setting of the other grid keys
     for p in task_points:
         keep = p.config.get("policy.keep_ratio")
         if p.mode != mode or not is_number(keep) or keep <= 0:
             continue
         scores = request_scores(con, [r.id for r in p.runs])
         m, h, _ = ci95(scores) if scores else (p.mean("task_accuracy"), math.nan, 0)
-        curves.setdefault(p.policy, []).append((1.0 - keep, m, h))
-    if not curves or max(len(c) for c in curves.values()) < 2:
+        rest = ", ".join(f"{short(k)}={fmt(v)}" for k, v in p.values.items()
+                         if v is not None and k not in ("policy.name", "policy.keep_ratio"))
+        curves.setdefault((p.policy, rest), []).append((1.0 - keep, m, h))
+    curves = {k: c for k, c in curves.items() if len({x for x, _, _ in c}) >= 2}
+    if not curves:
         return
     fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.8))
-    for policy in sorted(curves):
-        pts = sorted(curves[policy])
+    for policy, rest in sorted(curves):
+        pts = sorted(curves[(policy, rest)])
         xs, ys = [x for x, _, _ in pts], [y for _, y, _ in pts]
         color = policy_color(policy)
-        ax.plot(xs, ys, marker="o", markersize=3, lw=1, color=color, label=policy)
+        ax.plot(xs, ys, marker="o", markersize=3, lw=1, color=color,
+                label=policy + (f", {rest}" if rest else ""))
         if any(not math.isnan(h) for _, _, h in pts):
             ax.fill_between(xs, [max(0.0, y - (0 if math.isnan(h) else h)) for _, y, h in pts],
                             [min(1.0, y + (0 if math.isnan(h) else h)) for _, y, h in pts],
@@ -840,7 +844,8 @@ def plot_allocation(con, points, out):
         label = (f"{p.policy}, {p.config.get('cache.granularity', 'token')}, "
                  f"{p.config.get('policy.budget_allocation', 'uniform')}")
         rest = [f"{short(k)}={fmt(v)}" for k, v in p.values.items()
-                if k not in ("policy.name", "cache.granularity", "policy.budget_allocation")]
+                if v is not None and
+                k not in ("policy.name", "cache.granularity", "policy.budget_allocation")]
         rows.append((", ".join([label] + rest), p.policy, per_layer, spread, heads))
     if not rows:
         return

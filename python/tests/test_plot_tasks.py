@@ -226,3 +226,11 @@ def test_bounded_figures_keep_their_intervals_within_bounds(tmp_path):
         assert min(ends) >= lo and max(ends) <= hi, (ylabel, ends)
         assert ax.get_ylim()[0] >= lo
     assert by_label["ROUGE-L F1 vs native"].get_ylim()[1] <= 1.03
+
+
+def test_accuracy_vs_compression_needs_two_keep_ratios_per_curve(keep_db):
+    con, points, _ = sweep_points.load(keep_db, "k")
+    one_ratio = [p for p in points if p.config.get("policy.keep_ratio") in (None, 0.5)]
+    out = Capture()
+    plot.plot_accuracy_vs_compression(con, one_ratio, out)
+    assert out.figures == {}
