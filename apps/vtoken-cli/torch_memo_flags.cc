@@ -27,18 +27,16 @@ StatusOr<std::unique_ptr<engine::PrefillMemo>> MakeMemo(const MemoArgs& args) {
   if (!(args.gib > 0)) {
     return InvalidArgumentError("--prefill-memo-gib must be > 0, got " + std::to_string(args.gib));
   }
+  // The memo's folder (the system's temporary folder by default) and its bound: --prefill-memo-gib,
+  // never the disk's last GiB.
   std::error_code ec;
-  const std::string dir =
-      args.dir.empty() ? std::filesystem::temp_directory_path(ec).string() : args.dir;
-  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<engine::PrefillMemo> memo,
-                          engine::PrefillMemo::Create(dir.empty() ? "/tmp" : dir, 0));
-  double max_bytes = args.gib * double(int64_t{1} << 30);
-  const std::filesystem::space_info space = std::filesystem::space(dir.empty() ? "/tmp" : dir, ec);
-  if (!ec) {
-    max_bytes = std::min(max_bytes, static_cast<double>(space.available) - double(int64_t{1} << 30));
-  }
-  memo->set_max_bytes(static_cast<int64_t>(std::max(0.0, max_bytes)));
-  return memo;
+  std::string dir = args.dir.empty() ? std::filesystem::temp_directory_path(ec).string() : args.dir;
+  if (dir.empty()) dir = "/tmp";
+  const double gib = double(int64_t{1} << 30);
+  double max_bytes = args.gib * gib;
+  const std::filesystem::space_info space = std::filesystem::space(dir, ec);
+  if (!ec) max_bytes = std::min(max_bytes, static_cast<double>(space.available) - gib);
+  return engine::PrefillMemo::Create(dir, static_cast<int64_t>(std::max(0.0, max_bytes)));
 }
 
 bool MemoServes(const MemoArgs& args, const std::string& kind) {

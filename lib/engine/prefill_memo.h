@@ -58,7 +58,6 @@ class PrefillMemo {
 
   const PrefillMemoStats& stats() const { return stats_; }
   int64_t max_bytes() const { return max_bytes_; }
-  void set_max_bytes(int64_t max_bytes) { max_bytes_ = max_bytes; }
 
  private:
   friend class MemoRunner;

@@ -35,11 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Source() {
-  const char* src = std::getenv("VTOKEN_SOURCE_DIR");
-  return src != nullptr ? src : ".";
-}
-
 // A small sim: experiment (no weights): runs in well under a second.
 const char* kSimConfig = R"(name = "bad"
 modes = ["native", "vtoken"]
@@ -82,7 +77,7 @@ void Write(const std::string& path, const std::string& text) {
 
 std::string Sub(std::string s, const std::string& dir) {
   for (const auto& [key, value] : {std::pair<std::string, std::string>{"{dir}", dir},
-                                   {"{src}", Source()}}) {
+                                   {"{src}", SourceDir()}}) {
     for (size_t at; (at = s.find(key)) != std::string::npos;) s.replace(at, key.size(), value);
   }
   return s;
@@ -92,7 +87,7 @@ std::string Sub(std::string s, const std::string& dir) {
 void LinkTiny(const std::string& dir) {
   fs::create_directories(dir);
   for (const char* f : {"config.json", "tokenizer.json", "model.safetensors"}) {
-    fs::create_symlink(fs::absolute(Source() + "/models/vt-tiny/" + f), dir + "/" + f);
+    fs::create_symlink(fs::absolute(SourceDir() + "/models/vt-tiny/" + f), dir + "/" + f);
   }
 }
 
@@ -115,9 +110,9 @@ void DropFromHeader(const std::string& from, const std::string& to, const std::s
 void TinyGguf(const std::string& path,
               const std::function<void(model::GgufMetadata&,
                                        std::vector<model::GgufTensorToWrite>&)>& edit = nullptr) {
-  StatusOr<model::Checkpoint> c = model::LoadCheckpoint(Source() + "/models/vt-tiny");
+  StatusOr<model::Checkpoint> c = model::LoadCheckpoint(SourceDir() + "/models/vt-tiny");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  StatusOr<model::Tokenizer> t = model::Tokenizer::Load(Source() + "/models/vt-tiny/tokenizer.json");
+  StatusOr<model::Tokenizer> t = model::Tokenizer::Load(SourceDir() + "/models/vt-tiny/tokenizer.json");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   fs::create_directories(fs::path(path).parent_path());
   const std::string plain = path + ".plain";
@@ -363,9 +358,9 @@ std::vector<Case> Cases() {
        [](const std::string& d) {
          fs::create_directories(d + "/m");
          for (const char* f : {"config.json", "tokenizer.json"}) {
-           fs::copy(Source() + "/models/vt-tiny/" + f, d + "/m/" + f);
+           fs::copy(SourceDir() + "/models/vt-tiny/" + f, d + "/m/" + f);
          }
-         std::ifstream in(Source() + "/models/vt-tiny/model.safetensors", std::ios::binary);
+         std::ifstream in(SourceDir() + "/models/vt-tiny/model.safetensors", std::ios::binary);
          std::string head(1000, 0);
          in.read(head.data(), 1000);
          Write(d + "/m/model.safetensors", head);
@@ -381,7 +376,7 @@ std::vector<Case> Cases() {
       {"UnknownModelType", Tiny({"model.path='{dir}/m'"}), "model_type",
        [](const std::string& d) {
          LinkTiny(d + "/m");
-         std::ifstream in(Source() + "/models/vt-tiny/config.json");
+         std::ifstream in(SourceDir() + "/models/vt-tiny/config.json");
          nlohmann::json j = nlohmann::json::parse(in);
          j["model_type"] = "gpt_neox";
          fs::remove(d + "/m/config.json");
@@ -397,7 +392,7 @@ std::vector<Case> Cases() {
        [](const std::string& d) {
          LinkTiny(d + "/m");
          fs::remove(d + "/m/model.safetensors");
-         DropFromHeader(Source() + "/models/vt-tiny/model.safetensors", d + "/m/model.safetensors",
+         DropFromHeader(SourceDir() + "/models/vt-tiny/model.safetensors", d + "/m/model.safetensors",
                         "model.norm.weight");
        }},
       // Corpora and JSONL workloads.
@@ -482,7 +477,7 @@ class BadInputTest : public CliTest, public ::testing::WithParamInterface<Case> 
     Write(Path("sim.toml"), kSimConfig);
     Write(Path("grid.toml"), std::string(kSimConfig) + kGrid);
     Write(Path("corpus.txt"), kCorpus);
-    Write(Path("tiny.toml"), TinyConfig(Source() + "/models/vt-tiny", Path("corpus.txt")));
+    Write(Path("tiny.toml"), TinyConfig(SourceDir() + "/models/vt-tiny", Path("corpus.txt")));
   }
 };
 

@@ -26,6 +26,12 @@ struct CliResult {
   std::string err;
 };
 
+// The source tree (VTOKEN_SOURCE_DIR, set by tests/CMakeLists.txt; "." when unset).
+inline std::string SourceDir() {
+  const char* dir = std::getenv("VTOKEN_SOURCE_DIR");
+  return dir != nullptr ? dir : ".";
+}
+
 inline std::string ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;

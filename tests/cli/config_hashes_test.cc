@@ -12,22 +12,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/vtoken-cli/experiment_config.h"
 #include "apps/vtoken-cli/sweep_grid.h"
+#include "tests/cli/cli_test_util.h"
 
 namespace vtoken::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string SourceDir() {
-  const char* dir = std::getenv("VTOKEN_SOURCE_DIR");
-  return dir != nullptr ? dir : ".";
-}
 
 // Overrides that make the resolved config record its conditional keys, each applied to the base
 // config named first.

@@ -5,31 +5,18 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "apps/vtoken-cli/experiment_config.h"
+#include "tests/cli/cli_test_util.h"
 
 namespace vtoken::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string SourceDir() {
-  const char* dir = std::getenv("VTOKEN_SOURCE_DIR");
-  return dir != nullptr ? dir : ".";
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
 
 TEST(ConfigKeys, DocsEqualTheGeneratedReference) {
   const std::string doc = ReadFile(SourceDir() + "/docs/EXPERIMENTS.md");

@@ -27,8 +27,7 @@ class GenerateTest : public CliTest {
   void SetUp() override {
     CliTest::SetUp();
     if (!VTOKEN_CLI_HAS_TORCH) GTEST_SKIP() << "generate needs a vtoken-cli with libtorch";
-    const char* src = std::getenv("VTOKEN_SOURCE_DIR");
-    model_ = std::string(src != nullptr ? src : ".") + "/models/vt-tiny";
+    model_ = SourceDir() + "/models/vt-tiny";
   }
   CliResult Generate(std::vector<std::string> more) const {
     std::vector<std::string> args = {"generate", "--model", model_, "--prompt", kPrompt,
