@@ -13,6 +13,7 @@
 #include "apps/vtoken-cli/run_config.h"
 #include "apps/vtoken-cli/run_experiment.h"
 #include "lib/engine/result_store.h"
+#include "lib/engine/run_summary.h"
 
 namespace vtoken::cli {
 namespace {
@@ -35,10 +36,6 @@ struct Row {
   bool ratio;  // Show the ratio against the first run.
   Derive derive = Derive::kValue;
   bool only_if_measured = false;  // Left out when no run has the figure (e.g. task accuracy).
-  // A wall-clock figure: "n/a" for a run that restored prompt prefills from an earlier run
-  // (summary prefill_restored_tokens > 0, lib/engine/prefill_memo.h), whose times are not the
-  // model's.
-  bool timing = false;
 };
 
 // The figures of docs/METRICS.md, in reading order.
@@ -55,10 +52,10 @@ constexpr Row kRows[] = {
      Derive::kPerToken},
     {"peak concurrency", "peak_running", "%.0f", true},
     {"preemptions", "preemptions", "%.0f", false},
-    {"throughput (tok/s)", "throughput_tok_s", "%.1f", true, Derive::kValue, false, true},
-    {"TTFT p95 (s)", "ttft_p95", "%.3f", true, Derive::kValue, false, true},
-    {"TPOT p95 (s)", "tpot_p95", "%.4f", true, Derive::kValue, false, true},
-    {"E2E p95 (s)", "e2e_p95", "%.2f", true, Derive::kValue, false, true},
+    {"throughput (tok/s)", "throughput_tok_s", "%.1f", true},
+    {"TTFT p95 (s)", "ttft_p95", "%.3f", true},
+    {"TPOT p95 (s)", "tpot_p95", "%.4f", true},
+    {"E2E p95 (s)", "e2e_p95", "%.2f", true},
     {"task accuracy", "task_accuracy", "%.3f", false, Derive::kValue, true},
     {"task accuracy 95% CI (+-)", "task_accuracy_ci95", "%.3f", false, Derive::kValue, true},
     {"perplexity", "perplexity", "%.3f", true, Derive::kValue, true},
@@ -228,9 +225,13 @@ Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& r
                     [&](const engine::RunSummary& s) { return std::isnan(Value(s, row)); })) {
       continue;
     }
-    const double base = RestoredPrefill(summaries[0]) && row.timing ? NAN : Value(summaries[0], row);
+    // A request time of a run that restored prompt prefills from an earlier run (summary
+    // prefill_restored_tokens > 0, lib/engine/prefill_memo.h) is "n/a": the run did not time the
+    // model (engine::DropRequestTimes).
+    const bool timing = engine::IsRequestTime(row.key);
+    const double base = RestoredPrefill(summaries[0]) && timing ? NAN : Value(summaries[0], row);
     add_row(row.label, [&](size_t i) {
-      if (row.timing && RestoredPrefill(summaries[i])) return std::string("n/a");
+      if (timing && RestoredPrefill(summaries[i])) return std::string("n/a");
       return Cell(Value(summaries[i], row), row.format, base, row.ratio && i > 0);
     });
   }

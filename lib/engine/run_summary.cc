@@ -129,14 +129,15 @@ std::map<std::string, double> SummarizeRun(const EngineResult& r,
   return s;
 }
 
+bool IsRequestTime(const std::string& key) {
+  for (const char* prefix : {"throughput_", "ttft_", "tpot_", "e2e_"}) {
+    if (key.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
 void DropRequestTimes(std::map<std::string, double>& summary) {
-  std::erase_if(summary, [](const auto& kv) {
-    const std::string& k = kv.first;
-    for (const char* prefix : {"throughput_", "ttft_", "tpot_", "e2e_"}) {
-      if (k.rfind(prefix, 0) == 0) return true;
-    }
-    return false;
-  });
+  std::erase_if(summary, [](const auto& kv) { return IsRequestTime(kv.first); });
 }
 
 }  // namespace vtoken::engine

@@ -27,8 +27,11 @@ namespace vtoken::engine {
 
 std::vector<RequestRecord> ToRequestRecords(const EngineResult& result);
 
-// Removes the figures that time requests (throughput_*, ttft_*, tpot_*, e2e_*) from a summary:
-// a run that restored its prompts' prefill (lib/engine/prefill_memo.h) did not time the model.
+// Whether a summary key is a figure that times requests (throughput_*, ttft_*, tpot_*, e2e_*).
+bool IsRequestTime(const std::string& key);
+
+// Removes the figures that time requests (IsRequestTime) from a summary: a run that restored its
+// prompts' prefill (lib/engine/prefill_memo.h) did not time the model.
 void DropRequestTimes(std::map<std::string, double>& summary);
 
 // `rouge_vs_native` / `rouge_vs_reference`: per-request F1 scores, or empty when not computed.
