@@ -53,13 +53,19 @@ Status RunProbeStep(const LlamaOptions& options) {
 
 }  // namespace
 
+bool LibtorchHasCuda() {
+  // libtorch's CUDA half (libc10_cuda, loaded with libtorch_cuda) registers the CUDA device guard
+  // when it loads, GPU or not. (at::hasCUDA() is no test of this: it is false without a device.)
+  return c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA);
+}
+
 StatusOr<torch::Device> TorchDevice(const std::string& name) {
   VTOKEN_ASSIGN_OR_RETURN(DeviceSpec spec, ParseDeviceSpec(name));
   if (!spec.cuda) return torch::Device(torch::kCPU);
   if (!torch::cuda::is_available()) {
     return FailedPreconditionError("device \"" + name + "\": no CUDA device (" +
-                                   (at::hasCUDA() ? "no GPU is visible to this process"
-                                                  : "this libtorch was built without CUDA") +
+                                   (LibtorchHasCuda() ? "no GPU is visible to this process"
+                                                      : "this libtorch was built without CUDA") +
                                    ")");
   }
   const int count = static_cast<int>(torch::cuda::device_count());

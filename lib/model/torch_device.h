@@ -13,6 +13,9 @@
 
 namespace vtoken::model {
 
+// Whether the libtorch this process loaded has CUDA (libtorch_cuda), with or without a GPU.
+bool LibtorchHasCuda();
+
 // "cpu", "cuda" or "cuda:N" as a torch device. InvalidArgument for a malformed name or an index
 // beyond the visible devices; FailedPrecondition `device "cuda": no CUDA device (this libtorch
 // was built without CUDA)` or `(... no GPU is visible to this process)`.

@@ -40,7 +40,14 @@ TEST(TorchDeviceTest, ParsesCpuAndRejectsMalformedNames) {
 
 TEST(TorchDeviceTest, CudaWithoutADeviceIsFailedPrecondition) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a CUDA device";
-  const std::string why = at::hasCUDA() ? "no GPU is visible to this process"
+  // The build knows whether it linked a libtorch with CUDA (lib/model/CMakeLists.txt).
+#ifdef VTOKEN_TORCH_CUDA
+  const bool cuda_libtorch = true;
+#else
+  const bool cuda_libtorch = false;
+#endif
+  EXPECT_EQ(LibtorchHasCuda(), cuda_libtorch);
+  const std::string why = cuda_libtorch ? "no GPU is visible to this process"
                                         : "this libtorch was built without CUDA";
   for (const std::string name : {"cuda", "cuda:0", "cuda:7"}) {
     StatusOr<torch::Device> d = TorchDevice(name);
