@@ -19,14 +19,21 @@
 # printed prefix is for a machine with the toolkit and the wheel's CUDA dependencies.
 # Every wheel is checked against the sha256 sums committed in scripts/torch-wheels.sha256.
 # Idempotent: a wheel whose checksum matches is not downloaded again, an unpacked tree is kept.
+# With --cuda it also fetches every wheel libtorch_cuda.so needs (the cuda-toolkit components the
+# torch wheel names, cuDNN, cuSPARSELt, NCCL, NVSHMEM, at the wheel's pins; about 2.5 GiB) and
+# unpacks them as pip would lay them out beside torch/ (nvidia/cu13, nvidia/cudnn, ...), where
+# libtorch_cuda's RPATH finds them: the rehearsal of the GPU machine's CUDA build (a CUDA toolkit
+# compiles, these link; docs/GPU.md, "The CUDA build against the 2.11 wheel").
 # Prints the CMake prefix (.../torch/share/cmake) on stdout; one line on stderr and exit 1 on
 # any failure.
-# Usage: scripts/torch-wheel.sh VERSION     (e.g. 2.15.0, 2.11.0)
+# Usage: scripts/torch-wheel.sh [--cuda] VERSION     (e.g. 2.15.0, 2.11.0)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 fail() { echo "torch-wheel: error: $*" >&2; exit 1; }
-[[ $# -eq 1 && $1 =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "usage: scripts/torch-wheel.sh VERSION (e.g. 2.15.0)"
+cuda=0
+[[ ${1:-} == --cuda ]] && { cuda=1; shift; }
+[[ $# -eq 1 && $1 =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "usage: scripts/torch-wheel.sh [--cuda] VERSION (e.g. 2.15.0)"
 version=$1
 sums=$repo/scripts/torch-wheels.sha256
 cache=${VTOKEN_CACHE_DIR:-$repo/.cache}/torch/$version
@@ -50,17 +57,20 @@ fetch() {
   [[ $actual == "$expected" ]] || fail "sha256 of $whl is $actual, $sums says $expected"
   echo "$whl"
 }
-# unpack WHEEL MEMBER MARK: unzip MEMBER of WHEEL into $cache unless MARK exists (via a temporary
-# folder, so that an interrupted run leaves no half tree).
+# unpack WHEEL MEMBER MARK: unzip MEMBER of WHEEL into $cache unless it was unpacked before (a
+# stamp in $cache/.unpacked, written last: an interrupted run leaves no half tree it would trust);
+# MARK is a file the wheel must hold.
 unpack() {
-  local whl=$1 member=$2 mark=$3 tmp
-  [[ -e $cache/$mark ]] && return 0
+  local whl=$1 member=$2 mark=$3 tmp stamp
+  stamp=$cache/.unpacked/$(basename "$whl")
+  [[ -e $stamp && -e $cache/$mark ]] && return 0
   tmp=$(mktemp -d "$cache/.unpack.XXXXXX")
   unzip -q -o "$whl" "$member" -d "$tmp" || { rm -rf "$tmp"; fail "cannot unzip $member of $whl"; }
   (cd "$tmp" && find . -type f -print0 | while IFS= read -r -d '' f; do
     mkdir -p "$cache/$(dirname "$f")" && mv -f "$f" "$cache/$f"; done) || fail "cannot move $tmp"
   rm -rf "$tmp"
   [[ -e $cache/$mark ]] || fail "$whl has no $mark"
+  mkdir -p "$cache/.unpacked" && touch "$stamp"
 }
 
 torch_whl=$(fetch "torch==$version" "torch-$version-*.whl")
@@ -75,14 +85,39 @@ if grep -q '^libcudart' <<<"$needed"; then
   [[ -n $toolkit ]] || fail "torch $version needs $(grep '^libcu' <<<"$needed" | paste -sd' ') but names no cuda-toolkit version"
   toolkit_whl=$(fetch "cuda-toolkit==$toolkit" "cuda_toolkit-$toolkit-*.whl")
   tmeta=$(unzip -p "$toolkit_whl" "cuda_toolkit-$toolkit.dist-info/METADATA") || fail "$toolkit_whl has no METADATA"
-  for pair in cudart:nvidia-cuda-runtime cupti:nvidia-cuda-cupti; do
-    extra=${pair%%:*} pkg=${pair#*:}
-    pin=$(grep -F "extra == '$extra'" <<<"$tmeta" | sed -n "s/^Requires-Dist: $pkg==\([0-9.*]*\).*/\1/p" | head -n1)
-    [[ -n $pin ]] || fail "cuda-toolkit $toolkit names no $pkg for extra $extra"
+  # fetch_pinned PKG PIN: the wheel of PKG==PIN (PIN may end in .*), unpacked beside torch/.
+  fetch_pinned() {
+    local pkg=$1 pin=$2 whl
     whl=$(fetch "$pkg==$pin" "${pkg//-/_}-${pin%.\*}*.whl")
-    lib=lib${extra}.so
-    unpack "$whl" 'nvidia/*' "$(unzip -Z1 "$whl" | grep -m1 "/lib/$lib\.[0-9]*$")"
+    unpack "$whl" 'nvidia/*' "$(unzip -Z1 "$whl" | grep -m1 '^nvidia/.*[^/]$')"
+  }
+  # toolkit_pin EXTRA: the package and version cuda-toolkit's extra EXTRA names, as "PKG PIN".
+  toolkit_pin() {
+    local line
+    line=$(grep -F "extra == '$1'" <<<"$tmeta" | sed -n 's/^Requires-Dist: \([a-z0-9-]*\)==\([0-9.*]*\).*/\1 \2/p' | head -n1)
+    [[ -n $line ]] || fail "cuda-toolkit $toolkit names no package for extra $1"
+    echo "$line"
+  }
+  extras=cudart,cupti
+  if ((cuda)); then
+    # Every component the torch wheel asks of cuda-toolkit, and its other nvidia-* pins.
+    extras=$(sed -n 's/^Requires-Dist: cuda-toolkit\[\([^]]*\)\]==.*/\1/p' <<<"$meta" | head -n1)
+    [[ -n $extras ]] || fail "torch $version names no cuda-toolkit components"
+  fi
+  for extra in ${extras//,/ }; do
+    read -r pkg pin < <(toolkit_pin "$extra")
+    fetch_pinned "$pkg" "$pin"
   done
+  if ((cuda)); then
+    while read -r pkg pin; do
+      fetch_pinned "$pkg" "$pin"
+    done < <(sed -n 's/^Requires-Dist: \(nvidia-[a-z0-9-]*\)==\([0-9.]*\);.*Linux.*/\1 \2/p' <<<"$meta")
+  fi
+fi
+if ((cuda)); then
+  [[ -e $cache/torch/lib/libtorch_cuda.so ]] || fail "torch $version has no libtorch_cuda.so (not a CUDA wheel)"
+  missing=$(cd "$cache/torch/lib" && LD_LIBRARY_PATH= ldd libtorch_cuda.so | awk '/not found/ {print $1}' | paste -sd' ')
+  [[ -z $missing ]] || fail "$cache/torch/lib/libtorch_cuda.so cannot load: missing $missing"
 fi
 missing=$(cd "$cache/torch/lib" && LD_LIBRARY_PATH= ldd libtorch_cpu.so | awk '/not found/ {print $1}' | paste -sd' ')
 [[ -z $missing ]] || fail "$cache/torch/lib/libtorch_cpu.so cannot load: missing $missing"
