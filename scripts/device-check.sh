@@ -201,6 +201,11 @@ config=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DVTOKEN_WITH_CUDA=ON -DVTOKEN_WITH_
 [[ -n "$NVCC" ]] && config+=("-DCUDA_TOOLKIT_ROOT_DIR=$CUDA_ROOT" "-DCUDAToolkit_ROOT=$CUDA_ROOT")
 # The deps' CMake configs are under lib/x86_64-linux-gnu, which CMake searches on multiarch systems.
 [[ -n "$(c++ -print-multiarch 2>/dev/null)" ]] || config+=(-DCMAKE_LIBRARY_ARCHITECTURE=x86_64-linux-gnu)
+# TorchConfig.cmake's find_library(c10 ... PATHS <torch>/lib) searches the system folders first: on
+# a machine with Debian's libtorch-dev beside the PyTorch it would link Debian's libc10 with the
+# wheel's libtorch. Name the torch's own (docs/GPU.md, "Building against a PyTorch 2.x wheel").
+torch_lib="$(cd "${TORCH_PREFIX:-/nonexistent}/../../lib" 2>/dev/null && pwd)"
+[[ -n "$torch_lib" && -f "$torch_lib/libc10.so" ]] && config+=("-Dc10_LIBRARY=$torch_lib/libc10.so")
 # A local rehearsal ignores the system's packages: -DCMAKE_IGNORE_PREFIX_PATH=/usr;/usr/local;/.
 while IFS= read -r arg; do [[ -n "$arg" ]] && config+=("$arg"); done <<<"${VTOKEN_DEVICE_CMAKE_ARGS:-}"
 
