@@ -352,8 +352,9 @@ torch::Tensor LlamaModel::LayerQueries(int64_t li, const torch::Tensor& x,
 torch::Tensor LlamaModel::PagedStepTorch(PagedBatch& b, const std::vector<int64_t>& last_rows,
                                          KvTensors& kv) const {
   const auto& c = config_;
-  const int64_t heads = c.num_attention_heads;
-  const int64_t hd = c.head_dim;
+  // Used by the CUDA kernel's branch only (VTOKEN_MODEL_CUDA_KERNELS).
+  [[maybe_unused]] const int64_t heads = c.num_attention_heads;
+  [[maybe_unused]] const int64_t hd = c.head_dim;
   const int64_t total = static_cast<int64_t>(b.tokens.size());
   const int64_t num_seqs = static_cast<int64_t>(b.q_offsets.size()) - 1;
   const int64_t num_keys = static_cast<int64_t>(b.key_slots.size());
