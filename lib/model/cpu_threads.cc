@@ -5,10 +5,28 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
 namespace vtoken::model {
+namespace {
+
+// Runs when the program (or library) that links this file is loaded, before main and so before
+// any GEMM: MKL reads MKL_CBWR once, at its first use. Strict mode: MKL's ?gemm gives the same
+// bits on any thread count (AVX2 and AVX-512 code branches; AUTO picks the CPU's).
+const bool kMklCbwrSet = [] {
+  setenv("MKL_CBWR", "AUTO,STRICT", /*overwrite=*/0);
+  return true;
+}();
+
+}  // namespace
+
+const char* MklCbwr() {
+  (void)kMklCbwrSet;
+  const char* value = std::getenv("MKL_CBWR");
+  return value != nullptr ? value : "";
+}
 
 int CpuThreadsAvailable() {
   cpu_set_t set;

@@ -11,6 +11,14 @@
 
 namespace vtoken::model {
 
+// A step's bits do not depend on the thread count (docs/ARCHITECTURE.md). The fused step's own
+// kernels sum in a fixed order; prefill chunks go through torch's BLAS. OpenBLAS (Debian's
+// libtorch) splits GEMMs by output, which keeps the bits; MKL (PyPI's torch wheels) splits them
+// otherwise unless its strict reproducibility mode is on. Loading this library therefore sets
+// MKL_CBWR=AUTO,STRICT in the environment, before MKL reads it, unless MKL_CBWR is already set
+// (a user's own setting wins); nothing else reads the variable. The value in effect:
+const char* MklCbwr();
+
 // The CPUs this process may run on (its affinity mask), at least 1.
 int CpuThreadsAvailable();
 

@@ -7,9 +7,13 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <random>
 
+#include "lib/model/blas_info.h"
+#include "lib/model/cpu_threads.h"
 #include "lib/model/llama.h"
 
 namespace vtoken::model {
@@ -184,6 +188,28 @@ TEST(FusedAttentionTest, ThreadCountDoesNotChangeTheStep) {
     }
   }
 }
+// The prefill chunks above go through torch's BLAS. Under MKL (PyPI's torch) the runtime turns on
+// MKL's strict reproducibility mode when the process starts, unless MKL_CBWR was set already:
+// /proc/self/environ holds the environment the process started with.
+TEST(FusedAttentionTest, MklRunsInStrictReproducibleMode) {
+  std::ifstream in("/proc/self/environ", std::ios::binary);
+  const std::string env((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string expected = "AUTO,STRICT";
+  for (size_t at = 0; at < env.size();) {
+    const size_t end = std::min(env.find('\0', at), env.size());
+    if (env.compare(at, 9, "MKL_CBWR=") == 0) expected = env.substr(at + 9, end - at - 9);
+    at = end + 1;
+  }
+  EXPECT_EQ(std::string(MklCbwr()), expected);
+  const std::string blas = BlasDescription();
+  SCOPED_TRACE(blas);
+  if (blas.find("Math Kernel Library") != std::string::npos) {
+    EXPECT_NE(blas.find("(MKL_CBWR=" + expected + ")"), std::string::npos);
+  } else {
+    EXPECT_NE(blas.find("OpenBLAS"), std::string::npos);
+  }
+}
+
 TEST(FusedAttentionTest, SignalsOnlyWhenWanted) {
   const ModelConfig c = Config(4, 2, 8);
   const LlamaModel m = Model(c, 3, true);
