@@ -9,6 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libsqlite3-dev sqlite3
   libtorch-dev libopenblas0-pthread
+  unzip                      # scripts/torch-wheel.sh (the torch 2.x wheels CI builds against)
   bible-kjv bible-kjv-text
   python3 python3-pip python3-matplotlib
   python3-dev pybind11-dev python3-numpy python3-pandas python3-pytest
