@@ -20,10 +20,11 @@
 # Every wheel is checked against the sha256 sums committed in scripts/torch-wheels.sha256.
 # Idempotent: a wheel whose checksum matches is not downloaded again, an unpacked tree is kept.
 # With --cuda it also fetches every wheel libtorch_cuda.so needs (the cuda-toolkit components the
-# torch wheel names, cuDNN, cuSPARSELt, NCCL, NVSHMEM, at the wheel's pins; about 2.5 GiB) and
-# unpacks them as pip would lay them out beside torch/ (nvidia/cu13, nvidia/cudnn, ...), where
-# libtorch_cuda's RPATH finds them: the rehearsal of the GPU machine's CUDA build (a CUDA toolkit
-# compiles, these link; docs/GPU.md, "The CUDA build against the 2.11 wheel").
+# torch wheel names, cuDNN, cuSPARSELt, NCCL, NVSHMEM, at the wheel's pins: for 2.11.0, 13 more
+# wheels, 1.9 GB, 2.7 GiB unpacked) and unpacks them as pip would lay them out beside torch/
+# (nvidia/cu13, nvidia/cudnn, ...), where libtorch_cuda's RPATH finds them: the rehearsal of the
+# GPU machine's CUDA build (a CUDA toolkit compiles, these link; docs/GPU.md, "The CUDA build
+# against the 2.11 wheel").
 # Prints the CMake prefix (.../torch/share/cmake) on stdout; one line on stderr and exit 1 on
 # any failure.
 # Usage: scripts/torch-wheel.sh [--cuda] VERSION     (e.g. 2.15.0, 2.11.0)
@@ -105,8 +106,8 @@ if grep -q '^libcudart' <<<"$needed"; then
     [[ -n $extras ]] || fail "torch $version names no cuda-toolkit components"
   fi
   for extra in ${extras//,/ }; do
-    read -r pkg pin < <(toolkit_pin "$extra")
-    fetch_pinned "$pkg" "$pin"
+    line=$(toolkit_pin "$extra")
+    fetch_pinned "${line% *}" "${line#* }"
   done
   if ((cuda)); then
     while read -r pkg pin; do
