@@ -7,13 +7,6 @@
 
 namespace vtoken {
 
-uint64_t SplitMix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
 void FillContent(uint64_t content, int32_t layer, std::span<std::byte> out) {
   uint64_t state = content * 0x100000001b3ULL + static_cast<uint64_t>(layer);
   size_t i = 0;

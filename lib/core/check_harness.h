@@ -17,6 +17,7 @@
 
 #include "lib/core/copy_engine.h"
 #include "lib/core/host_kv_store.h"
+#include "lib/core/mix.h"
 #include "lib/core/reclaimer.h"
 #include "lib/core/status.h"
 #include "lib/core/virtual_kv_cache.h"
@@ -124,8 +125,5 @@ StatusOr<CheckReport> RunCheck(const CheckOptions& options, EvictionDriver* driv
 // Fills `out` with the deterministic bytes of `content` in row `layer` (of group 0; group g's
 // rows are numbered from g * num_layers).
 void FillContent(uint64_t content, int32_t layer, std::span<std::byte> out);
-
-// splitmix64: the harness's deterministic random source.
-uint64_t SplitMix64(uint64_t& state);
 
 }  // namespace vtoken

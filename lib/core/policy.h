@@ -35,6 +35,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "lib/core/mix.h"
 #include "lib/core/policy_params.h"
 #include "lib/core/types.h"
 
@@ -59,12 +60,7 @@ class PolicyRng {
  public:
   explicit PolicyRng(uint64_t seed) : state_(seed) {}
   // Next 64 random bits (splitmix64).
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
+  uint64_t Next() { return SplitMix64(state_); }
   // Uniform in [0, 1), 53 bits.
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 

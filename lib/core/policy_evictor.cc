@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lib/core/mix.h"
 #include "lib/core/policy_registry.h"
 #include "lib/core/virtual_kv_cache.h"
 
@@ -14,15 +15,10 @@ namespace {
 
 std::string SeqText(SeqId seq) { return "seq " + std::to_string(seq); }
 
-uint64_t Mix(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // Distinguishes the random streams of a sequence's KV groups (group 0: none, as with one group).
 uint64_t GroupSalt(int32_t group) {
-  return group == 0 ? 0 : Mix(static_cast<uint64_t>(group) * 0x632be59bd9b4e019ULL);
+  return group == 0 ? 0
+                    : SplitMix64Finalize(static_cast<uint64_t>(group) * 0x632be59bd9b4e019ULL);
 }
 
 }  // namespace
@@ -508,7 +504,8 @@ void PolicyEvictor::Track(SeqId seq) {
   if (seqs_.contains(seq)) return;
   std::vector<SeqState> states;
   states.reserve(static_cast<size_t>(num_groups_));
-  const uint64_t base = options_.seed ^ Mix(static_cast<uint64_t>(seq) + 0x9e3779b97f4a7c15ULL);
+  const uint64_t base =
+      options_.seed ^ SplitMix64Finalize(static_cast<uint64_t>(seq) + kSplitMix64Gamma);
   for (int32_t g = 0; g < num_groups_; ++g) states.emplace_back(base ^ GroupSalt(g));
   seqs_.emplace(seq, std::move(states));
 }
@@ -539,11 +536,11 @@ std::vector<std::vector<TokenId>> SyntheticSignalDriver::ChooseVictims(
     double total = 0;
     const uint64_t salt = GroupSalt(g);
     for (size_t i = 0; i < live[g].size(); ++i) {
-      const uint64_t h =
-          Mix(((static_cast<uint64_t>(seq) << 40) ^ static_cast<uint64_t>(live[g][i])) ^ salt);
+      const uint64_t h = SplitMix64Finalize(
+          ((static_cast<uint64_t>(seq) << 40) ^ static_cast<uint64_t>(live[g][i])) ^ salt);
       const bool heavy = h % 8 == 0;
       const bool sink = live[g][i] == 0;
-      double w = 0.5 + static_cast<double>(Mix(noise += 0x9e3779b97f4a7c15ULL) >> 11) * 0x1.0p-53;
+      double w = 0.5 + static_cast<double>(SplitMix64(noise) >> 11) * 0x1.0p-53;
       if (heavy) w *= 16;
       if (sink) w *= 8;
       if (i + 4 >= live[g].size()) w *= 4;

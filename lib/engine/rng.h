@@ -11,19 +11,15 @@
 #include <limits>
 #include <numbers>
 
+#include "lib/core/mix.h"
+
 namespace vtoken::engine {
 
 class Rng {
  public:
   Rng(uint64_t seed, uint64_t stream) {
     uint64_t x = seed ^ (stream * 0xD1B54A32D192ED03ull);
-    for (uint64_t& word : s_) {
-      x += 0x9E3779B97F4A7C15ull;
-      uint64_t z = x;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      word = z ^ (z >> 31);
-    }
+    for (uint64_t& word : s_) word = SplitMix64(x);
   }
 
   uint64_t Next() {

@@ -1,16 +1,14 @@
-// splitmix64's finaliser: the counter-based hash behind every random draw of the sim backend
-// (signals, sampled tokens), so draws depend only on their inputs, never on call order.
+// The counter-based hash behind every random draw of the sim backend (signals, sampled tokens),
+// so draws depend only on their inputs, never on call order: splitmix64 (lib/core/mix.h) applied
+// to one counter.
 #pragma once
 
 #include <cstdint>
 
+#include "lib/core/mix.h"
+
 namespace vtoken::sim {
 
-inline uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
+inline uint64_t Mix(uint64_t x) { return SplitMix64Finalize(x + kSplitMix64Gamma); }
 
 }  // namespace vtoken::sim
