@@ -123,21 +123,29 @@ std::string Cell(double v, const char* format, double base, bool ratio) {
   return out;
 }
 
-int RunCompare(const std::string& db, std::vector<int64_t> ids, int64_t last) {
-  if (ids.empty() == (last == 0)) {
-    std::fprintf(stderr, "vtoken-cli: error: give run ids or --last N (not both)\n");
+// The runs: `ids` as given, or the completed runs of `sweep` (every one, or its last `last`), or
+// the last `last` completed runs of the database.
+int RunCompare(const std::string& db, std::vector<int64_t> ids, int64_t last,
+               const std::string& sweep) {
+  if (ids.empty() == (last == 0 && sweep.empty())) {
+    std::fprintf(stderr, "vtoken-cli: error: give run ids, or --last N and/or --sweep NAME\n");
     return 2;
   }
-  if (last > 0) {
+  if (ids.empty()) {
     StatusOr<engine::ResultStore> store = engine::ResultStore::OpenReadOnly(db);
     if (!store.ok()) {
       std::fprintf(stderr, "vtoken-cli: error: %s\n", store.status().message().c_str());
       return 1;
     }
     StatusOr<std::vector<engine::RunRecord>> runs =
-        store->ListRuns({.ids = {}, .sweep = "", .status = "completed", .last = last});
+        store->ListRuns({.ids = {}, .sweep = sweep, .status = "completed", .last = last});
     if (!runs.ok()) {
       std::fprintf(stderr, "vtoken-cli: error: %s\n", runs.status().message().c_str());
+      return 1;
+    }
+    if (runs->empty() && !sweep.empty()) {
+      std::fprintf(stderr, "vtoken-cli: error: sweep '%s' has no completed run in %s\n",
+                   sweep.c_str(), db.c_str());
       return 1;
     }
     for (const engine::RunRecord& r : *runs) ids.push_back(r.id);
@@ -156,14 +164,17 @@ CLI::App* SetupCompare(CLI::App& app) {
     std::string db = "results/vtoken.db";
     std::vector<int64_t> ids;
     int64_t last = 0;
+    std::string sweep;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd =
       app.add_subcommand("compare", "Side-by-side summary of runs, ratios vs the first");
   cmd->add_option("--db", a->db, "Result database")->capture_default_str();
   cmd->add_option("ids", a->ids, "Run ids");
-  cmd->add_option("--last", a->last, "The last N completed runs")->check(IntIn(1));
-  cmd->callback([a] { SetExitCode(RunCompare(a->db, a->ids, a->last)); });
+  cmd->add_option("--last", a->last, "The last N completed runs (of --sweep, when given)")
+      ->check(IntIn(1));
+  cmd->add_option("--sweep", a->sweep, "The completed runs of this sweep (`vtoken-cli sweep`)");
+  cmd->callback([a] { SetExitCode(RunCompare(a->db, a->ids, a->last, a->sweep)); });
   return cmd;
 }
 

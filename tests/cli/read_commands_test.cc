@@ -94,6 +94,33 @@ TEST_F(ReadCommandsTest, CompareOfTheModesOfOneRunHasNoConfigRows) {
   EXPECT_EQ(Row(r.out, "run"), (std::vector<std::string>{"run", "1", "2", "3"}));
 }
 
+// compare --sweep NAME: the sweep's completed runs in id order (--last N: its last N); a sweep with
+// none is one error line; run ids and --sweep together are a usage error.
+TEST_F(ReadCommandsTest, CompareOfASweepTakesItsCompletedRuns) {
+  const std::string db = Path("r.db");
+  {
+    StatusOr<engine::ResultStore> store = engine::ResultStore::Open(db);
+    ASSERT_TRUE(store.ok());
+    Finish(*store, BeginRun(*store, Config("naive", "0.25"), "naive", "h2o", "a"), 600);
+    Finish(*store, BeginRun(*store, Config("naive", "0.5"), "naive", "h2o", "b"), 610);
+    Finish(*store, BeginRun(*store, Config("vtoken", "0.25"), "vtoken", "h2o", "a"), 620);
+    BeginRun(*store, Config("vtoken", "0.5"), "vtoken", "h2o", "a");  // Still running.
+    Finish(*store, BeginRun(*store, Config("vtoken", "0.5"), "vtoken", "h2o", "b"), 640);
+  }
+  CliResult all = Cli({"compare", "--db", db, "--sweep", "a"});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(Row(all.out, "run"), (std::vector<std::string>{"run", "1", "3"})) << all.out;
+  CliResult last = Cli({"compare", "--db", db, "--sweep", "b", "--last", "1"});
+  ASSERT_EQ(last.exit_code, 0) << last.err;
+  EXPECT_EQ(Row(last.out, "run"), (std::vector<std::string>{"run", "5"})) << last.out;
+  CliResult none = Cli({"compare", "--db", db, "--sweep", "c"});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_EQ(none.err, "vtoken-cli: error: sweep 'c' has no completed run in " + db + "\n");
+  CliResult both = Cli({"compare", "--db", db, "--sweep", "a", "1"});
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_EQ(both.err, "vtoken-cli: error: give run ids, or --last N and/or --sweep NAME\n");
+}
+
 TEST_F(ReadCommandsTest, CompareCutsLongCellsKeepingTheirTail) {
   const std::string db = Path("r.db");
   const std::string model = "/data/checkpoints/2025-01-31/llama-family/vt-tiny-finetuned-kjv";
