@@ -312,7 +312,11 @@ Status RunPlot(const std::string& db, const std::string& sweep, const std::strin
 }
 
 Status Report(const std::string& db, const std::string& sweep, std::string out, bool figures) {
-  if (out.empty()) out = "results/figures/" + sweep;
+  // By default beside the database (results/vtoken.db: results/figures/NAME), never into the
+  // working directory when the database is elsewhere.
+  if (out.empty()) {
+    out = (std::filesystem::path(db).parent_path() / "figures" / sweep).string();
+  }
   // Before any table is printed: plot.py would fail on it with a traceback.
   if (figures && std::filesystem::exists(out) && !std::filesystem::is_directory(out)) {
     return InvalidArgumentError("--out " + out + " is a file, not a directory for the figures");
@@ -420,7 +424,9 @@ CLI::App* SetupReport(CLI::App& app) {
   cmd->add_option("--db", a->db, "Result database")->capture_default_str();
   cmd->add_option("--sweep", a->sweep, "Sweep name (runs tagged by `vtoken-cli sweep`)")
       ->required();
-  cmd->add_option("--out", a->out, "Directory for the figures (default results/figures/NAME)");
+  cmd->add_option("--out", a->out,
+                  "Directory for the figures (default: figures/NAME beside the database, e.g. "
+                  "results/figures/NAME)");
   cmd->add_flag("--no-figures", a->no_figures, "Print the tables only; do not run plot.py");
   cmd->callback([a] {
     Status s = Report(a->db, a->sweep, a->out, !a->no_figures);

@@ -22,6 +22,15 @@ grep -q '^BLAS: .*; model step on 1 CPU thread(s)$' "$TMP/threads.err" \
   || fail "report exited $?: $(tail -3 "$TMP/report.out")"
 grep -q '^| ' "$TMP/report.out" || fail "report printed no markdown table"
 ls "$TMP"/figs/*.png >/dev/null 2>&1 || fail "report wrote no figure"
+# Without --out the figures go beside the database (figures/NAME), not into the working directory.
+abs_cli=$(readlink -f "$CLI")
+mkdir -p "$TMP/elsewhere"
+(cd "$TMP/elsewhere" && VTOKEN_SOURCE_DIR="$SRC" "$abs_cli" report --db "$TMP/s.db" \
+  --sweep sweep_example) >"$TMP/report2.out" 2>&1 || fail "report without --out exited $?"
+grep -q "^Figures ($TMP/figures/sweep_example):" "$TMP/report2.out" \
+  || fail "report without --out: $(grep '^Figures' "$TMP/report2.out")"
+ls "$TMP"/figures/sweep_example/*.png >/dev/null 2>&1 || fail "no figure beside the database"
+[[ -z "$(ls -A "$TMP/elsewhere")" ]] || fail "report wrote into the working directory: $(ls "$TMP/elsewhere")"
 "$CLI" compare --db "$TMP/s.db" --last 2 >"$TMP/compare.out" 2>&1 || fail "compare exited $?"
 grep -q "ROUGE-L vtoken vs naive" "$TMP/compare.out" || fail "compare table incomplete"
 "$CLI" runs --db "$TMP/s.db" | grep -q completed || fail "runs lists no completed run"
