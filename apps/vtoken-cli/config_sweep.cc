@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <set>
 #include <sstream>
 
 namespace vtoken::cli {
@@ -62,6 +63,105 @@ Status ParseGrid(const toml::table& t, const std::string& prefix, const std::str
   return Status::Ok();
 }
 
+// Flattens one [[sweep.exclude]] / [[sweep.add]] table into `out` ("key=value", value as TOML
+// text), keys written as a grid key is (a quoted dotted key and a nested table name the same key).
+Status ParsePointTable(const toml::table& t, const std::string& prefix, const std::string& where,
+                       SweepOverrides& out) {
+  for (const auto& [key, node] : t) {
+    const std::string k =
+        prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
+    if (const toml::table* sub = node.as_table()) {
+      VTOKEN_RETURN_IF_ERROR(ParsePointTable(*sub, k, where, out));
+      continue;
+    }
+    if (k == "db" || k == "sweep" || k.rfind("sweep.", 0) == 0) {
+      return InvalidArgumentError(where + ": key '" + k +
+                                  "' cannot be swept (use --db and [sweep] name)");
+    }
+    if (node.is_array_of_tables()) {
+      return InvalidArgumentError(where + ": key '" + k + "' must not be a table");
+    }
+    out.push_back(k + "=" + TomlValueText(node));
+  }
+  return Status::Ok();
+}
+
+// Reads [[sweep.exclude]] or [[sweep.add]] (`name`) into `entries`, one per table.
+Status ParsePointList(const toml::node& node, const std::string& name, const ConfigSource& source,
+                      std::vector<SweepOverrides>& entries) {
+  const toml::array* list = node.as_array();
+  if (list == nullptr || !list->is_array_of_tables() || list->empty()) {
+    return source.KeyError("sweep." + name, &node,
+                           "must be a non-empty array of tables ([[sweep." + name + "]])");
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    const std::string where =
+        source.file() + ": [[sweep." + name + "]] entry " + std::to_string(i + 1);
+    SweepOverrides entry;
+    VTOKEN_RETURN_IF_ERROR(ParsePointTable(*list->get(i)->as_table(), "", where, entry));
+    if (entry.empty()) return InvalidArgumentError(where + " sets no key");
+    entries.push_back(std::move(entry));
+  }
+  return Status::Ok();
+}
+
+// The key of a "key=value" override.
+std::string OverrideKey(const std::string& kv) { return kv.substr(0, kv.find('=')); }
+
+// Every exclusion names grid axes and values they take (an entry that could match no point is a
+// mistake); an added point sets no key that [sweep] seeds repeats and is no other point again;
+// the sweep has a point left.
+Status CheckPointLists(const ExperimentConfig& c, const std::string& file) {
+  for (size_t i = 0; i < c.sweep_exclude.size(); ++i) {
+    const std::string where = file + ": [[sweep.exclude]] entry " + std::to_string(i + 1);
+    for (const std::string& kv : c.sweep_exclude[i]) {
+      const std::string key = OverrideKey(kv);
+      auto axis = std::find_if(c.sweep_grid.begin(), c.sweep_grid.end(),
+                               [&](const SweepAxis& a) { return a.key == key; });
+      if (axis == c.sweep_grid.end()) {
+        std::string axes;
+        for (const SweepAxis& a : c.sweep_grid) axes += (axes.empty() ? "" : ", ") + a.key;
+        return InvalidArgumentError(where + ": key '" + key + "' is not a [sweep.grid] axis (" +
+                                    (axes.empty() ? "there is none" : "axes: " + axes) + ")");
+      }
+      const std::string value = kv.substr(key.size() + 1);
+      if (std::find(axis->values.begin(), axis->values.end(), value) == axis->values.end()) {
+        return InvalidArgumentError(where + ": " + value + " is not a value of axis '" + key + "'");
+      }
+    }
+  }
+  for (size_t i = 0; i < c.sweep_add.size(); ++i) {
+    for (const std::string& kv : c.sweep_add[i]) {
+      for (const SweepAxis& a : c.sweep_grid) {
+        if (a.also.empty()) continue;
+        const std::string key = OverrideKey(kv);
+        if (key == a.key || std::find(a.also.begin(), a.also.end(), key) != a.also.end()) {
+          return InvalidArgumentError(file + ": [[sweep.add]] entry " + std::to_string(i + 1) +
+                                      ": key '" + key + "' is repeated by [sweep] seeds");
+        }
+      }
+    }
+  }
+  const std::vector<SweepPoint> points = ExpandSweep(c.sweep_grid, c.sweep_exclude, c.sweep_add);
+  if (points.empty()) {
+    return InvalidArgumentError(file + ": [sweep] has no point left (every point of the grid is "
+                                       "excluded)");
+  }
+  // An added point that repeats another would run twice under one config hash.
+  std::set<SweepOverrides> seen;
+  for (const SweepPoint& p : points) {
+    SweepOverrides sorted = p.overrides;
+    std::sort(sorted.begin(), sorted.end());
+    if (!seen.insert(sorted).second) {
+      std::string text;
+      for (const std::string& kv : p.overrides) text += (text.empty() ? "" : ", ") + kv;
+      return InvalidArgumentError(file + ": [[sweep.add]] lists a point the sweep already has (" +
+                                  text + ")");
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status ParseSweep(const toml::table* t, const ConfigSource& source, ExperimentConfig& c) {
@@ -69,7 +169,9 @@ Status ParseSweep(const toml::table* t, const ConfigSource& source, ExperimentCo
   if (t == nullptr) return Status::Ok();
   for (const auto& [key, node] : *t) {
     const std::string k(key.str());
-    if (k != "name" && k != "grid" && k != "seeds") return source.UnknownKey("sweep." + k, &node);
+    if (std::find(kSweepKeys.begin(), kSweepKeys.end(), k) == kSweepKeys.end()) {
+      return source.UnknownKey("sweep." + k, &node);
+    }
   }
   if (const toml::node* name = t->get("name")) {
     std::optional<std::string> s = name->value_exact<std::string>();
@@ -105,7 +207,13 @@ Status ParseSweep(const toml::table* t, const ConfigSource& source, ExperimentCo
     }
     c.sweep_grid.push_back(std::move(axis));
   }
-  return Status::Ok();
+  if (const toml::node* exclude = t->get("exclude")) {
+    VTOKEN_RETURN_IF_ERROR(ParsePointList(*exclude, "exclude", source, c.sweep_exclude));
+  }
+  if (const toml::node* add = t->get("add")) {
+    VTOKEN_RETURN_IF_ERROR(ParsePointList(*add, "add", source, c.sweep_add));
+  }
+  return CheckPointLists(c, source.file());
 }
 
 }  // namespace vtoken::cli

@@ -1,17 +1,25 @@
-// The [sweep] table of an experiment config: its name, the [sweep.grid] axes and `seeds`
-// (docs/SWEEPS.md). Not part of the resolved config: editing the grid leaves the config hashes
+// The [sweep] table of an experiment config: its name, the [sweep.grid] axes, `seeds`, and the
+// [[sweep.exclude]] / [[sweep.add]] points (docs/SWEEPS.md). Not part of the resolved config: editing the grid leaves the config hashes
 // of existing points unchanged.
 #pragma once
 
 #include <toml++/toml.h>
+
+#include <array>
+#include <string_view>
 
 #include "apps/vtoken-cli/config_source.h"
 #include "apps/vtoken-cli/experiment_config.h"
 
 namespace vtoken::cli {
 
+// The keys of [sweep] (docs/SWEEPS.md documents each).
+inline constexpr std::array<std::string_view, 5> kSweepKeys = {"name", "grid", "seeds", "exclude",
+                                                               "add"};
+
 // Reads [sweep] (`t`, nullptr when the file has none) into config.sweep_name (default: the
-// experiment's name) and config.sweep_grid. Errors name the file and the key.
+// experiment's name), config.sweep_grid, sweep_exclude and sweep_add. Errors name the file and
+// the key.
 Status ParseSweep(const toml::table* t, const ConfigSource& source, ExperimentConfig& config);
 
 }  // namespace vtoken::cli

@@ -51,10 +51,13 @@ struct ExperimentConfig {
   engine::WorkloadOptions workload;
   engine::EngineOptions engine;        // `mode` is set per run.
   // The [sweep] table, read only by `sweep` (`run` ignores it): `name` (default: the
-  // experiment's name) and the [sweep.grid] axes. It is not part of the resolved config, so
-  // editing the grid leaves the config hashes of existing points unchanged.
+  // experiment's name), the [sweep.grid] axes (with `seeds`), the [[sweep.exclude]] entries and
+  // the [[sweep.add]] points (ExpandSweep). It is not part of the resolved config, so editing
+  // the grid leaves the config hashes of existing points unchanged.
   std::string sweep_name;
   std::vector<SweepAxis> sweep_grid;
+  std::vector<SweepOverrides> sweep_exclude;
+  std::vector<SweepOverrides> sweep_add;
   bool has_sweep_table = false;  // The file (or a --set) has a [sweep] table.
   // The resolved configuration as TOML (overrides applied), one text per mode: what a run
   // records, and what its config hash is computed from.

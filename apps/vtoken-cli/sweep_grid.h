@@ -1,5 +1,6 @@
 // Sweep grids: the points of `vtoken-cli sweep` (the cartesian product of a config's
-// [sweep.grid]), shard selection and the progress line. Torch- and TOML-free, header-only so
+// [sweep.grid], less [[sweep.exclude]], plus [[sweep.add]]), shard selection and the progress
+// line. Torch- and TOML-free, header-only so
 // the unit test can include it without a library target of its own.
 //
 // A point is a list of `--set` overrides ("section.key=value", value as TOML text), applied to
@@ -52,6 +53,47 @@ inline std::vector<SweepPoint> ExpandGrid(std::vector<SweepAxis> axes) {
       }
     }
     points = std::move(next);
+  }
+  for (size_t i = 0; i < points.size(); ++i) points[i].index = static_cast<int64_t>(i);
+  return points;
+}
+
+// One point's overrides ("key=value", value as TOML text, one per key): an entry of
+// [[sweep.exclude]] or [[sweep.add]].
+using SweepOverrides = std::vector<std::string>;
+
+// Whether `point` sets every key of `entry` to the entry's value.
+inline bool MatchesOverrides(const SweepPoint& point, const SweepOverrides& entry) {
+  return std::all_of(entry.begin(), entry.end(), [&](const std::string& kv) {
+    return std::find(point.overrides.begin(), point.overrides.end(), kv) != point.overrides.end();
+  });
+}
+
+// The points of a sweep: the product of `axes` (ExpandGrid) less every point that matches an
+// entry of `exclude`, then each entry of `add` as a point of its own, in file order, repeated
+// over the repetition axes (those that set further keys: [sweep] seeds) as a product point is.
+// Indexes follow that order.
+inline std::vector<SweepPoint> ExpandSweep(const std::vector<SweepAxis>& axes,
+                                           const std::vector<SweepOverrides>& exclude,
+                                           const std::vector<SweepOverrides>& add) {
+  std::vector<SweepPoint> points;
+  for (SweepPoint& p : ExpandGrid(axes)) {
+    if (std::none_of(exclude.begin(), exclude.end(),
+                     [&](const SweepOverrides& e) { return MatchesOverrides(p, e); })) {
+      points.push_back(std::move(p));
+    }
+  }
+  std::vector<SweepAxis> repeat;
+  for (const SweepAxis& axis : axes) {
+    if (!axis.also.empty()) repeat.push_back(axis);
+  }
+  for (const SweepOverrides& extra : add) {
+    for (const SweepPoint& r : ExpandGrid(repeat)) {
+      SweepPoint p;
+      p.overrides = extra;
+      p.overrides.insert(p.overrides.end(), r.overrides.begin(), r.overrides.end());
+      points.push_back(std::move(p));
+    }
   }
   for (size_t i = 0; i < points.size(); ++i) points[i].index = static_cast<int64_t>(i);
   return points;

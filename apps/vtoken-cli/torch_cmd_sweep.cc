@@ -267,12 +267,20 @@ int RunSweep(const SweepArgs& a) {
     for (const SweepAxis& axis : base->sweep_grid) {
       if (axis.key == key) return fail("--set " + key + ": the key is swept by sweep.grid", 2);
     }
+    for (const SweepOverrides& point : base->sweep_add) {
+      for (const std::string& kv : point) {
+        if (kv.substr(0, kv.find('=')) == key) {
+          return fail("--set " + key + ": the key is set by a [[sweep.add]] point", 2);
+        }
+      }
+    }
   }
   const std::string sweep = base->sweep_name;
   const std::string db = a.db.empty() ? base->db : a.db;
 
   // Load every point of the whole grid (all shards) before anything runs.
-  const std::vector<SweepPoint> grid = ExpandGrid(base->sweep_grid);
+  const std::vector<SweepPoint> grid =
+      ExpandSweep(base->sweep_grid, base->sweep_exclude, base->sweep_add);
   if (shard->index >= static_cast<int64_t>(grid.size())) {
     return fail("--shard " + a.shard + ": the grid has " + std::to_string(grid.size()) +
                     " point(s), so shard " + std::to_string(shard->index) + " would run none",

@@ -242,6 +242,41 @@ std::vector<Case> Cases() {
          Write(d + "/both.toml", std::string(kSimConfig) +
                                      "[sweep]\nseeds = [1, 2]\n[sweep.grid]\nseed = [3, 4]\n");
        }},
+      {"ExcludeNotAnAxis", Run("{dir}/ex1.toml", {}),
+       "[[sweep.exclude]] entry 1: key 'engine.num_blocks' is not a [sweep.grid] axis (axes: engine.max_num_seqs)",
+       [](const std::string& d) {
+         Write(d + "/ex1.toml", std::string(kSimConfig) + kGrid +
+                                    "[[sweep.exclude]]\n\"engine.num_blocks\" = 4\n");
+       }},
+      {"ExcludeValueNotInTheAxis", Run("{dir}/ex2.toml", {}),
+       "[[sweep.exclude]] entry 1: 7 is not a value of axis 'engine.max_num_seqs'",
+       [](const std::string& d) {
+         Write(d + "/ex2.toml", std::string(kSimConfig) + kGrid +
+                                    "[[sweep.exclude]]\n\"engine.max_num_seqs\" = 7\n");
+       }},
+      {"ExcludeEveryPoint", Run("{dir}/ex3.toml", {}), "[sweep] has no point left",
+       [](const std::string& d) {
+         std::string text = std::string(kSimConfig) + kGrid;
+         for (int v = 1; v <= 4; ++v) {
+           text += "[[sweep.exclude]]\n\"engine.max_num_seqs\" = " + std::to_string(v) + "\n";
+         }
+         Write(d + "/ex3.toml", text);
+       }},
+      {"ExcludeNotATableArray", Run("{dir}/ex4.toml", {}),
+       "key 'sweep.exclude' must be a non-empty array of tables ([[sweep.exclude]])",
+       [](const std::string& d) { Write(d + "/ex4.toml", std::string(kSimConfig) + "[sweep]\nexclude = 3\n"); }},
+      {"AddRepeatsAPoint", Run("{dir}/add1.toml", {}),
+       "[[sweep.add]] lists a point the sweep already has (engine.max_num_seqs=2)",
+       [](const std::string& d) {
+         Write(d + "/add1.toml", std::string(kSimConfig) + kGrid +
+                                     "[[sweep.add]]\n\"engine.max_num_seqs\" = 2\n");
+       }},
+      {"AddSetsASeedTheSeedsRepeat", Run("{dir}/add2.toml", {}),
+       "[[sweep.add]] entry 1: key 'workload.seed' is repeated by [sweep] seeds",
+       [](const std::string& d) {
+         Write(d + "/add2.toml", std::string(kSimConfig) +
+                                     "[sweep]\nseeds = [1, 2]\n[[sweep.add]]\n\"workload.seed\" = 3\n");
+       }},
       {"GranularityUnknown", Sim({"cache.granularity='row'"}),
        "key 'cache.granularity' must be \"token\", \"layer\" or \"head\""},
       {"PyramidAtTokenGranularity", Sim({"policy.budget_allocation='pyramid'"}),

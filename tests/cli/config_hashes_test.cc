@@ -109,7 +109,8 @@ std::vector<std::string> CurrentHashes() {
       lines.push_back(file + " - error");
       continue;
     }
-    for (const SweepPoint& p : ExpandGrid(base->sweep_grid)) {
+    for (const SweepPoint& p :
+         ExpandSweep(base->sweep_grid, base->sweep_exclude, base->sweep_add)) {
       AppendHashes(file, "point" + std::to_string(p.index), p.overrides, lines);
     }
   }

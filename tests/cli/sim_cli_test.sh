@@ -95,4 +95,29 @@ printf 'not a trace' >"$TMP/junk.trace"
 "$CLI" fit-signals "$TMP/junk.trace" >/dev/null 2>"$TMP/fit.err" && fail "fit-signals accepted junk"
 grep -q "bad magic" "$TMP/fit.err" || fail "fit-signals error: $(cat "$TMP/fit.err")"
 
+# A grid with [[sweep.exclude]] and [[sweep.add]] (docs/SWEEPS.md): PyramidKV needs per-layer or
+# per-head liveness, so (token, pyramid) is left out, and a layer-granularity point is added after
+# the product's. The dry run validates every point and lists them in that order.
+cp "$TMP/sim.toml" "$TMP/grid.toml"
+cat >>"$TMP/grid.toml" <<'TOML'
+[sweep.grid]
+"cache.granularity" = ["token", "head"]
+"policy.budget_allocation" = ["uniform", "pyramid"]
+[[sweep.exclude]]
+"cache.granularity" = "token"
+"policy.budget_allocation" = "pyramid"
+[[sweep.add]]
+"cache.granularity" = "layer"
+TOML
+"$CLI" sweep "$TMP/grid.toml" --db "$TMP/grid.db" --dry-run >"$TMP/grid.out" 2>"$TMP/grid.err" \
+  || fail "sweep --dry-run with exclude and add exited $?: $(tail -2 "$TMP/grid.err")"
+points=$(sed -n "s/^ *[0-9][0-9]* .*\(cache\.granularity='[a-z]*'\(, policy\.budget_allocation='[a-z]*'\)\{0,1\}\).*/\1/p" \
+  "$TMP/grid.out")
+expected="cache.granularity='token', policy.budget_allocation='uniform'
+cache.granularity='head', policy.budget_allocation='uniform'
+cache.granularity='head', policy.budget_allocation='pyramid'
+cache.granularity='layer'"
+[[ "$points" == "$expected" ]] || fail "sweep points with exclude and add: $(cat "$TMP/grid.out")"
+[[ ! -e "$TMP/grid.db" ]] || fail "sweep --dry-run created its database"
+
 finish "sim cli"

@@ -66,6 +66,39 @@ TEST(ExpandGridTest, SizeIsTheProductOfAxisSizes) {
   EXPECT_EQ(distinct.size(), 24u);
 }
 
+// [[sweep.exclude]] drops the product points that match an entry (every key of it); [[sweep.add]]
+// appends its points after the product's, repeated over the seeds axis; indexes follow.
+TEST(ExpandSweepTest, ExcludesMatchingPointsAndAppendsAddedOnesPerSeed) {
+  const std::vector<SweepAxis> axes = {
+      {.key = "cache.granularity", .values = {"'token'", "'head'"}},
+      {.key = "policy.budget_allocation", .values = {"'uniform'", "'pyramid'"}},
+      {.key = "seed", .values = {"1", "2"}, .also = {"workload.seed"}}};
+  const std::vector<SweepPoint> points = ExpandSweep(
+      axes, {{"cache.granularity='token'", "policy.budget_allocation='pyramid'"}},
+      {{"cache.granularity='layer'"}});
+  const std::vector<std::vector<std::string>> expected = {
+      {"cache.granularity='token'", "policy.budget_allocation='uniform'", "seed=1", "workload.seed=1"},
+      {"cache.granularity='token'", "policy.budget_allocation='uniform'", "seed=2", "workload.seed=2"},
+      {"cache.granularity='head'", "policy.budget_allocation='uniform'", "seed=1", "workload.seed=1"},
+      {"cache.granularity='head'", "policy.budget_allocation='uniform'", "seed=2", "workload.seed=2"},
+      {"cache.granularity='head'", "policy.budget_allocation='pyramid'", "seed=1", "workload.seed=1"},
+      {"cache.granularity='head'", "policy.budget_allocation='pyramid'", "seed=2", "workload.seed=2"},
+      {"cache.granularity='layer'", "seed=1", "workload.seed=1"},
+      {"cache.granularity='layer'", "seed=2", "workload.seed=2"},
+  };
+  EXPECT_EQ(Overrides(points), expected);
+}
+
+TEST(ExpandSweepTest, WithoutExclusionsOrAdditionsIsTheGrid) {
+  const std::vector<SweepAxis> axes = {{.key = "a", .values = {"1", "2"}},
+                                       {.key = "b", .values = {"3", "4"}}};
+  EXPECT_EQ(Overrides(ExpandSweep(axes, {}, {})), Overrides(ExpandGrid(axes)));
+  // An exclusion of one key drops every point with that value; an added point without axes is
+  // one point.
+  EXPECT_EQ(Overrides(ExpandSweep(axes, {{"b=3"}}, {{"a=9", "b=9"}})),
+            (std::vector<std::vector<std::string>>{{"a=1", "b=4"}, {"a=2", "b=4"}, {"a=9", "b=9"}}));
+}
+
 TEST(ShardTest, ParsesIndexAndCount) {
   StatusOr<Shard> s = ParseShard("1/3");
   ASSERT_TRUE(s.ok()) << s.status().message();
