@@ -12,23 +12,7 @@ fetch=$src/scripts/fetch-model.sh
 real=$src/models/registry/smollm2-135m.source
 wheel=$src/.cache/pip/$(sed -n 's/^wheel=//p' "$real")
 [[ -f $wheel ]] || { echo "FAIL: $wheel missing (the smollm2 fixture fetches it)"; exit 1; }
-failures=0
-
-# expect_fail NAME SUBSTRING CMD...: exit 1, exactly one stderr line containing SUBSTRING.
-expect_fail() {
-  local name=$1 want=$2
-  shift 2
-  local rc=0
-  "$@" 2>"$work/err" >/dev/null || rc=$?
-  local lines
-  lines=$(wc -l <"$work/err")
-  if [[ $rc -ne 1 || $lines -ne 1 ]] || ! grep -qF -- "$want" "$work/err"; then
-    echo "FAIL $name: rc $rc, $lines lines: $(cat "$work/err")"
-    failures=$((failures + 1))
-  else
-    echo "ok   $name: $(cat "$work/err")"
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/script_test_lib.sh"
 
 # A registry of one model, with `key=value` replaced.
 registry() {

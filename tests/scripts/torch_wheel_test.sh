@@ -10,23 +10,7 @@ src=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 script=$src/scripts/torch-wheel.sh
-failures=0
-
-# expect_fail NAME SUBSTRING CMD...: exit 1, exactly one stderr line containing SUBSTRING.
-expect_fail() {
-  local name=$1 want=$2
-  shift 2
-  local rc=0
-  "$@" 2>"$work/err" >/dev/null || rc=$?
-  local lines
-  lines=$(wc -l <"$work/err")
-  if [[ $rc -ne 1 || $lines -ne 1 ]] || ! grep -qF -- "$want" "$work/err"; then
-    echo "FAIL $name: rc $rc, $lines lines: $(cat "$work/err")"
-    failures=$((failures + 1))
-  else
-    echo "ok   $name: $(cat "$work/err")"
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/script_test_lib.sh"
 offline=(env "VTOKEN_CACHE_DIR=$work/cache" PIP_INDEX_URL=http://127.0.0.1:9/simple PIP_RETRIES=0
          PIP_TIMEOUT=2 PIP_NO_CACHE_DIR=1 PIP_CONFIG_FILE=/dev/null)
 
