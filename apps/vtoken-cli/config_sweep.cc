@@ -24,19 +24,33 @@ std::string TomlValueText(const toml::node& value) {
   return out.str().substr(4);  // Drop "v = ".
 }
 
-// Flattens [sweep.grid] into axes: a quoted dotted key ("engine.max_num_seqs" = [...]) and an
-// unquoted one (a nested table in TOML) name the same config key.
-Status ParseGrid(const toml::table& t, const std::string& prefix, const std::string& file,
-                 std::vector<SweepAxis>& axes) {
+// Calls `leaf(key, node)` for every value under `t` that is not a table, its key dotted as a
+// grid key is written: a quoted dotted key ("engine.max_num_seqs" = ...) and an unquoted one (a
+// nested table in TOML) name the same config key.
+template <typename Leaf>
+Status ForEachDottedKey(const toml::table& t, const std::string& prefix, Leaf&& leaf) {
   for (const auto& [key, node] : t) {
     const std::string k =
         prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
     if (const toml::table* sub = node.as_table()) {
-      VTOKEN_RETURN_IF_ERROR(ParseGrid(*sub, k, file, axes));
+      VTOKEN_RETURN_IF_ERROR(ForEachDottedKey(*sub, k, leaf));
       continue;
     }
+    VTOKEN_RETURN_IF_ERROR(leaf(k, node));
+  }
+  return Status::Ok();
+}
+
+// Keys a sweep cannot set: the database and the [sweep] table itself.
+bool Unsweepable(const std::string& k) {
+  return k == "db" || k == "sweep" || k.rfind("sweep.", 0) == 0;
+}
+
+// Flattens [sweep.grid] into axes.
+Status ParseGrid(const toml::table& t, const std::string& file, std::vector<SweepAxis>& axes) {
+  return ForEachDottedKey(t, "", [&](const std::string& k, const toml::node& node) -> Status {
     const std::string where = file + ": key 'sweep.grid.\"" + k + "\"'";
-    if (k == "db" || k == "sweep" || k.rfind("sweep.", 0) == 0) {
+    if (Unsweepable(k)) {
       return InvalidArgumentError(where + " cannot be swept (use --db and [sweep] name)");
     }
     const toml::array* values = node.as_array();
@@ -59,22 +73,15 @@ Status ParseGrid(const toml::table& t, const std::string& prefix, const std::str
       if (other.key == k) return InvalidArgumentError(where + " is given twice");
     }
     axes.push_back(std::move(axis));
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 // Flattens one [[sweep.exclude]] / [[sweep.add]] table into `out` ("key=value", value as TOML
-// text), keys written as a grid key is (a quoted dotted key and a nested table name the same key).
-Status ParsePointTable(const toml::table& t, const std::string& prefix, const std::string& where,
-                       SweepOverrides& out) {
-  for (const auto& [key, node] : t) {
-    const std::string k =
-        prefix.empty() ? std::string(key.str()) : prefix + "." + std::string(key.str());
-    if (const toml::table* sub = node.as_table()) {
-      VTOKEN_RETURN_IF_ERROR(ParsePointTable(*sub, k, where, out));
-      continue;
-    }
-    if (k == "db" || k == "sweep" || k.rfind("sweep.", 0) == 0) {
+// text).
+Status ParsePointTable(const toml::table& t, const std::string& where, SweepOverrides& out) {
+  return ForEachDottedKey(t, "", [&](const std::string& k, const toml::node& node) -> Status {
+    if (Unsweepable(k)) {
       return InvalidArgumentError(where + ": key '" + k +
                                   "' cannot be swept (use --db and [sweep] name)");
     }
@@ -82,8 +89,8 @@ Status ParsePointTable(const toml::table& t, const std::string& prefix, const st
       return InvalidArgumentError(where + ": key '" + k + "' must not be a table");
     }
     out.push_back(k + "=" + TomlValueText(node));
-  }
-  return Status::Ok();
+    return Status::Ok();
+  });
 }
 
 // Reads [[sweep.exclude]] or [[sweep.add]] (`name`) into `entries`, one per table.
@@ -98,7 +105,7 @@ Status ParsePointList(const toml::node& node, const std::string& name, const Con
     const std::string where =
         source.file() + ": [[sweep." + name + "]] entry " + std::to_string(i + 1);
     SweepOverrides entry;
-    VTOKEN_RETURN_IF_ERROR(ParsePointTable(*list->get(i)->as_table(), "", where, entry));
+    VTOKEN_RETURN_IF_ERROR(ParsePointTable(*list->get(i)->as_table(), where, entry));
     if (entry.empty()) return InvalidArgumentError(where + " sets no key");
     entries.push_back(std::move(entry));
   }
@@ -181,7 +188,7 @@ Status ParseSweep(const toml::table* t, const ConfigSource& source, ExperimentCo
   }
   if (const toml::node* grid = t->get("grid")) {
     if (!grid->is_table()) return source.KeyError("sweep.grid", grid, "must be a table");
-    VTOKEN_RETURN_IF_ERROR(ParseGrid(*grid->as_table(), "", source.file(), c.sweep_grid));
+    VTOKEN_RETURN_IF_ERROR(ParseGrid(*grid->as_table(), source.file(), c.sweep_grid));
   }
   if (const toml::node* seeds_node = t->get("seeds")) {
     const toml::array* seeds = seeds_node->as_array();
