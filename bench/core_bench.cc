@@ -21,8 +21,9 @@ namespace {
 // evicts one token, refilling the sequence (outside the timed region) when every token is dead.
 void BM_EvictToken(benchmark::State& state) {
   const int64_t n = state.range(0);
-  VirtualKvCache cache({.mode = Mode::kNaive,
-                        .pool = {.num_blocks = static_cast<int32_t>(n / 16 + 1), .block_size = 16}});
+  VirtualKvCache cache(
+      {.mode = Mode::kNaive,
+       .pool = {.num_blocks = static_cast<int32_t>(n / 16 + 1), .block_size = 16}});
   SeqId seq = cache.AddSequence();
   (void)cache.SyncNewTokens(seq, n);
   TokenId next = 0;
@@ -178,16 +179,19 @@ void BM_Plan(benchmark::State& state) {
     SeqSnapshot seq{.seq = s, .num_live = 0, .blocks = {}};
     for (int32_t i = 0; i < per_seq; ++i) {
       const int32_t live = 1 + static_cast<int32_t>(SplitMix64(rng) % 16);
-      seq.blocks.push_back({.block = next++, .live = live, .refcount = 1,
-                            .is_tail = i == per_seq - 1, .busy = false});
+      seq.blocks.push_back({.block = next++,
+                            .live = live,
+                            .refcount = 1,
+                            .is_tail = i == per_seq - 1,
+                            .busy = false});
       seq.num_live += live;
       snap.live_slots += live;
     }
     snap.allocated_blocks += per_seq;
     snap.seqs.push_back(std::move(seq));
   }
-  ReclaimPlanner planner({.trigger = ReclaimOptions::Trigger::kAlways,
-                          .max_moves_per_step = int64_t{1} << 40});
+  ReclaimPlanner planner(
+      {.trigger = ReclaimOptions::Trigger::kAlways, .max_moves_per_step = int64_t{1} << 40});
   int64_t moves = 0;
   for (auto _ : state) {
     ReclaimPlan plan = planner.Plan(snap);
@@ -206,8 +210,9 @@ void BM_EvictTokenGroups(benchmark::State& state) {
   const int32_t groups = static_cast<int32_t>(state.range(0));
   const int64_t n = 1 << 16;
   const int32_t blocks = static_cast<int32_t>(n / 16 * groups + groups);
-  VirtualKvCache cache(
-      {.mode = Mode::kNaive, .pool = {.num_blocks = blocks, .block_size = 16}, .num_groups = groups});
+  VirtualKvCache cache({.mode = Mode::kNaive,
+                        .pool = {.num_blocks = blocks, .block_size = 16},
+                        .num_groups = groups});
   SeqId seq = cache.AddSequence();
   (void)cache.SyncNewTokens(seq, n);
   int64_t next = 0;
@@ -221,7 +226,8 @@ void BM_EvictTokenGroups(benchmark::State& state) {
       state.ResumeTiming();
     }
     const bool cycle = state.range(1) != 0;
-    const int64_t group = cycle ? next % groups : next / n, token = cycle ? next / groups : next % n;
+    const int64_t group = cycle ? next % groups : next / n,
+                  token = cycle ? next / groups : next % n;
     benchmark::DoNotOptimize(cache.EvictToken(seq, static_cast<int32_t>(group), token));
     ++next;
   }
@@ -338,7 +344,8 @@ void BM_RelocateVsMemcpy(benchmark::State& state) {
     relocate_s += std::chrono::duration<double>(t1 - t0).count();
     memcpy_s += std::chrono::duration<double>(t2 - t1).count();
   }
-  state.counters["relocate_GBps"] = static_cast<double>(bytes) * state.iterations() / relocate_s / 1e9;
+  state.counters["relocate_GBps"] =
+      static_cast<double>(bytes) * state.iterations() / relocate_s / 1e9;
   state.counters["memcpy_GBps"] = static_cast<double>(bytes) * state.iterations() / memcpy_s / 1e9;
   state.counters["relocate_vs_memcpy"] = memcpy_s / relocate_s;
 }

@@ -51,7 +51,8 @@ void BM_SimRunPaperScale(benchmark::State& state) {
     }
   }
   state.SetLabel(ModeName(mode));
-  state.counters["steps/s"] = benchmark::Counter(static_cast<double>(steps), benchmark::Counter::kIsRate);
+  state.counters["steps/s"] =
+      benchmark::Counter(static_cast<double>(steps), benchmark::Counter::kIsRate);
   state.counters["sim_tokens/s"] =
       benchmark::Counter(static_cast<double>(tokens), benchmark::Counter::kIsRate);
 }

@@ -53,11 +53,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <cmath>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -65,10 +65,10 @@
 
 #include "bench/decode_inputs.h"
 #include "lib/model/blas_info.h"
+#include "lib/model/cpu_paged_attention.h"
 #include "lib/model/kv_tensors.h"
 #include "lib/model/llama.h"
 #include "lib/model/llama_runner.h"
-#include "lib/model/cpu_paged_attention.h"
 #include "lib/model/static_decode.h"
 
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
@@ -80,6 +80,7 @@
 #endif
 #include <torch/cuda.h>
 #include <torch/version.h>
+
 #include "lib/model/torch_device.h"
 
 namespace vtoken::model {
@@ -144,8 +145,7 @@ Flags ParseFlags(int& argc, char** argv) {
 }
 
 double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double Median(std::vector<double> v) {
@@ -388,8 +388,8 @@ void GroupsCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
   (TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5))
 constexpr bool kTorchHasGqaSdpa = VTOKEN_TORCH_HAS_GQA_SDPA;
 
-void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t batch,
-                   int64_t context, int64_t warmup) {
+void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t batch, int64_t context,
+                   int64_t warmup) {
   const ModelConfig& c = model.config();
   const LlamaOptions& o = model.options();
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
@@ -407,8 +407,10 @@ void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t bat
   const torch::Tensor slots = torch::arange(keys, i64);
   const torch::Tensor positions = slots.remainder(context);
   const torch::Tensor num_signal = torch::ones({batch}, i64);
-  const torch::Tensor k_dense = k_cache.view({batch, context, kv_heads, dim}).transpose(1, 2).contiguous();
-  const torch::Tensor v_dense = v_cache.view({batch, context, kv_heads, dim}).transpose(1, 2).contiguous();
+  const torch::Tensor k_dense =
+      k_cache.view({batch, context, kv_heads, dim}).transpose(1, 2).contiguous();
+  const torch::Tensor v_dense =
+      v_cache.view({batch, context, kv_heads, dim}).transpose(1, 2).contiguous();
   const torch::Tensor q4 = q.view({batch, heads, 1, dim});
   const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
   torch::Tensor k_wide, v_wide;  // The math reference's K/V, one copy per query head.
@@ -469,9 +471,9 @@ void AttentionCell(benchmark::State& state, const LlamaModel& model, int64_t bat
     a.num_keys = keys;
     a.max_query_rows = 1;
     a.max_keys = context;
-    workspace = torch::empty(
-        {static_cast<int64_t>(std::max<size_t>(cuda::PagedBatchWorkspaceBytes(a), 1))},
-        torch::TensorOptions().dtype(torch::kUInt8).device(o.device));
+    workspace =
+        torch::empty({static_cast<int64_t>(std::max<size_t>(cuda::PagedBatchWorkspaceBytes(a), 1))},
+                     torch::TensorOptions().dtype(torch::kUInt8).device(o.device));
 #ifdef VTOKEN_TORCH_CUDA
     cuda::Stream stream = c10::cuda::getCurrentCUDAStream().stream();
 #else
@@ -547,9 +549,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const double kv_bytes_per_token = static_cast<double>(KvBytesPerToken(model->KvOptions(1)));
-  benchmark::AddCustomContext("model", flags.model + (flags.model.rfind("synthetic:", 0) == 0
-                                                          ? " (synthetic weights)"
-                                                          : ""));
+  benchmark::AddCustomContext(
+      "model",
+      flags.model + (flags.model.rfind("synthetic:", 0) == 0 ? " (synthetic weights)" : ""));
   benchmark::AddCustomContext("device", flags.device);
   benchmark::AddCustomContext("dtype", flags.dtype);
   benchmark::AddCustomContext("blas", BlasDescription());
@@ -561,11 +563,14 @@ int main(int argc, char** argv) {
   std::string skipped;
   for (int64_t context : contexts) {
     for (int64_t batch : batches) {
-      const double gib = static_cast<double>(batch * (context + 1)) * kv_bytes_per_token / (1 << 30);
+      const double gib =
+          static_cast<double>(batch * (context + 1)) * kv_bytes_per_token / (1 << 30);
       if (gib > flags.kv_gib) {
-        std::fprintf(stderr, "torch_gpu_bench: skipping batch %lld x context %lld: %.1f GiB of KV"
-                     " > --kv-gib=%g\n", static_cast<long long>(batch),
-                     static_cast<long long>(context), gib, flags.kv_gib);
+        std::fprintf(stderr,
+                     "torch_gpu_bench: skipping batch %lld x context %lld: %.1f GiB of KV"
+                     " > --kv-gib=%g\n",
+                     static_cast<long long>(batch), static_cast<long long>(context), gib,
+                     flags.kv_gib);
         skipped += (skipped.empty() ? "" : ", ") + std::to_string(batch) + " x " +
                    std::to_string(context) + " (" + std::to_string(static_cast<int>(gib)) + " GiB)";
         continue;
@@ -575,21 +580,19 @@ int main(int argc, char** argv) {
                                        std::pair<const char*, Cell>{"Attention", AttentionCell}}) {
         const std::string name = std::string("BM_") + kind + "/batch:" + std::to_string(batch) +
                                  "/context:" + std::to_string(context);
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [&model, cell, batch, context, warmup = flags.warmup](
-                                         benchmark::State& state) {
-                                       // A cell that throws (a torch error: out of memory, a
-                                       // failed replay) reports it as its error instead of
-                                       // ending the whole benchmark binary.
-                                       try {
-                                         cell(state, *model, batch, context, warmup);
-                                       } catch (const std::exception& e) {
-                                         const std::string what = e.what();
-                                         state.SkipWithError(
-                                             ("exception: " + what.substr(0, what.find('\n')))
-                                                 .c_str());
-                                       }
-                                     })
+        benchmark::RegisterBenchmark(
+            name.c_str(),
+            [&model, cell, batch, context, warmup = flags.warmup](benchmark::State& state) {
+              // A cell that throws (a torch error: out of memory, a
+              // failed replay) reports it as its error instead of
+              // ending the whole benchmark binary.
+              try {
+                cell(state, *model, batch, context, warmup);
+              } catch (const std::exception& e) {
+                const std::string what = e.what();
+                state.SkipWithError(("exception: " + what.substr(0, what.find('\n'))).c_str());
+              }
+            })
             ->Iterations(flags.iterations)
             ->Unit(benchmark::kMillisecond)
             ->UseManualTime();

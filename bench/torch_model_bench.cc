@@ -230,9 +230,9 @@ void BM_DecodeTokenVsGroups(benchmark::State& state) {
     if (!out.ok()) state.SkipWithError(out.status().ToString().c_str());
     return CpuSeconds() - begin;
   };
-  const auto [group_s, token_s] =
-      TimeAlternating(state, [&] { return timed(group_inputs, *group_kv); },
-                      [&] { return timed(token_inputs, *token_kv); });
+  const auto [group_s, token_s] = TimeAlternating(
+      state, [&] { return timed(group_inputs, *group_kv); },
+      [&] { return timed(token_inputs, *token_kv); });
   const double n = static_cast<double>(state.iterations());
   state.counters["token_ms"] = 1e3 * token_s / n;
   state.counters["group_ms"] = 1e3 * group_s / n;
@@ -474,9 +474,9 @@ void BM_LlamaCppShapes(benchmark::State& state) {
   }
   (void)SetCpuThreads(before);
   state.counters["threads"] = *threads;
-  state.counters["tok_s"] = benchmark::Counter(
-      static_cast<double>(prompt == 0 ? kPrefill : batch * kSteps),
-      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tok_s"] =
+      benchmark::Counter(static_cast<double>(prompt == 0 ? kPrefill : batch * kSteps),
+                         benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_LlamaCppShapes)
     ->ArgNames({"batch", "prompt"})
@@ -669,7 +669,8 @@ void BM_SampleNucleus(benchmark::State& state) {
   const int64_t vocab = state.range(0);
   torch::manual_seed(1);
   const torch::Tensor logits = 3 * torch::randn({vocab});
-  Sampler sampler({.temperature = 0.8, .top_p = static_cast<double>(state.range(1)) / 100, .seed = 1});
+  Sampler sampler(
+      {.temperature = 0.8, .top_p = static_cast<double>(state.range(1)) / 100, .seed = 1});
   for (auto _ : state) benchmark::DoNotOptimize(sampler.Sample(logits));
 }
 BENCHMARK(BM_SampleNucleus)

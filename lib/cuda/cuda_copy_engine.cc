@@ -174,8 +174,8 @@ StatusOr<CudaCopyEngine::Staging*> CudaCopyEngine::AcquireStaging(int64_t num_co
   // stay for later short lists; all are released by the destructor.
   auto best = free_staging_.end();
   for (auto it = free_staging_.begin(); it != free_staging_.end(); ++it) {
-    if ((*it)->capacity >= num_copies && (best == free_staging_.end() ||
-                                          (*it)->capacity < (*best)->capacity)) {
+    if ((*it)->capacity >= num_copies &&
+        (best == free_staging_.end() || (*it)->capacity < (*best)->capacity)) {
       best = it;
     }
   }
@@ -186,9 +186,9 @@ StatusOr<CudaCopyEngine::Staging*> CudaCopyEngine::AcquireStaging(int64_t num_co
   }
   auto staging = std::make_unique<Staging>();
   VTOKEN_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&staging->done, cudaEventDisableTiming));
-  const int64_t capacity = std::max<int64_t>(
-      std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(num_copies, 1))),
-      options_.initial_staging_copies);
+  const int64_t capacity =
+      std::max<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(num_copies, 1))),
+                        options_.initial_staging_copies);
   const size_t bytes = static_cast<size_t>(capacity) * sizeof(SlotPair);
   const cudaError_t error = cudaMallocHost(reinterpret_cast<void**>(&staging->host), bytes);
   if (error != cudaSuccess) {

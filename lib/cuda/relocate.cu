@@ -54,8 +54,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t words = kv.bytes_per_row / 16;
   const int64_t segment_words = static_cast<int64_t>(words_per_lane) * 32;
   const int64_t rows = num_copies * kv.num_layers * 2;
-  const int64_t units = segments_per_row > 1 ? rows * segments_per_row
-                                             : (rows + rows_per_pass - 1) / rows_per_pass;
+  const int64_t units =
+      segments_per_row > 1 ? rows * segments_per_row : (rows + rows_per_pass - 1) / rows_per_pass;
   const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
        unit < units; unit += warp_stride) {
@@ -151,8 +151,8 @@ cudaError_t LaunchRelocate(const KvLayersView& kv, const SlotPair* copies, int64
   const int64_t segment_words = (words + segments_per_row - 1) / segments_per_row;
   const int32_t words_per_lane = static_cast<int32_t>((segment_words + 31) / 32);
   const int32_t rows_per_pass = segments_per_row > 1 ? 1 : kInFlight / words_per_lane;
-  const int64_t units = segments_per_row > 1 ? rows * segments_per_row
-                                             : (rows + rows_per_pass - 1) / rows_per_pass;
+  const int64_t units =
+      segments_per_row > 1 ? rows * segments_per_row : (rows + rows_per_pass - 1) / rows_per_pass;
   const int64_t blocks = std::min<int64_t>((units + kWarpsPerBlock - 1) / kWarpsPerBlock, 8192);
   RelocateVectorKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       kv, copies, num_copies, words_per_lane, rows_per_pass, segments_per_row);

@@ -33,7 +33,8 @@ VTOKEN_INLINE void Store16(float* p, V16 v) { __builtin_memcpy(p, &v, sizeof(v))
 VTOKEN_INLINE float Reduce16(V16 a) {
   const V8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
                __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
-  const V4 c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+  const V4 c =
+      __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
   return (c[0] + c[2]) + (c[1] + c[3]);
 }
 

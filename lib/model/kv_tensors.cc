@@ -90,8 +90,7 @@ Status KvTensors::ReadSlots(std::span<const int64_t> slots, std::vector<std::byt
   if (slots.empty()) return Status::Ok();
   torch::NoGradGuard no_grad;
   auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
-  const auto index =
-      torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()), index_options);
+  const auto index = torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()), index_options);
   for (size_t i = 0; i < k_.size(); ++i) {
     for (const torch::Tensor* t : {&k_[i], &v_[i]}) {
       const torch::Tensor rows = t->index_select(0, index).to(torch::kCPU).contiguous();
@@ -129,8 +128,7 @@ Status KvTensors::WriteSlots(std::span<const int64_t> slots, std::span<const std
     return Status::Ok();
   }
   auto index_options = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
-  const auto index =
-      torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()), index_options);
+  const auto index = torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()), index_options);
   for (size_t i = 0; i < k_.size(); ++i) {
     for (torch::Tensor* t : {&k_[i], &v_[i]}) {
       std::vector<int64_t> shape = t->sizes().vec();

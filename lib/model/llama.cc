@@ -9,9 +9,9 @@
 
 #include "lib/model/io/checkpoint.h"
 #include "lib/model/io/gguf_model.h"
+#include "lib/model/io/safetensors.h"
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_ops.h"
-#include "lib/model/io/safetensors.h"
 
 namespace vtoken::model {
 namespace {

@@ -247,13 +247,13 @@ class LlamaModel {
                                                  const KvTensors& kv) const;
   // The checked CSR of a step's inputs, signal sums zeroed; without `with_keys`, key_slots,
   // key_positions and sums stay empty (the caller writes the keys with WritePagedKeys).
-  StatusOr<PagedBatch> BuildPagedBatch(std::span<const PagedSeqView> inputs,
-                                       const KvTensors& kv, bool with_keys = true) const;
+  StatusOr<PagedBatch> BuildPagedBatch(std::span<const PagedSeqView> inputs, const KvTensors& kv,
+                                       bool with_keys = true) const;
   // The keys of `inputs`, laid out by b.key_offsets, into slots / positions [num keys]
   // (BuildPagedBatch's key_slots / key_positions; `positions` may be null: not written).
   // REQUIRES: b = BuildPagedBatch(inputs, ...).
-  void WritePagedKeys(std::span<const PagedSeqView> inputs, const PagedBatch& b,
-                      int64_t* slots, int64_t* positions) const;
+  void WritePagedKeys(std::span<const PagedSeqView> inputs, const PagedBatch& b, int64_t* slots,
+                      int64_t* positions) const;
   // Sequence s's output signals from the sums over the layers (indexed like b.key_slots).
   void SeqSignals(const PagedBatch& b, int64_t s, const float* attn_sum, const float* norm_sum,
                   PagedSeqOutput& out) const;

@@ -63,9 +63,9 @@ StatusOr<std::vector<int64_t>> LlamaModel::CheckPagedInput(const PagedSeqView& i
     return InvalidArgumentError(where + "positions and tokens differ in length");
   }
   if (static_cast<int64_t>(in.write_slots.size()) != groups * n) {
-    return InvalidArgumentError(
-        where + "write_slots has " + std::to_string(in.write_slots.size()) + " slots, expected " +
-        std::to_string(groups) + " groups x " + std::to_string(n) + " tokens");
+    return InvalidArgumentError(where + "write_slots has " + std::to_string(in.write_slots.size()) +
+                                " slots, expected " + std::to_string(groups) + " groups x " +
+                                std::to_string(n) + " tokens");
   }
   std::vector<int64_t> offsets(in.context_offsets.begin(), in.context_offsets.end());
   if (offsets.empty() && groups == 1) offsets = {0, ctx};
@@ -91,8 +91,9 @@ StatusOr<std::vector<int64_t>> LlamaModel::CheckPagedInput(const PagedSeqView& i
   return offsets;
 }
 
-StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(
-    std::span<const PagedSeqView> inputs, const KvTensors& kv, bool with_keys) const {
+StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(std::span<const PagedSeqView> inputs,
+                                                             const KvTensors& kv,
+                                                             bool with_keys) const {
   const auto& c = config_;
   const KvTensorsOptions& kvo = kv.options();
   if (kvo.num_layers != c.num_hidden_layers || kvo.num_kv_heads != c.num_key_value_heads ||
@@ -217,8 +218,8 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
   return ForwardPaged(std::span<const PagedSeqView>(views), kv);
 }
 
-StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(
-    std::span<const PagedSeqView> inputs, KvTensors& kv) const {
+StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(std::span<const PagedSeqView> inputs,
+                                                               KvTensors& kv) const {
   const auto& c = config_;
   const KvTensorsOptions& kvo = kv.options();
   VTOKEN_ASSIGN_OR_RETURN(PagedBatch batch, BuildPagedBatch(inputs, kv));
@@ -313,8 +314,8 @@ std::vector<int64_t> LlamaModel::HeadGroups(Granularity gran) const {
   return head_group;
 }
 
-torch::Tensor LlamaModel::LayerQueries(int64_t li, const torch::Tensor& x,
-                                       const torch::Tensor& cos, const torch::Tensor& sin,
+torch::Tensor LlamaModel::LayerQueries(int64_t li, const torch::Tensor& x, const torch::Tensor& cos,
+                                       const torch::Tensor& sin,
                                        const std::vector<torch::Tensor>& write_index,
                                        KvTensors& kv) const {
   const auto& c = config_;

@@ -93,7 +93,8 @@ StatusOr<std::optional<ModelConfig>> CheckSpec(const std::string& spec,
   if (std::string_view(spec).substr(0, kSyntheticPrefix.size()) != kSyntheticPrefix) {
     return std::optional<ModelConfig>();
   }
-  VTOKEN_ASSIGN_OR_RETURN(ModelConfig config, SyntheticConfig(spec.substr(kSyntheticPrefix.size())));
+  VTOKEN_ASSIGN_OR_RETURN(ModelConfig config,
+                          SyntheticConfig(spec.substr(kSyntheticPrefix.size())));
   const int64_t bytes =
       ParameterCount(config) * static_cast<int64_t>(c10::elementSize(options.compute_dtype));
   if (options.device.is_cpu() && bytes > PhysicalMemoryBytes() * 3 / 4) {
@@ -160,9 +161,7 @@ DecodeStats LlamaRunner::decode_stats() const {
   return static_decode_->stats();
 }
 
-int64_t LlamaRunner::kv_bytes_per_token() const {
-  return KvBytesPerToken(kv_.options());
-}
+int64_t LlamaRunner::kv_bytes_per_token() const { return KvBytesPerToken(kv_.options()); }
 
 std::vector<uint64_t> LlamaRunner::TokenKvHashes(std::span<const SlotIndex> slots) {
   if (device_hashes_) {

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <span>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -48,7 +48,7 @@ enum class DecodeMode {
 };
 
 struct LlamaRunnerOptions {
-  int64_t num_slots = 0;      // KV group slots (num_blocks * block_size). Must be >= 1.
+  int64_t num_slots = 0;  // KV group slots (num_blocks * block_size). Must be >= 1.
   // TorchCopyEngine: relocation copies on a worker thread. (CudaCopyEngine's copies are always
   // asynchronous, on its copy stream.)
   bool async_copies = false;
@@ -58,7 +58,6 @@ struct LlamaRunnerOptions {
   // for the padding rows; num_slots() and Forward's slot checks stay the pool's.
   DecodeMode decode = DecodeMode::kEager;
 };
-
 
 class LlamaRunner final : public ModelRunner {
  public:

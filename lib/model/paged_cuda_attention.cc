@@ -41,8 +41,7 @@ cuda::Stream CurrentStream() {
 }  // namespace
 
 cuda::PagedBatchArgs CudaPagedAttention::BaseArgs(const KvTensorsOptions& o, int64_t num_heads,
-                                                  int64_t groups_per_seq,
-                                                  int64_t sliding_window) {
+                                                  int64_t groups_per_seq, int64_t sliding_window) {
   cuda::PagedBatchArgs a;
   KernelDtype(o.dtype, &a.dtype);
   a.num_heads = static_cast<int32_t>(num_heads);
@@ -59,8 +58,8 @@ cuda::PagedBatchArgs CudaPagedAttention::BaseArgs(const KvTensorsOptions& o, int
   return a;
 }
 
-CudaPagedAttention::CudaPagedAttention(const cuda::PagedBatchArgs& args,
-                                       const int64_t* head_group, torch::Tensor workspace)
+CudaPagedAttention::CudaPagedAttention(const cuda::PagedBatchArgs& args, const int64_t* head_group,
+                                       torch::Tensor workspace)
     : args_(args),
       num_kv_heads_(args.num_kv_heads),
       head_group_(head_group),
@@ -153,8 +152,8 @@ void CudaPagedAttention::Bind(const torch::Tensor& uploaded) {
   a.key_positions = at_.positions >= 0 ? dev + at_.positions : nullptr;
   a.num_signal = dev + at_.num_signal;
   // No signals asked of the kernel's sequences: it reads no flags and writes no sums.
-  a.want_signals = a.attn_sum != nullptr ? reinterpret_cast<const uint8_t*>(dev + at_.want)
-                                         : nullptr;
+  a.want_signals =
+      a.attn_sum != nullptr ? reinterpret_cast<const uint8_t*>(dev + at_.want) : nullptr;
   a.skip = reinterpret_cast<const uint8_t*>(dev + at_.skip);
   head_group_ = dev + at_.head_group;
   // Sized once the arguments are complete: the signal scratch counts only with want_signals.

@@ -41,18 +41,18 @@ struct SamplingParams {
 // Query head q of layer l reads KV head h = q / (num_heads / num_kv_heads) from the slots of group
 // KvGroupOf(granularity, l, h). At G == 1 every field means what it always meant.
 struct RunnerInput {
-  int64_t request = 0;                   // Caller's id, keys per-request sampler state.
+  int64_t request = 0;  // Caller's id, keys per-request sampler state.
   // The request whose K/V this one's leading context tokens are, or -1: a prefix fork reads the
   // slots its group leader wrote (the engine's prefix sharing). Verifying runners accept slots
   // written under either id (SimRunner's tags); the others ignore it.
   int64_t prefix_request = -1;
-  std::vector<int32_t> tokens;           // New tokens (prefill chunk or 1 decode token).
-  std::vector<int64_t> positions;        // Their RoPE positions (logical token ids).
-  std::vector<SlotIndex> write_slots;    // Where their KV goes (per group, see above).
-  std::vector<SlotIndex> context_slots;  // Earlier live tokens' slots, logical order.
+  std::vector<int32_t> tokens;             // New tokens (prefill chunk or 1 decode token).
+  std::vector<int64_t> positions;          // Their RoPE positions (logical token ids).
+  std::vector<SlotIndex> write_slots;      // Where their KV goes (per group, see above).
+  std::vector<SlotIndex> context_slots;    // Earlier live tokens' slots, logical order.
   std::vector<int64_t> context_positions;  // Their logical ids (= RoPE positions).
   std::vector<int64_t> context_offsets;    // Per-group ranges of the two above; empty: G == 1.
-  bool sample = true;                    // Sample a next token from the last position.
+  bool sample = true;                      // Sample a next token from the last position.
   // Teacher forcing (perplexity): with `sample`, a token id >= 0 whose log-probability under the
   // last position's distribution (log softmax of the logits, temperature 1) the runner returns
   // in RunnerOutput::score_logprob. -1: none.

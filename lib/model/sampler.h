@@ -66,7 +66,7 @@ class Sampler {
 
   SamplerOptions options_;
   std::mt19937_64 rng_;
-  std::vector<double> probs_;    // Scratch of Sample, reused across tokens.
+  std::vector<double> probs_;  // Scratch of Sample, reused across tokens.
   std::vector<double> bucket_mass_;
   std::vector<int32_t> order_;
 };

@@ -78,8 +78,7 @@ StaticDecode::Layout StaticDecode::MakeLayout(int64_t rows, int64_t key_bucket, 
   return t;
 }
 
-StatusOr<std::unique_ptr<StaticDecode>> StaticDecode::Create(const LlamaModel& model,
-                                                             KvTensors& kv,
+StatusOr<std::unique_ptr<StaticDecode>> StaticDecode::Create(const LlamaModel& model, KvTensors& kv,
                                                              const StaticDecodeOptions& options) {
   if (kv.options().scratch_slots < 1) {
     return InvalidArgumentError(
@@ -119,8 +118,9 @@ int64_t StaticDecode::BatchBucket(int64_t batch) {
 }
 
 int64_t StaticDecode::KeyBucket(int64_t max_keys) {
-  return std::max<int64_t>(256, static_cast<int64_t>(std::bit_ceil(
-                                    static_cast<uint64_t>(std::max<int64_t>(max_keys, 1)))));
+  return std::max<int64_t>(
+      256,
+      static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(std::max<int64_t>(max_keys, 1)))));
 }
 
 bool StaticDecode::Eligible(std::span<const PagedSeqView> inputs) const {
@@ -145,8 +145,10 @@ void StaticDecode::Reserve(int64_t batch_bucket, int64_t keys) {
   const torch::Device device = kv_.options().device;
   auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   index_ = torch::zeros({largest.index_size}, i64.device(device));
-  index_host_ = device.is_cpu() ? index_ : torch::zeros({largest.index_size}, i64.pinned_memory(true));
-  out_ = torch::zeros({largest.out_size}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  index_host_ =
+      device.is_cpu() ? index_ : torch::zeros({largest.index_size}, i64.pinned_memory(true));
+  out_ = torch::zeros({largest.out_size},
+                      torch::TensorOptions().dtype(torch::kFloat32).device(device));
   ++stats_.reallocations;
 }
 
@@ -207,9 +209,9 @@ StatusOr<std::vector<PagedSeqOutput>> StaticDecode::Step(std::span<const PagedSe
   const BodyKey key{rows, KeyBucket(max_keys), signals};
 
   Reserve(rows, padded_keys);
-  const Layout t = MakeLayout(rows, std::get<1>(key), signals, groups,
-                              static_cast<int64_t>(head_group_.size()), key_capacity_,
-                              c.vocab_size);
+  const Layout t =
+      MakeLayout(rows, std::get<1>(key), signals, groups, static_cast<int64_t>(head_group_.size()),
+                 key_capacity_, c.vocab_size);
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
   if (kernel_) ReserveWorkspace(cuda::PagedBatchWorkspaceBytes(KernelArgs(t)));
 #endif
@@ -402,9 +404,8 @@ void StaticDecode::RunBody(Body& body) {
       a.v_cache = kv_.v(li).data_ptr<float>();
       a.out = attn.data_ptr<float>();
       a.head_group = index_.data_ptr<int64_t>() + t.head_group + li * kv_heads;
-      at::parallel_for(0, rows, 1, [&](int64_t begin, int64_t end) {
-        CpuPagedAttention(a, begin, end);
-      });
+      at::parallel_for(0, rows, 1,
+                       [&](int64_t begin, int64_t end) { CpuPagedAttention(a, begin, end); });
     } else {
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
       body.cuda->Attend(q, kv_, li, attn);

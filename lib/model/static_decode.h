@@ -57,10 +57,10 @@ namespace vtoken::model {
 
 // What a runner's static decode step did (LlamaRunner::decode_stats).
 struct DecodeStats {
-  int64_t static_steps = 0;   // Decode steps run on the static buffers.
-  int64_t bodies_built = 0;   // Buckets prepared (CUDA graphs captured, with capture).
-  int64_t replays = 0;        // Steps that replayed a CUDA graph.
-  int64_t reallocations = 0;  // Buffer growths; each drops the buckets prepared before it.
+  int64_t static_steps = 0;      // Decode steps run on the static buffers.
+  int64_t bodies_built = 0;      // Buckets prepared (CUDA graphs captured, with capture).
+  int64_t replays = 0;           // Steps that replayed a CUDA graph.
+  int64_t reallocations = 0;     // Buffer growths; each drops the buckets prepared before it.
   int64_t capture_failures = 0;  // Captures that failed (the runner then decodes eagerly).
 };
 

@@ -1,9 +1,10 @@
 // TorchCopyEngine: a vtoken::CopyEngine over a KvTensors store. Each ticket is one batched
 // relocation: per distinct KV tensor (KvTensors: one per layer at token granularity, else one),
 // one index_select of the source rows and one index_copy_ into the destinations for K and for V
-// (never a loop of per-token copies); a slot copy moves KvTensors::bytes_per_slot() bytes. Synchronous (copies inside
-// Submit) or asynchronous (a worker thread copies in submission order while the scheduler thread
-// runs the next forward; the reads are fenced by the core's pending-slot tracking).
+// (never a loop of per-token copies); a slot copy moves KvTensors::bytes_per_slot() bytes.
+// Synchronous (copies inside Submit) or asynchronous (a worker thread copies in submission order
+// while the scheduler thread runs the next forward; the reads are fenced by the core's pending-slot
+// tracking).
 //
 // Submit/Wait/Poll are called from one thread. A failed copy (a slot out of range: a caller bug)
 // is kept in status() and the ticket still completes.

@@ -1,8 +1,8 @@
 #include "lib/model/torch_device.h"
 
-#include <string_view>
-
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <string_view>
 
 #include "lib/model/io/device_spec.h"
 #include "lib/model/kv_tensors.h"

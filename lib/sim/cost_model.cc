@@ -46,11 +46,12 @@ std::vector<std::string> HardwarePresetNames() {
 }
 
 Status ValidateHardware(const HardwareSpec& hw) {
-  const std::pair<const char*, double> positive[] = {
-      {"memory_bytes", hw.memory_bytes},   {"hbm_bandwidth", hw.hbm_bandwidth},
-      {"peak_flops", hw.peak_flops},       {"copy_bandwidth", hw.copy_bandwidth},
-      {"memory_efficiency", hw.memory_efficiency},
-      {"compute_efficiency", hw.compute_efficiency}};
+  const std::pair<const char*, double> positive[] = {{"memory_bytes", hw.memory_bytes},
+                                                     {"hbm_bandwidth", hw.hbm_bandwidth},
+                                                     {"peak_flops", hw.peak_flops},
+                                                     {"copy_bandwidth", hw.copy_bandwidth},
+                                                     {"memory_efficiency", hw.memory_efficiency},
+                                                     {"compute_efficiency", hw.compute_efficiency}};
   for (const auto& [name, v] : positive) {
     if (!(v > 0) || !std::isfinite(v)) {
       return InvalidArgumentError(std::string(name) + " must be > 0");
@@ -150,9 +151,10 @@ StatusOr<PoolSizing> SizePool(const ModelShape& m, const HardwareSpec& hw,
   p.non_torch_bytes = hw.non_torch_bytes;
   p.kv_bytes = p.budget_bytes - p.weight_bytes - p.activation_bytes - p.non_torch_bytes;
   p.block_bytes = int64_t{block_size} * m.kv_bytes_per_token;
-  p.num_blocks = p.kv_bytes > 0
-                     ? static_cast<int64_t>(std::floor(p.kv_bytes / static_cast<double>(p.block_bytes)))
-                     : 0;
+  p.num_blocks =
+      p.kv_bytes > 0
+          ? static_cast<int64_t>(std::floor(p.kv_bytes / static_cast<double>(p.block_bytes)))
+          : 0;
   if (p.num_blocks < 1) {
     return InvalidArgumentError("gpu_memory_utilization " + std::to_string(gpu_memory_utilization) +
                                 " leaves no KV block: " + p.Explain());

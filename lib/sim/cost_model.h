@@ -32,15 +32,15 @@ namespace vtoken::sim {
 // field can be overridden in an experiment's [sim.hardware] table.
 struct HardwareSpec {
   std::string name;
-  double memory_bytes = 0;        // Device memory a process can use (what vLLM sizes from).
-  double hbm_bandwidth = 0;       // Bytes/s, peak.
-  double peak_flops = 0;          // Dense bf16/fp16 tensor FLOP/s, peak.
-  double memory_efficiency = 0.75;   // Fraction of hbm_bandwidth a decode step reaches.
-  double compute_efficiency = 0.6;   // Fraction of peak_flops a prefill step reaches.
-  double copy_bandwidth = 0;      // Bytes/s of a device-to-device relocation copy (payload).
+  double memory_bytes = 0;             // Device memory a process can use (what vLLM sizes from).
+  double hbm_bandwidth = 0;            // Bytes/s, peak.
+  double peak_flops = 0;               // Dense bf16/fp16 tensor FLOP/s, peak.
+  double memory_efficiency = 0.75;     // Fraction of hbm_bandwidth a decode step reaches.
+  double compute_efficiency = 0.6;     // Fraction of peak_flops a prefill step reaches.
+  double copy_bandwidth = 0;           // Bytes/s of a device-to-device relocation copy (payload).
   double forward_overhead_s = 0.0004;  // Launch and synchronisation cost of one forward.
   double host_overhead_s = 0.002;      // Host time per step: scheduling, sampling, bookkeeping.
-  double non_torch_bytes = 0;     // Pool sizing: CUDA context, library workspaces.
+  double non_torch_bytes = 0;          // Pool sizing: CUDA context, library workspaces.
 };
 
 // "h100-sxm-80g", "h200", "a100-80g". NotFound listing the names otherwise.
@@ -58,7 +58,7 @@ struct ModelShape {
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t vocab_size = 0;
-  int64_t parameters = 0;         // ParameterCount.
+  int64_t parameters = 0;            // ParameterCount.
   int64_t embedding_parameters = 0;  // Input embedding table (read by gather only).
   int64_t lm_head_parameters = 0;    // vocab * hidden (tied or not: always multiplied).
   int64_t dtype_bytes = 2;
@@ -74,7 +74,7 @@ struct SeqWork {
 };
 
 struct StepCost {
-  double bytes = 0;      // HBM traffic.
+  double bytes = 0;  // HBM traffic.
   double flops = 0;
   double memory_s = 0;   // bytes / effective bandwidth.
   double compute_s = 0;  // flops / effective compute.

@@ -9,8 +9,8 @@
 namespace vtoken::sim {
 namespace {
 
-constexpr int64_t kSinkScan = 16;      // Positions examined as sink candidates.
-constexpr int64_t kProtectSink = 4;    // H2O protection in the overlap check (the defaults).
+constexpr int64_t kSinkScan = 16;    // Positions examined as sink candidates.
+constexpr int64_t kProtectSink = 4;  // H2O protection in the overlap check (the defaults).
 constexpr int64_t kProtectRecent = 32;
 
 int BinOf(int64_t d) {  // 0..3 exact, then 4 bins per doubling.
@@ -21,7 +21,8 @@ int BinOf(int64_t d) {  // 0..3 exact, then 4 bins per doubling.
 // Indices H2O keeps from a prefill step's signals.
 std::vector<size_t> H2oKeep(const std::vector<float>& attn, double keep_ratio) {
   const size_t n = attn.size();
-  const size_t budget = std::max<size_t>(1, static_cast<size_t>(keep_ratio * static_cast<double>(n)));
+  const size_t budget =
+      std::max<size_t>(1, static_cast<size_t>(keep_ratio * static_cast<double>(n)));
   std::vector<size_t> keep, rest;
   for (size_t i = 0; i < n; ++i) {
     const bool protect = i < kProtectSink || i + kProtectRecent >= n;
@@ -39,7 +40,11 @@ std::vector<size_t> H2oKeep(const std::vector<float>& attn, double keep_ratio) {
 
 struct Moments {
   double n = 0, sum = 0, sq = 0;
-  void Add(double x) { n += 1; sum += x; sq += x * x; }
+  void Add(double x) {
+    n += 1;
+    sum += x;
+    sq += x * x;
+  }
   double mean() const { return n > 0 ? sum / n : 0; }
   double var() const { return n > 1 ? std::max(0.0, (sq - sum * sum / n) / (n - 1)) : 0; }
 };
@@ -221,10 +226,9 @@ std::string FitResult::Report() const {
   }
   out += "\nH2O prefill keep set, trace vs fitted model (overlap |A n B| / |A|)\n";
   for (const FitOverlap& o : overlaps) {
-    std::snprintf(buf, sizeof(buf),
-                  "  keep_ratio %.2f: fitted %.3f, random choice %.3f (%lld requests)\n",
-                  o.keep_ratio, o.overlap_fitted, o.overlap_random,
-                  static_cast<long long>(o.requests));
+    std::snprintf(
+        buf, sizeof(buf), "  keep_ratio %.2f: fitted %.3f, random choice %.3f (%lld requests)\n",
+        o.keep_ratio, o.overlap_fitted, o.overlap_random, static_cast<long long>(o.requests));
     out += buf;
   }
   return out;

@@ -28,8 +28,8 @@ namespace vtoken::sim {
 
 struct FitOverlap {
   double keep_ratio = 0;
-  double overlap_fitted = 0;   // Mean over requests.
-  double overlap_random = 0;   // Expected overlap of a random choice, same protection.
+  double overlap_fitted = 0;  // Mean over requests.
+  double overlap_random = 0;  // Expected overlap of a random choice, same protection.
   int64_t requests = 0;
 };
 

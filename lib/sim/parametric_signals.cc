@@ -33,10 +33,10 @@ constexpr uint64_t kImportance = 1, kNoise = 2, kKeyNorm = 3, kGroup = 4;
 
 Status ParametricParams::Validate() const {
   const std::pair<const char*, double> non_negative[] = {
-      {"sink_weight", sink_weight},         {"recency_weight", recency_weight},
+      {"sink_weight", sink_weight},           {"recency_weight", recency_weight},
       {"recency_exponent", recency_exponent}, {"importance_sigma", importance_sigma},
-      {"noise_sigma", noise_sigma},         {"key_norm_rho", key_norm_rho},
-      {"key_norm_sigma", key_norm_sigma},   {"group_sigma", group_sigma}};
+      {"noise_sigma", noise_sigma},           {"key_norm_rho", key_norm_rho},
+      {"key_norm_sigma", key_norm_sigma},     {"group_sigma", group_sigma}};
   for (const auto& [name, v] : non_negative) {
     if (!(v >= 0) || !std::isfinite(v)) {
       return InvalidArgumentError(std::string("sim.parametric.") + name + " must be >= 0");

@@ -85,7 +85,7 @@ class TraceSignals final : public SignalSource {
   // Mode -> request -> indices into trace_.records, in order.
   std::map<std::string, std::map<int64_t, std::vector<size_t>>> index_;
   const std::map<int64_t, std::vector<size_t>>* replay_ = nullptr;
-  bool own_mode_ = false;           // replay_ holds the run's own mode's records.
+  bool own_mode_ = false;  // replay_ holds the run's own mode's records.
   // The request's next record in replay_, consumed; FailedPrecondition when there is none.
   StatusOr<const SignalRecord*> NextRecord(int64_t request);
   std::map<int64_t, size_t> next_;  // Request -> records consumed this run.

@@ -190,7 +190,8 @@ StatusOr<std::vector<model::RunnerOutput>> SimRunner::Forward(
     if (in.tokens.empty() || in.positions.size() != n || in.write_slots.size() != groups * n ||
         in.context_positions.size() != in.context_slots.size() ||
         !model::ValidContextOffsets(in, groups_)) {
-      return InvalidArgumentError(who() + ": malformed input (token, position, slot and group "
+      return InvalidArgumentError(who() +
+                                  ": malformed input (token, position, slot and group "
                                   "offset counts)");
     }
     for (size_t g = 0; g < groups; ++g) {
@@ -230,14 +231,15 @@ StatusOr<std::vector<model::RunnerOutput>> SimRunner::Forward(
         positions_.insert(positions_.end(), in.positions.begin(), in.positions.end());
         VTOKEN_ASSIGN_OR_RETURN(
             recorded,
-            signals_->Fill({.request = in.request,
-                            .positions = positions_,
-                            .num_new = static_cast<int64_t>(n),
-                            .obs_window = in.obs_window,
-                            .group = static_cast<int32_t>(g),
-                            .num_groups = groups_},
-                           std::span<float>(outputs[i].attn).subspan(offset, positions_.size()),
-                           std::span<float>(outputs[i].key_norm).subspan(offset, positions_.size())));
+            signals_->Fill(
+                {.request = in.request,
+                 .positions = positions_,
+                 .num_new = static_cast<int64_t>(n),
+                 .obs_window = in.obs_window,
+                 .group = static_cast<int32_t>(g),
+                 .num_groups = groups_},
+                std::span<float>(outputs[i].attn).subspan(offset, positions_.size()),
+                std::span<float>(outputs[i].key_norm).subspan(offset, positions_.size())));
         offset += positions_.size();
       }
     } else if (in.sample) {  // A trace still knows the step's token.

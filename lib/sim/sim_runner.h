@@ -42,7 +42,7 @@ struct SimOptions {
   // What a slot holds (lib/core/types.h): per-layer / per-head runs keep one tag per group slot
   // and draw signals per group.
   Granularity granularity = Granularity::kToken;
-  uint64_t seed = 1;      // Sampled tokens.
+  uint64_t seed = 1;        // Sampled tokens.
   bool force_sync = false;  // The engine's force-sync ablation: copies serialize the host.
   // Add the planner's measured CPU time to the host timeline (makes latencies vary slightly
   // between runs); off: the planner costs no virtual time.
@@ -104,7 +104,7 @@ class SimRunner final : public model::ModelRunner {
   SimOptions o_;
   ModelShape shape_;
   std::unique_ptr<SignalSource> signals_;
-  int32_t groups_ = 1;           // KV groups (NumKvGroups of the granularity and the config).
+  int32_t groups_ = 1;  // KV groups (NumKvGroups of the granularity and the config).
   // Per slot: (request + 1) << 44 | group << 28 | position; 0 = never written.
   std::vector<uint64_t> tags_;
   std::unique_ptr<Timeline> timeline_;

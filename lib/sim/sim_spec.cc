@@ -47,10 +47,11 @@ StatusOr<std::unique_ptr<SimRunner>> MakeSimRunner(const std::string& spec, cons
     signals = std::make_unique<ParametricSignals>(sim.parametric);
   } else if (sim.attention.rfind("trace:", 0) == 0) {
     if (granularity != Granularity::kToken) {
-      return InvalidArgumentError(
-          "sim.attention = \"" + sim.attention + "\": a signal trace holds token-granularity "
-          "signals; cache.granularity \"" + GranularityName(granularity) +
-          "\" needs sim.attention = \"parametric\"");
+      return InvalidArgumentError("sim.attention = \"" + sim.attention +
+                                  "\": a signal trace holds token-granularity "
+                                  "signals; cache.granularity \"" +
+                                  GranularityName(granularity) +
+                                  "\" needs sim.attention = \"parametric\"");
     }
     const std::string path = sim.attention.substr(6);
     VTOKEN_ASSIGN_OR_RETURN(SignalTrace trace, ReadSignalTrace(path));

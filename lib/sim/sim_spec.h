@@ -20,12 +20,12 @@ bool IsSimSpec(const std::string& model);
 struct SimConfig {
   // "parametric" | "trace:FILE".
   std::string attention = "parametric";
-  HardwareSpec hardware;                 // A preset with [sim.hardware] overrides applied.
-  std::string dtype = "bfloat16";        // "bfloat16" | "float16" | "float32"
-  bool measured_planner_time = false;    // [sim] planner_time = "measured" | "none"
-  bool measured_policy_time = false;     // [sim] policy_time = "measured" | "none"
-  bool measured_schedule_time = false;   // [sim] schedule_time = "measured" | "none"
-  uint64_t seed = 1;                     // Sampled tokens.
+  HardwareSpec hardware;                // A preset with [sim.hardware] overrides applied.
+  std::string dtype = "bfloat16";       // "bfloat16" | "float16" | "float32"
+  bool measured_planner_time = false;   // [sim] planner_time = "measured" | "none"
+  bool measured_policy_time = false;    // [sim] policy_time = "measured" | "none"
+  bool measured_schedule_time = false;  // [sim] schedule_time = "measured" | "none"
+  uint64_t seed = 1;                    // Sampled tokens.
   ParametricParams parametric = VtTinyFit();
   // Tokens of vLLM's profiling forward (its max_num_batched_tokens) for pool sizing.
   int64_t profile_tokens = 16384;

@@ -48,9 +48,7 @@ T Value(StatusOr<T> s) {
   return std::move(s).value();
 }
 
-[[noreturn]] void ThrowInvalid(const std::string& message) {
-  Throw(InvalidArgumentError(message));
-}
+[[noreturn]] void ThrowInvalid(const std::string& message) { Throw(InvalidArgumentError(message)); }
 
 template <typename T>
 py::array_t<T> ToArray(const std::vector<T>& v) {
@@ -118,10 +116,14 @@ RawParams RawFrom(const py::dict& kwargs) {
 
 py::object ParamValueObject(const ParamValue& v) {
   switch (TypeOf(v)) {
-    case ParamType::kInt: return py::int_(std::get<int64_t>(v));
-    case ParamType::kDouble: return py::float_(std::get<double>(v));
-    case ParamType::kBool: return py::bool_(std::get<bool>(v));
-    case ParamType::kString: return py::str(std::get<std::string>(v));
+    case ParamType::kInt:
+      return py::int_(std::get<int64_t>(v));
+    case ParamType::kDouble:
+      return py::float_(std::get<double>(v));
+    case ParamType::kBool:
+      return py::bool_(std::get<bool>(v));
+    case ParamType::kString:
+      return py::str(std::get<std::string>(v));
   }
   return py::none();
 }
@@ -132,7 +134,8 @@ py::dict FragStatsDict(const FragStats& s) {
   d["allocated_blocks"] = s.allocated_blocks;
   d["live_slots"] = s.live_slots;
   d["waste_ratio"] = s.waste_ratio;
-  d["utilization_hist"] = std::vector<int64_t>(s.utilization_hist.begin(), s.utilization_hist.end());
+  d["utilization_hist"] =
+      std::vector<int64_t>(s.utilization_hist.begin(), s.utilization_hist.end());
   d["ideal_blocks"] = s.ideal_blocks;
   d["held_blocks"] = s.held_blocks;
   d["num_seqs"] = s.num_seqs;
@@ -198,9 +201,13 @@ struct Signals {
     }
     views.resize(size);
     for (size_t i = 0; i < size; ++i) {
-      views[i] = TokenView{position[i], age[i], attn[i], attn_sum[i], key_norm[i],
-                           std::span<float>(state.data() + i * state_size,
-                                            static_cast<size_t>(state_size))};
+      views[i] = TokenView{
+          position[i],
+          age[i],
+          attn[i],
+          attn_sum[i],
+          key_norm[i],
+          std::span<float>(state.data() + i * state_size, static_cast<size_t>(state_size))};
     }
   }
 
@@ -215,8 +222,8 @@ struct PyPolicy {
   std::string name;
   std::unique_ptr<Policy> policy;
 
-  py::array_t<float> Score(const py::object& signals, int64_t budget, int64_t step,
-                           uint64_t seed, const py::object& state) const {
+  py::array_t<float> Score(const py::object& signals, int64_t budget, int64_t step, uint64_t seed,
+                           const py::object& state) const {
     if (budget < 1) ThrowInvalid("budget must be >= 1");
     Signals s(signals, state, policy->state_size());
     std::vector<float> scores(s.views.size(), 0.0f);
@@ -226,8 +233,8 @@ struct PyPolicy {
     return ToArray(scores);
   }
 
-  py::array_t<float> Observe(const py::object& signals, int64_t budget, int64_t step,
-                             uint64_t seed, const py::object& state) const {
+  py::array_t<float> Observe(const py::object& signals, int64_t budget, int64_t step, uint64_t seed,
+                             const py::object& state) const {
     if (budget < 1) ThrowInvalid("budget must be >= 1");
     Signals s(signals, state, policy->state_size());
     PolicyRng rng(seed);
@@ -281,8 +288,8 @@ void BindErrors(py::module_& m) {
   for (const Spec& s : specs) {
     py::tuple bases = s.extra ? py::make_tuple(py::handle(base), py::handle(s.extra))
                               : py::make_tuple(py::handle(base));
-    PyObject* cls = PyErr_NewException((std::string("vtoken._core.") + s.name).c_str(),
-                                       bases.ptr(), nullptr);
+    PyObject* cls =
+        PyErr_NewException((std::string("vtoken._core.") + s.name).c_str(), bases.ptr(), nullptr);
     g_errors[static_cast<int>(s.code)] = cls;
     m.add_object(s.name, py::handle(cls));
   }
@@ -301,17 +308,21 @@ void BindCache(py::module_& m) {
   py::class_<SeqRelocation>(m, "SeqRelocation", "The moves of one sequence in a relocation.")
       .def_readonly("seq", &SeqRelocation::seq)
       .def_readonly("group", &SeqRelocation::group, "KV group (0 at token granularity)")
-      .def_property_readonly("moves", [](const SeqRelocation& s) { return MovesArray(s.moves); },
-                             "(n, 3) int64 array of (token, src slot, dst slot), logical order")
-      .def_property_readonly("src_blocks", [](const SeqRelocation& s) { return ToArray(s.src_blocks); })
-      .def_property_readonly("dst_blocks", [](const SeqRelocation& s) { return ToArray(s.dst_blocks); });
+      .def_property_readonly(
+          "moves", [](const SeqRelocation& s) { return MovesArray(s.moves); },
+          "(n, 3) int64 array of (token, src slot, dst slot), logical order")
+      .def_property_readonly("src_blocks",
+                             [](const SeqRelocation& s) { return ToArray(s.src_blocks); })
+      .def_property_readonly("dst_blocks",
+                             [](const SeqRelocation& s) { return ToArray(s.dst_blocks); });
 
   py::class_<Relocation>(m, "Relocation", "A relocation begun by begin_relocation.")
       .def_readonly("id", &Relocation::id)
       .def_readonly("seqs", &Relocation::seqs)
       .def_property_readonly("num_moves", &Relocation::num_moves)
-      .def("copies", [](const Relocation& r) { return CopiesArray(r.Copies()); },
-           "(n, 2) int64 array of (src slot, dst slot): copy each token's KV in every layer")
+      .def(
+          "copies", [](const Relocation& r) { return CopiesArray(r.Copies()); },
+          "(n, 2) int64 array of (src slot, dst slot): copy each token's KV in every layer")
       .def("__len__", &Relocation::num_moves);
 
   py::class_<SeqPlan>(m, "SeqPlan")
@@ -320,7 +331,8 @@ void BindCache(py::module_& m) {
       .def_readonly("num_moves", &SeqPlan::num_moves)
       .def_readonly("num_dst_blocks", &SeqPlan::num_dst_blocks);
 
-  py::class_<ReclaimPlan>(m, "ReclaimPlan", "ReclaimPlanner.plan's output (lib/core/reclaim_plan.h).")
+  py::class_<ReclaimPlan>(m, "ReclaimPlan",
+                          "ReclaimPlanner.plan's output (lib/core/reclaim_plan.h).")
       .def_readonly("snapshot_version", &ReclaimPlan::snapshot_version)
       .def_readonly("seqs", &ReclaimPlan::seqs)
       .def_readonly("num_moves", &ReclaimPlan::num_moves)
@@ -331,8 +343,8 @@ void BindCache(py::module_& m) {
       .def("__bool__", [](const ReclaimPlan& p) { return !p.empty(); })
       .def("__repr__", [](const ReclaimPlan& p) {
         return "<ReclaimPlan " + std::to_string(p.seqs.size()) + " seqs, " +
-               std::to_string(p.num_moves) + " moves, frees " +
-               std::to_string(p.blocks_freed()) + " blocks>";
+               std::to_string(p.num_moves) + " moves, frees " + std::to_string(p.blocks_freed()) +
+               " blocks>";
       });
 
   py::class_<VirtualKvCache>(m, "VirtualKvCache",
@@ -355,52 +367,61 @@ void BindCache(py::module_& m) {
       .def_property_readonly("num_groups", &VirtualKvCache::num_groups)
       .def_property_readonly("mode", [](const VirtualKvCache& c) { return ModeName(c.mode()); })
       .def_property_readonly("block_size", &VirtualKvCache::block_size)
-      .def_property_readonly("num_blocks", [](const VirtualKvCache& c) { return c.pool().num_blocks(); })
-      .def_property_readonly("num_slots", [](const VirtualKvCache& c) { return c.pool().num_slots(); })
+      .def_property_readonly("num_blocks",
+                             [](const VirtualKvCache& c) { return c.pool().num_blocks(); })
+      .def_property_readonly("num_slots",
+                             [](const VirtualKvCache& c) { return c.pool().num_slots(); })
       .def_property_readonly("headroom_blocks",
                              [](const VirtualKvCache& c) { return c.pool().headroom_blocks(); })
       .def_property_readonly("num_free_blocks",
                              [](const VirtualKvCache& c) { return c.pool().num_free_blocks(); })
       .def_property_readonly("version", &VirtualKvCache::version)
-      .def("add_sequence", &VirtualKvCache::AddSequence, "Creates an empty sequence; returns its id.")
-      .def("fork_sequence",
-           [](VirtualKvCache& c, SeqId parent, int64_t n) {
-             ForkResult f = Value(c.ForkSequence(parent, n));
-             return py::make_tuple(f.child, CopiesArray(f.copies));
-           },
-           py::arg("parent"), py::arg("num_tokens"),
-           "Returns (child, copies): copies is an (n, 2) array of (src, dst) slots to copy.")
+      .def("add_sequence", &VirtualKvCache::AddSequence,
+           "Creates an empty sequence; returns its id.")
+      .def(
+          "fork_sequence",
+          [](VirtualKvCache& c, SeqId parent, int64_t n) {
+            ForkResult f = Value(c.ForkSequence(parent, n));
+            return py::make_tuple(f.child, CopiesArray(f.copies));
+          },
+          py::arg("parent"), py::arg("num_tokens"),
+          "Returns (child, copies): copies is an (n, 2) array of (src, dst) slots to copy.")
       .def("free_sequence", [](VirtualKvCache& c, SeqId s) { Check(c.FreeSequence(s)); })
-      .def("sync_new_tokens",
-           [](VirtualKvCache& c, SeqId s, int64_t n) { return ToArray(Value(c.SyncNewTokens(s, n))); },
-           py::arg("seq"), py::arg("n"),
-           "Registers n new tokens; returns their slots (int64 array) to write their KV to.")
-      .def("evict_token",
-           [](VirtualKvCache& c, SeqId s, TokenId t, std::optional<int32_t> g) {
-             Check(g ? c.EvictToken(s, *g, t) : c.EvictToken(s, t));
-           },
-           py::arg("seq"), py::arg("token"), py::arg("group") = py::none(),
-           "Evicts the token from one KV group, or (group None) from every group where it lives.")
-      .def("evict_tokens",
-           [](VirtualKvCache& c, SeqId s, const I64Array& tokens, std::optional<int32_t> g) {
-             const int64_t* t = tokens.data();
-             for (py::ssize_t i = 0; i < tokens.size(); ++i) {
-               Check(g ? c.EvictToken(s, *g, t[i]) : c.EvictToken(s, t[i]));
-             }
-           },
-           py::arg("seq"), py::arg("tokens"), py::arg("group") = py::none(),
-           "evict_token for each; stops at the first error (earlier tokens stay evicted).")
+      .def(
+          "sync_new_tokens",
+          [](VirtualKvCache& c, SeqId s, int64_t n) {
+            return ToArray(Value(c.SyncNewTokens(s, n)));
+          },
+          py::arg("seq"), py::arg("n"),
+          "Registers n new tokens; returns their slots (int64 array) to write their KV to.")
+      .def(
+          "evict_token",
+          [](VirtualKvCache& c, SeqId s, TokenId t, std::optional<int32_t> g) {
+            Check(g ? c.EvictToken(s, *g, t) : c.EvictToken(s, t));
+          },
+          py::arg("seq"), py::arg("token"), py::arg("group") = py::none(),
+          "Evicts the token from one KV group, or (group None) from every group where it lives.")
+      .def(
+          "evict_tokens",
+          [](VirtualKvCache& c, SeqId s, const I64Array& tokens, std::optional<int32_t> g) {
+            const int64_t* t = tokens.data();
+            for (py::ssize_t i = 0; i < tokens.size(); ++i) {
+              Check(g ? c.EvictToken(s, *g, t[i]) : c.EvictToken(s, t[i]));
+            }
+          },
+          py::arg("seq"), py::arg("tokens"), py::arg("group") = py::none(),
+          "evict_token for each; stops at the first error (earlier tokens stay evicted).")
       .def("begin_relocation",
            [](VirtualKvCache& c, const ReclaimPlan& p) { return Value(c.BeginRelocation(p)); })
-      .def("apply_moves",
-           [](VirtualKvCache& c, SeqId s, const I64Array& moves, int32_t group) {
-             std::vector<Move> mv = MovesFrom(moves);
-             Check(c.ApplyMoves(s, mv, group));
-           },
-           py::arg("seq"), py::arg("moves"), py::arg("group") = 0)
-      .def("live_moves", [](const VirtualKvCache& c, const SeqRelocation& r) {
-        return MovesArray(c.LiveMoves(r));
-      })
+      .def(
+          "apply_moves",
+          [](VirtualKvCache& c, SeqId s, const I64Array& moves, int32_t group) {
+            std::vector<Move> mv = MovesFrom(moves);
+            Check(c.ApplyMoves(s, mv, group));
+          },
+          py::arg("seq"), py::arg("moves"), py::arg("group") = 0)
+      .def("live_moves", [](const VirtualKvCache& c,
+                            const SeqRelocation& r) { return MovesArray(c.LiveMoves(r)); })
       .def("complete_relocation",
            [](VirtualKvCache& c, uint64_t id) { Check(c.CompleteRelocation(id)); })
       .def("is_slot_pending", &VirtualKvCache::IsSlotPending)
@@ -423,29 +444,33 @@ void BindCache(py::module_& m) {
              if (!c.HasSequence(s)) Throw(NotFoundError("unknown sequence " + std::to_string(s)));
              return c.num_blocks_held(s);
            })
-      .def("live_slots",
-           [](const VirtualKvCache& c, SeqId s, int32_t g) {
-             CheckSeqGroup(c, s, g);
-             return ToArray(c.LiveSlots(s, g));
-           },
-           py::arg("seq"), py::arg("group") = 0,
-           "Slots of the group's live tokens in logical order (what attention reads), int64 array.")
-      .def("live_tokens",
-           [](const VirtualKvCache& c, SeqId s, int32_t g) {
-             CheckSeqGroup(c, s, g);
-             return ToArray(c.table(s, g).LiveTokens());
-           },
-           py::arg("seq"), py::arg("group") = 0,
-           "Logical ids (= RoPE positions) of the group's live tokens, increasing, int64 array.")
-      .def("ideal_blocks",
-           [](const VirtualKvCache& c, SeqId s) {
-             CheckSeqGroup(c, s, 0);
-             return c.IdealBlocks(s);
-           },
-           "Sum over the sequence's groups of ceil(live / block_size).")
+      .def(
+          "live_slots",
+          [](const VirtualKvCache& c, SeqId s, int32_t g) {
+            CheckSeqGroup(c, s, g);
+            return ToArray(c.LiveSlots(s, g));
+          },
+          py::arg("seq"), py::arg("group") = 0,
+          "Slots of the group's live tokens in logical order (what attention reads), int64 array.")
+      .def(
+          "live_tokens",
+          [](const VirtualKvCache& c, SeqId s, int32_t g) {
+            CheckSeqGroup(c, s, g);
+            return ToArray(c.table(s, g).LiveTokens());
+          },
+          py::arg("seq"), py::arg("group") = 0,
+          "Logical ids (= RoPE positions) of the group's live tokens, increasing, int64 array.")
+      .def(
+          "ideal_blocks",
+          [](const VirtualKvCache& c, SeqId s) {
+            CheckSeqGroup(c, s, 0);
+            return c.IdealBlocks(s);
+          },
+          "Sum over the sequence's groups of ceil(live / block_size).")
       .def("blocks_needed_for", &VirtualKvCache::BlocksNeededFor)
-      .def("stats", [](const VirtualKvCache& c) { return FragStatsDict(c.Stats()); },
-           "Fragmentation figures (docs/METRICS.md) as a dict.")
+      .def(
+          "stats", [](const VirtualKvCache& c) { return FragStatsDict(c.Stats()); },
+          "Fragmentation figures (docs/METRICS.md) as a dict.")
       .def("check_invariants", [](const VirtualKvCache& c) { Check(c.CheckInvariants()); });
 
   py::class_<ReclaimPlanner>(m, "ReclaimPlanner", "Which sparse blocks to repack (pure).")
@@ -463,13 +488,11 @@ void BindCache(py::module_& m) {
            py::arg("frag_threshold") = ReclaimOptions{}.frag_threshold,
            py::arg("low_watermark") = ReclaimOptions{}.low_watermark,
            py::arg("max_moves_per_step") = ReclaimOptions{}.max_moves_per_step)
-      .def("triggered",
-           [](const ReclaimPlanner& p, const VirtualKvCache& c) {
-             return p.Triggered(c.PoolSnapshot());
-           })
-      .def("plan", [](const ReclaimPlanner& p, const VirtualKvCache& c) {
-        return c.PlanReclaim(p);
-      }, "The plan for the cache's current state (empty when not triggered or nothing pays).");
+      .def("triggered", [](const ReclaimPlanner& p,
+                           const VirtualKvCache& c) { return p.Triggered(c.PoolSnapshot()); })
+      .def(
+          "plan", [](const ReclaimPlanner& p, const VirtualKvCache& c) { return c.PlanReclaim(p); },
+          "The plan for the cache's current state (empty when not triggered or nothing pays).");
 }
 
 void BindPolicies(py::module_& m) {
@@ -557,8 +580,8 @@ void BindCheck(py::module_& m) {
         o.seed = seed;
         o.steps = steps;
         o.mode = ModeFrom(mode);
-        o.pool = {.num_blocks = num_blocks, .block_size = block_size,
-                  .headroom_blocks = headroom_blocks};
+        o.pool = {
+            .num_blocks = num_blocks, .block_size = block_size, .headroom_blocks = headroom_blocks};
         o.reclaim.trigger = Value(ParseTrigger(trigger));
         return CheckReportDict(Value(RunCheck(o)));
       },
@@ -566,10 +589,13 @@ void BindCheck(py::module_& m) {
       py::arg("num_blocks") = 64, py::arg("block_size") = 16, py::arg("headroom_blocks") = 8,
       py::arg("trigger") = "always",
       "lib/core's RunCheck (what `vtoken-cli check` runs, host copies); returns its report.");
-  m.def("split_mix64", [](uint64_t state) {
-    const uint64_t v = SplitMix64(state);
-    return py::make_tuple(v, state);
-  }, "One step of the check harness's random source: returns (value, new state).");
+  m.def(
+      "split_mix64",
+      [](uint64_t state) {
+        const uint64_t v = SplitMix64(state);
+        return py::make_tuple(v, state);
+      },
+      "One step of the check harness's random source: returns (value, new state).");
 }
 
 }  // namespace

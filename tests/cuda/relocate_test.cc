@@ -207,9 +207,9 @@ TEST(CudaCopyEngineTest, FenceConsumerOrdersAComputeKernelAfterADelayedCopy) {
     const int64_t dst = 40;
     ASSERT_TRUE(slot->CopyFromHost(&dst, sizeof(dst)).ok());
     e.Wait(e.Submit({{6, 41}}));
-    ASSERT_TRUE(HashTokenRows(device.view, slot->as<int64_t>(), 1, hash->as<uint64_t>(),
-                              compute->get())
-                    .ok());
+    ASSERT_TRUE(
+        HashTokenRows(device.view, slot->as<int64_t>(), 1, hash->as<uint64_t>(), compute->get())
+            .ok());
     ASSERT_TRUE(compute->Synchronize().ok());
     ASSERT_TRUE(SpinStream(e.copy_stream(), 200000).ok());  // The copy starts 200 ms from now.
     const CopyTicket ticket = e.Submit({{5, 40}});
@@ -217,9 +217,9 @@ TEST(CudaCopyEngineTest, FenceConsumerOrdersAComputeKernelAfterADelayedCopy) {
       EXPECT_TRUE(e.FenceConsumer(ticket));
       EXPECT_FALSE(e.Poll(ticket));  // The host did not wait for the copy.
     }
-    ASSERT_TRUE(HashTokenRows(device.view, slot->as<int64_t>(), 1, hash->as<uint64_t>(),
-                              compute->get())
-                    .ok());
+    ASSERT_TRUE(
+        HashTokenRows(device.view, slot->as<int64_t>(), 1, hash->as<uint64_t>(), compute->get())
+            .ok());
     ASSERT_TRUE(compute->Synchronize().ok());
     uint64_t seen = 0;
     ASSERT_TRUE(hash->CopyToHost(&seen, sizeof(seen)).ok());

@@ -1,7 +1,6 @@
 // The emulator's scheduler (cuda_emu.h): blocks one after another, a block's threads as fibers
 // on the calling OS thread, switched only at synchronization points.
 #include "tests/cuda_emu/cuda_emu.h"
-#include "tests/cuda_emu/emu_launches.h"
 
 #include <sys/mman.h>
 
@@ -13,6 +12,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "tests/cuda_emu/emu_launches.h"
 
 #if !defined(__x86_64__) || defined(VTOKEN_EMU_UCONTEXT)
 #include <ucontext.h>

@@ -28,10 +28,11 @@ TEST_P(StaticDecodeEmuTest, TheKernelPathMatchesForwardPagedStepByStep) {
                                 test_configs::SmallConfig().num_hidden_layers));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Granularities, StaticDecodeEmuTest,
-    ::testing::Values(Case{Granularity::kToken, true}, Case{Granularity::kToken, false},
-                      Case{Granularity::kLayer, true}, Case{Granularity::kHead, true}));
+INSTANTIATE_TEST_SUITE_P(Granularities, StaticDecodeEmuTest,
+                         ::testing::Values(Case{Granularity::kToken, true},
+                                           Case{Granularity::kToken, false},
+                                           Case{Granularity::kLayer, true},
+                                           Case{Granularity::kHead, true}));
 
 }  // namespace
 }  // namespace vtoken::model

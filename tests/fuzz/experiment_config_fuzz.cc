@@ -14,9 +14,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   StatusOr<cli::ExperimentConfig> c = cli::LoadExperimentConfig(path, {});
   if (!c.ok()) return 0;
   if (c->resolved_toml.size() != c->modes.size()) fuzz::Fail("one resolved config per mode");
-  const std::string again_path = fuzz::WriteInput(
-      reinterpret_cast<const uint8_t*>(c->resolved_toml[0].data()), c->resolved_toml[0].size(),
-      ".resolved.toml");
+  const std::string again_path =
+      fuzz::WriteInput(reinterpret_cast<const uint8_t*>(c->resolved_toml[0].data()),
+                       c->resolved_toml[0].size(), ".resolved.toml");
   StatusOr<cli::ExperimentConfig> again = cli::LoadExperimentConfig(again_path, {});
   if (!again.ok()) fuzz::Fail("resolved config rejected: " + again.status().message());
   if (again->resolved_toml[0] != c->resolved_toml[0]) fuzz::Fail("resolved config not stable");

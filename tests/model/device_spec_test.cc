@@ -22,8 +22,8 @@ TEST(DeviceSpecTest, ParsesCpuCudaAndCudaN) {
 }
 
 TEST(DeviceSpecTest, RejectsOtherNames) {
-  for (const char* bad : {"", "tpu", "CPU", "cuda:", "cuda:x", "cuda:-1", "cuda:1000", "cuda:1 ",
-                          "cuda0", "mps"}) {
+  for (const char* bad :
+       {"", "tpu", "CPU", "cuda:", "cuda:x", "cuda:-1", "cuda:1000", "cuda:1 ", "cuda0", "mps"}) {
     StatusOr<DeviceSpec> d = ParseDeviceSpec(bad);
     ASSERT_FALSE(d.ok()) << bad;
     EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument);

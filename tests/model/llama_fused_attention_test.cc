@@ -87,8 +87,8 @@ TEST_P(FusedAttentionTest, MatchesTheTorchReference) {
   const LlamaModel fused = Model(c, seed, true), reference = Model(c, seed, false);
   // One batch: a prefill with no context, a decode over a long context, a prefill chunk over a
   // context, a one-token context, a decode without context.
-  const std::vector<std::pair<int64_t, int64_t>> shapes = {{0, 5}, {700, 1}, {33, 17}, {1, 1},
-                                                           {0, 1}};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {0, 5}, {700, 1}, {33, 17}, {1, 1}, {0, 1}};
   int64_t next_block = 0;
   std::vector<PagedSeqInput> inputs;
   for (const auto& [ctx, n] : shapes) {
@@ -135,9 +135,8 @@ TEST_P(FusedAttentionTest, MatchesTheTorchReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(GqaAndBlocks, FusedAttentionTest,
-                         ::testing::Values(Case{4, 4, 8, 1}, Case{4, 2, 16, 3},
-                                           Case{6, 3, 10, 7}, Case{8, 1, 64, 17},
-                                           Case{3, 1, 64, 16}));
+                         ::testing::Values(Case{4, 4, 8, 1}, Case{4, 2, 16, 3}, Case{6, 3, 10, 7},
+                                           Case{8, 1, 64, 17}, Case{3, 1, 64, 16}));
 
 // The step's threads (torch's pool and the fused step's CpuPool, sized together) split output
 // features and sequences, never a sum: the logits, signals and K/V are the same bits on 1 and 3
@@ -325,8 +324,8 @@ TEST_P(SlidingWindowTest, MatchesDenseWithAWindowMaskAfterEvictions) {
   auto dense = m.ForwardDense(
       torch::tensor(std::vector<int64_t>(tokens.begin(), tokens.end())).unsqueeze(0), visible)[0];
   for (int64_t i = prefill - 1; i < length; ++i) {
-    const double err = (logits[i] - dense[i]).abs().max().item<double>() /
-                       dense[i].abs().max().item<double>();
+    const double err =
+        (logits[i] - dense[i]).abs().max().item<double>() / dense[i].abs().max().item<double>();
     EXPECT_LT(err, 1e-5) << "position " << i;
   }
   // Without context positions a windowed model refuses the step.

@@ -59,10 +59,11 @@ TEST_P(StaticDecodeTest, MatchesForwardPagedStepByStep) {
   test_configs::ExpectStaticStepMatchesForwardPaged(GetParam());
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Granularities, StaticDecodeTest,
-    ::testing::Values(Case{Granularity::kToken, true}, Case{Granularity::kToken, false},
-                      Case{Granularity::kLayer, true}, Case{Granularity::kHead, true}));
+INSTANTIATE_TEST_SUITE_P(Granularities, StaticDecodeTest,
+                         ::testing::Values(Case{Granularity::kToken, true},
+                                           Case{Granularity::kToken, false},
+                                           Case{Granularity::kLayer, true},
+                                           Case{Granularity::kHead, true}));
 
 // On a CUDA device, with a libtorch built with CUDA (else skipped; scripts/device-check.sh runs
 // these): the captured graphs' replays against the same static step run eagerly (the same
@@ -120,12 +121,11 @@ TEST_P(StaticDecodeCudaTest, GraphReplaysEqualTheEagerStaticStep) {
 #endif
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    GranularitiesAndDtypes, StaticDecodeCudaTest,
-    ::testing::Combine(::testing::Values(Case{Granularity::kToken, true},
-                                         Case{Granularity::kHead, true},
-                                         Case{Granularity::kToken, false}),
-                       ::testing::Values(torch::kFloat32, torch::kBFloat16)));
+INSTANTIATE_TEST_SUITE_P(GranularitiesAndDtypes, StaticDecodeCudaTest,
+                         ::testing::Combine(::testing::Values(Case{Granularity::kToken, true},
+                                                              Case{Granularity::kHead, true},
+                                                              Case{Granularity::kToken, false}),
+                                            ::testing::Values(torch::kFloat32, torch::kBFloat16)));
 
 // LogitsOut: every decode step of the scenario runs on two stores from one prefill, once asking
 // for every row's logits and once with per-sequence modes (all kArgMax: only the argmax comes
@@ -364,9 +364,9 @@ StatusOr<EngineRun> RunEngine(Mode mode, DecodeMode decode,
   engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 96, 64);
   o.sampling = sampling;
   VTOKEN_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::RandomInit(SmallConfig(), 3, options));
-  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaRunner> runner,
-                          LlamaRunner::Create(std::move(m), {.num_slots = 96 * 16,
-                                                             .decode = decode}));
+  VTOKEN_ASSIGN_OR_RETURN(
+      std::unique_ptr<LlamaRunner> runner,
+      LlamaRunner::Create(std::move(m), {.num_slots = 96 * 16, .decode = decode}));
   EXPECT_EQ(runner->num_slots(), 96 * 16);
   VTOKEN_ASSIGN_OR_RETURN(engine::EngineResult result, engine::RunEngine(o, *runner, requests));
   return EngineRun{std::move(result), runner->decode_stats()};
@@ -440,8 +440,7 @@ TEST(StaticDecodeEngineTest, CudaGraphsOnTheCpuAreRefusedWithTheReason) {
       LlamaRunner::Create(std::move(*m), {.num_slots = 64, .decode = DecodeMode::kCudaGraphs});
   ASSERT_FALSE(runner.ok());
   EXPECT_EQ(runner.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(runner.status().message().find("CUDA"), std::string::npos)
-      << runner.status().message();
+  EXPECT_NE(runner.status().message().find("CUDA"), std::string::npos) << runner.status().message();
 }
 
 TEST(StaticDecodeEngineTest, TheScratchSlotIsNotTheCallers) {

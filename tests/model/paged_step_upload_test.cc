@@ -3,13 +3,13 @@
 // values when it runs (so later changes to a source do not leak into a sent tensor). The device
 // side is CudaAttentionTest's (llama_cuda_attention_test.cc): every ForwardPaged step on CUDA
 // reads its inputs from one Send.
-#include "lib/model/step_upload.h"
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <cstring>
 #include <vector>
+
+#include "lib/model/step_upload.h"
 
 namespace vtoken::model::internal {
 namespace {

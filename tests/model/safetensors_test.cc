@@ -284,10 +284,9 @@ TEST_F(SafetensorsTest, GapBetweenTensors) {
 }
 
 TEST_F(SafetensorsTest, ToleratedGapsAreKeptAsTheLayoutError) {
-  const std::string path =
-      WriteRaw(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+  const std::string path = WriteRaw(R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                    "b": {"dtype": "F32", "shape": [2], "data_offsets": [12, 20]}})",
-               23);
+                                    23);
   StatusOr<SafetensorsFile> f = SafetensorsFile::Open(path, /*tolerate_gaps=*/true);
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_EQ(f->tensors().size(), 2u);

@@ -89,7 +89,8 @@ class ReferenceSampler {
     size_t kept_count = n;
     double kept = total;
     if (top_p_ < 1) {
-      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int32_t a, int32_t b) { return p[a] > p[b]; });
       kept_count = 0;
       kept = 0;
       while (kept_count < n && (kept_count == 0 || kept < top_p_ * total)) {

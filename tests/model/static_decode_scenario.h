@@ -49,10 +49,10 @@ class Scenario {
 
   Scenario(const ModelConfig& config, Case param, uint64_t seed)
       : config_(config), param_(param), rng_(seed) {
-    groups_ = param.granularity == Granularity::kToken   ? 1
-              : param.granularity == Granularity::kLayer ? config.num_hidden_layers
-                                                         : config.num_hidden_layers *
-                                                               config.num_key_value_heads;
+    groups_ = param.granularity == Granularity::kToken ? 1
+              : param.granularity == Granularity::kLayer
+                  ? config.num_hidden_layers
+                  : config.num_hidden_layers * config.num_key_value_heads;
     int64_t per_group = 0;
     for (int64_t len : lengths_) {
       base_.push_back(per_group);
@@ -115,13 +115,13 @@ class Scenario {
   std::vector<int64_t> base_, order_, ctx_;
 };
 
-using StepFn = std::function<StatusOr<std::vector<PagedSeqOutput>>(
-    const std::vector<PagedSeqInput>&)>;
+using StepFn =
+    std::function<StatusOr<std::vector<PagedSeqOutput>>(const std::vector<PagedSeqInput>&)>;
 
 // Runs the scenario's decode steps through `want` and `got` (both stores already prefilled) and
 // compares every output; returns the largest logit difference seen.
-inline float CompareDecodeSteps(Scenario& scenario, const StepFn& want_step,
-                                const StepFn& got_step, float logit_tolerance) {
+inline float CompareDecodeSteps(Scenario& scenario, const StepFn& want_step, const StepFn& got_step,
+                                float logit_tolerance) {
   float worst = 0;
   for (int64_t s = 0; s < Scenario::kSteps; ++s) {
     const std::vector<PagedSeqInput> decode = scenario.Decode(s);
@@ -148,7 +148,6 @@ inline float CompareDecodeSteps(Scenario& scenario, const StepFn& want_step,
   }
   return worst;
 }
-
 
 // ForwardPaged on one store against StaticDecode on a second one with a scratch slot, from the
 // same prefill: logits, signals, the K/V written, the step's statistics.

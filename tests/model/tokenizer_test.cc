@@ -409,7 +409,7 @@ TEST_F(TokenizerTest, PromptBosFollowsThePostProcessor) {
   {
     SCOPED_TRACE("no post_processor (Qwen2 style): no BOS whatever config.json says");
     Tokenizer tok = LoadJson(json);
-    EXPECT_EQ(tok.bos_id(), kBos);  // The token exists (by name) ...
+    EXPECT_EQ(tok.bos_id(), kBos);                   // The token exists (by name) ...
     EXPECT_EQ(tok.template_bos_id(), std::nullopt);  // ... but nothing prepends it.
     EXPECT_EQ(PromptBosId(&tok, with_bos), std::nullopt);
   }
@@ -429,13 +429,11 @@ TEST_F(TokenizerTest, PromptBosFollowsThePostProcessor) {
   }
   {
     SCOPED_TRACE("TemplateProcessing that starts with the sequence: no BOS");
-    json["post_processor"] = {
-        {"type", "TemplateProcessing"},
-        {"single",
-         {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
-          {{"SpecialToken", {{"id", "<|end_of_text|>"}, {"type_id", 0}}}}}}};
-    EXPECT_EQ(PromptBosId(&static_cast<const Tokenizer&>(LoadJson(json)), with_bos),
-              std::nullopt);
+    json["post_processor"] = {{"type", "TemplateProcessing"},
+                              {"single",
+                               {{{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                {{"SpecialToken", {{"id", "<|end_of_text|>"}, {"type_id", 0}}}}}}};
+    EXPECT_EQ(PromptBosId(&static_cast<const Tokenizer&>(LoadJson(json)), with_bos), std::nullopt);
   }
   {
     SCOPED_TRACE("RobertaProcessing: its cls token");
@@ -447,8 +445,7 @@ TEST_F(TokenizerTest, PromptBosFollowsThePostProcessor) {
     json["post_processor"] = {{"type", "RobertaProcessing"}, {"sep", {"x", 1}}};
     Status s = LoadError(json.dump());
     EXPECT_EQ(s.code(), StatusCode::kDataLoss);
-    EXPECT_NE(s.message().find("post_processor RobertaProcessing needs \"cls\""),
-              std::string::npos)
+    EXPECT_NE(s.message().find("post_processor RobertaProcessing needs \"cls\""), std::string::npos)
         << s.message();
   }
   // Without a tokenizer (synthetic and sim: models) config.json decides.

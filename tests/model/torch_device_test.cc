@@ -40,15 +40,15 @@ TEST(TorchDeviceTest, ParsesCpuAndRejectsMalformedNames) {
 
 TEST(TorchDeviceTest, CudaWithoutADeviceIsFailedPrecondition) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a CUDA device";
-  // The build knows whether it linked a libtorch with CUDA (lib/model/CMakeLists.txt).
+    // The build knows whether it linked a libtorch with CUDA (lib/model/CMakeLists.txt).
 #ifdef VTOKEN_TORCH_CUDA
   const bool cuda_libtorch = true;
 #else
   const bool cuda_libtorch = false;
 #endif
   EXPECT_EQ(LibtorchHasCuda(), cuda_libtorch);
-  const std::string why = cuda_libtorch ? "no GPU is visible to this process"
-                                        : "this libtorch was built without CUDA";
+  const std::string why =
+      cuda_libtorch ? "no GPU is visible to this process" : "this libtorch was built without CUDA";
   for (const std::string name : {"cuda", "cuda:0", "cuda:7"}) {
     StatusOr<torch::Device> d = TorchDevice(name);
     ASSERT_FALSE(d.ok()) << name;
@@ -131,10 +131,10 @@ TEST(TorchDeviceTest, ProbeAgreesWithAForwardOnTheCpu) {
     EXPECT_EQ(probe.ok(), ForwardRuns(o)) << TorchDtypeName(dtype) << ": " << probe.ToString();
     if (probe.ok()) continue;
     EXPECT_EQ(probe.code(), StatusCode::kFailedPrecondition);
-    EXPECT_EQ(probe.message().rfind("dtype " + TorchDtypeName(dtype) +
-                                        " on cpu: not supported by this libtorch (",
-                                    0),
-              0u)
+    EXPECT_EQ(
+        probe.message().rfind(
+            "dtype " + TorchDtypeName(dtype) + " on cpu: not supported by this libtorch (", 0),
+        0u)
         << probe.message();
     EXPECT_EQ(probe.message().find('\n'), std::string::npos) << probe.message();
     // LoadModel refuses it before touching the model (the directory does not exist).
@@ -179,8 +179,8 @@ TEST(TorchDeviceTest, SyntheticWeightsAreSeededOnTheCpu) {
   StatusOr<LlamaModel> m = LlamaModel::RandomInit(SmallConfig(), 11);
   ASSERT_TRUE(m.ok());
   auto gen = at::detail::createCPUGenerator(11);
-  EXPECT_TRUE(torch::equal(Weights(*m)[0], at::normal(0.0, 0.02, {97, 48}, gen,
-                                                      torch::TensorOptions(torch::kFloat32))));
+  EXPECT_TRUE(torch::equal(
+      Weights(*m)[0], at::normal(0.0, 0.02, {97, 48}, gen, torch::TensorOptions(torch::kFloat32))));
 }
 
 TEST(TorchDeviceTest, SyntheticWeightsAreSeededOnCuda) {
@@ -209,8 +209,8 @@ StatusOr<engine::EngineResult> RunMode(Mode mode, const LlamaOptions& options,
   VTOKEN_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::RandomInit(c, 3, options));
   VTOKEN_ASSIGN_OR_RETURN(
       std::unique_ptr<LlamaRunner> runner,
-      LlamaRunner::Create(std::move(m), {.num_slots = int64_t{o.pool.num_blocks} * 7,
-                                         .granularity = granularity}));
+      LlamaRunner::Create(
+          std::move(m), {.num_slots = int64_t{o.pool.num_blocks} * 7, .granularity = granularity}));
   *copy_engine = runner->copy_engine_kind();
   std::vector<engine::Request> requests;
   for (int i = 0; i < 4; ++i) {

@@ -78,9 +78,12 @@ TEST(KvTensorsTest, ScratchSlotsAreAllocatedButNotTheCallers) {
 TEST(KvTensorsTest, SlotsReadOutWriteBackIntoOtherSlotsExactly) {
   for (const Granularity g : {Granularity::kToken, Granularity::kLayer, Granularity::kHead}) {
     for (const torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
-      StatusOr<KvTensors> kv = KvTensors::Create({.num_layers = 3, .num_slots = 16,
-                                                  .num_kv_heads = 2, .head_dim = 4,
-                                                  .dtype = dtype, .granularity = g});
+      StatusOr<KvTensors> kv = KvTensors::Create({.num_layers = 3,
+                                                  .num_slots = 16,
+                                                  .num_kv_heads = 2,
+                                                  .head_dim = 4,
+                                                  .dtype = dtype,
+                                                  .granularity = g});
       ASSERT_TRUE(kv.ok()) << kv.status().ToString();
       torch::manual_seed(7);
       for (const torch::Tensor& t : kv->k_tensors()) t.copy_(torch::randn_like(t));
@@ -112,9 +115,9 @@ StatusOr<engine::EngineResult> RunMode(Mode mode, bool async,
   engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, 96);
   o.sampling = sampling;
   VTOKEN_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::RandomInit(SmallConfig(), 3));
-  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaRunner> runner,
-                          LlamaRunner::Create(std::move(m), {.num_slots = 160 * 16,
-                                                             .async_copies = async}));
+  VTOKEN_ASSIGN_OR_RETURN(
+      std::unique_ptr<LlamaRunner> runner,
+      LlamaRunner::Create(std::move(m), {.num_slots = 160 * 16, .async_copies = async}));
   return engine::RunEngine(o, *runner, requests);
 }
 

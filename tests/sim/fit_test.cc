@@ -54,7 +54,8 @@ StatusOr<SignalTrace> RecordTrace(const ParametricParams& truth, const std::stri
   w.input_max = 1200;
   w.output_min = 60;
   w.output_max = 80;
-  VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::Request> reqs, engine::GenerateWorkload(w, nullptr, 1000));
+  VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::Request> reqs,
+                          engine::GenerateWorkload(w, nullptr, 1000));
   VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<SignalTraceWriter> writer,
                           SignalTraceWriter::Create(path, "sim:test"));
   RecordingRunner rec(*sim, *writer, "naive");
@@ -64,7 +65,8 @@ StatusOr<SignalTrace> RecordTrace(const ParametricParams& truth, const std::stri
 }
 
 TEST(FitTest, RecoversTheParametersOfItsOwnModel) {
-  const std::string path = (std::filesystem::temp_directory_path() / "vtoken_fit_test.trace").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "vtoken_fit_test.trace").string();
   StatusOr<SignalTrace> trace = RecordTrace(Truth(), path);
   ASSERT_TRUE(trace.ok()) << trace.status().ToString();
   std::filesystem::remove(path);
@@ -90,7 +92,8 @@ TEST(FitTest, RecoversTheParametersOfItsOwnModel) {
 
 TEST(FitTest, TooFewDecodeStepsIsAnError) {
   SignalTrace t;
-  t.records.push_back({"naive", 0, 5, 1, {0, 1, 2, 3, 4}, {.2f, .2f, .2f, .2f, .2f}, {1, 1, 1, 1, 1}});
+  t.records.push_back(
+      {"naive", 0, 5, 1, {0, 1, 2, 3, 4}, {.2f, .2f, .2f, .2f, .2f}, {1, 1, 1, 1, 1}});
   EXPECT_EQ(FitParametric(t).status().code(), StatusCode::kFailedPrecondition);
 }
 

@@ -432,10 +432,11 @@ TEST(SignalTraceTest, RoundTripReplayAndErrors) {
   {
     auto w = SignalTraceWriter::Create(path, "sim:test");
     ASSERT_TRUE(w.ok());
-    ASSERT_TRUE((*w)->Append({"naive", 4, 2, 77, {0, 1, 2, 3}, {.1f, .2f, .3f, .4f},
-                              {1, 2, 3, 4}}).ok());
-    ASSERT_TRUE((*w)->Append({"naive", 4, 1, 78, {0, 2, 3, 4}, {.25f, .25f, .25f, .25f},
-                              {1, 3, 4, 5}}).ok());
+    ASSERT_TRUE(
+        (*w)->Append({"naive", 4, 2, 77, {0, 1, 2, 3}, {.1f, .2f, .3f, .4f}, {1, 2, 3, 4}}).ok());
+    ASSERT_TRUE(
+        (*w)->Append({"naive", 4, 1, 78, {0, 2, 3, 4}, {.25f, .25f, .25f, .25f}, {1, 3, 4, 5}})
+            .ok());
     ASSERT_TRUE((*w)->Close().ok());
   }
   StatusOr<SignalTrace> t = ReadSignalTrace(path);
@@ -465,9 +466,7 @@ TEST(SignalTraceTest, RoundTripReplayAndErrors) {
                 .message()
                 .find("position 5 is live here but not in the trace"),
             std::string::npos);
-  EXPECT_EQ(replay.Fill({.request = 9, .positions = unknown, .num_new = 1}, a2, k2)
-                .status()
-                .code(),
+  EXPECT_EQ(replay.Fill({.request = 9, .positions = unknown, .num_new = 1}, a2, k2).status().code(),
             StatusCode::kFailedPrecondition);
   // Truncated and foreign files.
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 3);
@@ -488,8 +487,7 @@ TEST(SimSpecTest, NamesConfigsAndErrors) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->num_hidden_layers, 48);
   EXPECT_EQ(SimModelConfig("sim:gpt-5").status().code(), StatusCode::kNotFound);
-  EXPECT_EQ(SimModelConfig("sim:/nonexistent/config.json").status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(SimModelConfig("sim:/nonexistent/config.json").status().code(), StatusCode::kNotFound);
   SimConfig sim = DefaultSimConfig();
   sim.attention = "trace:/nonexistent.trace";
   EXPECT_EQ(MakeSimRunner("sim:llama-3.1-8b", sim, 1024, false).status().code(),

@@ -84,7 +84,8 @@ StatusOr<Checkpoint> LoadCheckpoint(const std::string& dir) {
   const std::string index = (fs::path(dir) / kIndexFile).string();
   std::error_code ec;
   if (fs::exists(single, ec)) {
-    VTOKEN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(single, /*tolerate_gaps=*/true));
+    VTOKEN_ASSIGN_OR_RETURN(SafetensorsFile file,
+                            SafetensorsFile::Open(single, /*tolerate_gaps=*/true));
     ckpt.files_.push_back(std::move(file));
     // Views are registered only once files_ stops growing; see below.
     for (const TensorView& t : ckpt.files_[0].tensors()) ckpt.tensors_[t.name] = {nullptr, 0};

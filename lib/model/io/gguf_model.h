@@ -65,7 +65,6 @@ class GgufCheckpoint {
   // a name RequiredTensors(config()) does not list.
   Status Read(std::string_view hf_name, std::span<float> out) const;
 
-
  private:
   GgufCheckpoint(GgufFile file, ModelConfig config, bool permuted_qk)
       : file_(std::move(file)), config_(std::move(config)), permuted_qk_(permuted_qk) {}
