@@ -4,7 +4,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -15,8 +14,8 @@ namespace vtoken::cli {
 // An integer in [lo, hi].
 inline CLI::Validator IntIn(int64_t lo, int64_t hi = INT64_MAX) {
   const std::string what = hi == INT64_MAX ? "must be an integer >= " + std::to_string(lo)
-                                           : "must be an integer in [" + std::to_string(lo) +
-                                                 ", " + std::to_string(hi) + "]";
+                                           : "must be an integer in [" + std::to_string(lo) + ", " +
+                                                 std::to_string(hi) + "]";
   return CLI::Validator(
       [lo, hi, what](std::string& text) -> std::string {
         size_t used = 0;
@@ -29,8 +28,8 @@ inline CLI::Validator IntIn(int64_t lo, int64_t hi = INT64_MAX) {
         if (used != text.size() || v < lo || v > hi) return what + ", got " + text;
         return "";
       },
-      hi == INT64_MAX ? "INT>=" + std::to_string(lo) : "INT in [" + std::to_string(lo) + ", " +
-                                                          std::to_string(hi) + "]",
+      hi == INT64_MAX ? "INT>=" + std::to_string(lo)
+                      : "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
       "IntIn");
 }
 
@@ -48,8 +47,8 @@ inline CLI::Validator NumberIn(double lo, double hi, bool lo_open = false) {
         } catch (const std::exception&) {
           return what + ", got '" + text + "'";
         }
-        const bool ok = used == text.size() && std::isfinite(v) && v <= hi &&
-                        (lo_open ? v > lo : v >= lo);
+        const bool ok =
+            used == text.size() && std::isfinite(v) && v <= hi && (lo_open ? v > lo : v >= lo);
         return ok ? "" : what + ", got " + text;
       },
       std::string("NUMBER in ") + range, "NumberIn");

@@ -9,6 +9,7 @@
 #include "apps/vtoken-cli/cli_checks.h"
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/config_keys.h"
+#include "apps/vtoken-cli/key_flags.h"
 #include "apps/vtoken-cli/model_check.h"
 #include "lib/core/budget_allocation.h"
 #include "lib/core/check_harness.h"
@@ -64,18 +65,18 @@ int RunModelCheckCommand(const CheckArgs& args, bool max_prompt_given) {
 std::unique_ptr<PolicyEvictor> MakeEvictor(const CheckArgs& args) {
   StatusOr<const PolicyInfo*> info = FindPolicy(args.policy);
   if (!info.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", info.status().message().c_str());
+    PrintError(info.status());
     return nullptr;
   }
   StatusOr<RawParams> raw = ParseParamAssignments(args.policy, (*info)->params, args.policy_params);
   if (!raw.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", raw.status().message().c_str());
+    PrintError(raw.status());
     return nullptr;
   }
   StatusOr<std::unique_ptr<PolicyEvictor>> evictor =
       PolicyEvictor::Create(args.policy, *raw, args.evictor);
   if (!evictor.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", evictor.status().message().c_str());
+    PrintError(evictor.status());
     return nullptr;
   }
   return std::move(evictor).value();
@@ -84,12 +85,12 @@ std::unique_ptr<PolicyEvictor> MakeEvictor(const CheckArgs& args) {
 int RunCheckCommand(CheckArgs& args) {
   StatusOr<Mode> mode = ParseMode(args.mode);
   if (!mode.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", mode.status().message().c_str());
+    PrintError(mode.status());
     return 2;
   }
   StatusOr<ReclaimOptions::Trigger> trigger = ParseTrigger(args.trigger);
   if (!trigger.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", trigger.status().message().c_str());
+    PrintError(trigger.status());
     return 2;
   }
   StatusOr<Granularity> granularity = ParseGranularity(args.granularity);
@@ -133,9 +134,9 @@ int RunCheckCommand(CheckArgs& args) {
   // The host store is [layers][slots][bytes_per_token]: refuse before allocating it.
   const CheckOptions& opt = args.options;
   const int64_t store_bytes = SaturatingAdd(
-      SaturatingMul(SaturatingMul(opt.num_layers, SaturatingMul(opt.pool.num_blocks,
-                                                                opt.pool.block_size)),
-                    opt.bytes_per_token),
+      SaturatingMul(
+          SaturatingMul(opt.num_layers, SaturatingMul(opt.pool.num_blocks, opt.pool.block_size)),
+          opt.bytes_per_token),
       PoolMetadataBytes(opt.pool.num_blocks, opt.pool.block_size));
   Status fits = CheckMemory(
       store_bytes, "the host KV store (--num-blocks " + std::to_string(opt.pool.num_blocks) +
@@ -143,21 +144,22 @@ int RunCheckCommand(CheckArgs& args) {
                        std::to_string(opt.num_layers) + " x --bytes-per-token " +
                        std::to_string(opt.bytes_per_token) + ")");
   if (!fits.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", fits.message().c_str());
+    PrintError(fits);
     return 2;
   }
   StatusOr<CheckReport> report = RunCheck(args.options, driver.get());
   if (!report.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", report.status().message().c_str());
+    PrintError(report.status());
     return 2;
   }
   const CheckReport& r = *report;
   const CheckOptions& o = args.options;
-  std::printf("vtoken check: seed %llu, mode %s, %s copies, %d blocks x %d slots, headroom %d, "
-              "granularity %s (%d KV groups)\n",
-              static_cast<unsigned long long>(o.seed), ModeName(o.mode),
-              o.async_copies ? "async" : "sync", o.pool.num_blocks, o.pool.block_size,
-              o.pool.headroom_blocks, args.granularity.c_str(), o.num_groups);
+  std::printf(
+      "vtoken check: seed %llu, mode %s, %s copies, %d blocks x %d slots, headroom %d, "
+      "granularity %s (%d KV groups)\n",
+      static_cast<unsigned long long>(o.seed), ModeName(o.mode), o.async_copies ? "async" : "sync",
+      o.pool.num_blocks, o.pool.block_size, o.pool.headroom_blocks, args.granularity.c_str(),
+      o.num_groups);
   std::printf("  steps              %12lld\n", static_cast<long long>(r.steps));
   std::printf("  tokens appended    %12lld\n", static_cast<long long>(r.appended_tokens));
   std::printf("  evictions          %12lld\n", static_cast<long long>(r.evictions));
@@ -202,36 +204,29 @@ CLI::App* SetupCheck(CLI::App& app) {
       "Randomized relocation workload over a host KV store; verifies invariants and "
       "per-token KV hashes; exits 1 on any violation");
   cmd->add_option("--seed", o.seed, "Random seed")->capture_default_str();
-  cmd->add_option("--steps", o.steps, "Operations to run")
-      ->capture_default_str()
-      ->check(IntIn(0));
-  cmd->add_option("--block-size", o.pool.block_size, "Token slots per block")
-      ->capture_default_str()
-      ->check(IntIn(1, 4096));
-  cmd->add_option("--num-blocks", o.pool.num_blocks, "Blocks in the pool")
-      ->capture_default_str()
-      ->check(IntIn(1));
-  cmd->add_option("--headroom", o.pool.headroom_blocks, "Blocks reserved for the reclaimer")
-      ->capture_default_str()
-      ->check(IntIn(0));
+  cmd->add_option("--steps", o.steps, "Operations to run")->capture_default_str()->check(IntIn(0));
+  // Flags that mirror config keys take the key's spelling, help and range (key_flags.h); the
+  // old spellings still work and say so.
+  AddKeyFlag(*cmd, "engine.block_size", o.pool.block_size)->capture_default_str();
+  AddKeyFlag(*cmd, "engine.num_blocks", o.pool.num_blocks)->capture_default_str();
+  AddKeyFlag(*cmd, "engine.headroom_blocks", o.pool.headroom_blocks, "", {"--headroom"})
+      ->capture_default_str();
   cmd->add_option("--mode", args->mode, "native, naive or vtoken")->capture_default_str();
   cmd->add_flag("--async", o.async_copies, "Copy on a worker thread");
   cmd->add_option("--copy-delay-us", o.copy_delay_us,
                   "With --async: stall each copy this long (exercises the read fence)")
       ->capture_default_str()
       ->check(IntIn(0));
-  cmd->add_option("--layers", o.num_layers, "KV layers")
-      ->capture_default_str()
-      ->check(IntIn(1));
-  cmd->add_option("--granularity", args->granularity,
-                  "What one liveness bit covers: token (every layer and head), layer or head; "
-                  "layer and head give each sequence --layers (x --kv-heads) token tables")
+  cmd->add_option("--layers", o.num_layers, "KV layers")->capture_default_str()->check(IntIn(1));
+  AddKeyFlag(*cmd, "cache.granularity", args->granularity)
+      ->description(
+          "What one liveness bit covers: token (every layer and head), layer or head; layer and "
+          "head give each sequence --layers (x --kv-heads) token tables")
       ->capture_default_str();
   cmd->add_option("--kv-heads", args->kv_heads, "KV heads per layer (--granularity head)")
       ->capture_default_str()
       ->check(IntIn(1));
-  cmd->add_option("--budget-allocation", args->allocation,
-                  "With --policy: uniform, pyramid (layer/head) or adaptive (head)")
+  AddKeyFlag(*cmd, "policy.budget_allocation", args->allocation, "With --policy: ")
       ->capture_default_str();
   cmd->add_option("--bytes-per-token", o.bytes_per_token, "KV bytes per token per layer")
       ->capture_default_str()
@@ -244,43 +239,26 @@ CLI::App* SetupCheck(CLI::App& app) {
                   "quarters of the model's context)")
       ->capture_default_str()
       ->check(IntIn(1));
-  cmd->add_option("--trigger", args->trigger, "Reclaim trigger: always or pressure")
+  AddKeyFlag(*cmd, "reclaim.trigger", args->trigger)->capture_default_str();
+  AddKeyFlag(*cmd, "reclaim.frag_threshold", o.reclaim.frag_threshold)->capture_default_str();
+  AddKeyFlag(*cmd, "reclaim.max_moves_per_step", o.reclaim.max_moves_per_step, "", {"--max-moves"})
       ->capture_default_str();
-  // Flags that mirror config keys take the key's spelling and one-line doc (config_keys.h).
-  const ConfigKey& frag = *FindConfigKey("reclaim.frag_threshold");
-  cmd->add_option(frag.FlagName(), o.reclaim.frag_threshold, frag.doc)->capture_default_str();
-  const ConfigKey& moves = *FindConfigKey("reclaim.max_moves_per_step");
-  cmd->add_option(moves.FlagName(), o.reclaim.max_moves_per_step, moves.doc)
-      ->capture_default_str()
-      ->check(IntIn(1));
-  cmd->add_option("--max-moves", o.reclaim.max_moves_per_step,
-                  "Deprecated spelling of " + moves.FlagName())
-      ->check(IntIn(1))
-      ->each([moves](const std::string&) {
-        std::fprintf(stderr, "vtoken-cli: note: --max-moves is deprecated; use %s\n",
-                     moves.FlagName().c_str());
-      });
   cmd->add_option("--policy", args->policy,
                   "Eviction policy choosing the victims (see `vtoken-cli policies`); default: "
                   "uniformly random victims");
   cmd->add_option("--policy-param", args->policy_params, "Policy parameter key=value (repeatable)");
   CLI::Option* budget =
-      cmd->add_option("--budget-tokens", args->evictor.budget_tokens,
-                      "With --policy: live tokens a sequence keeps after an eviction")
+      AddKeyFlag(*cmd, "policy.budget_tokens", args->evictor.budget_tokens, "With --policy: ")
           ->capture_default_str()
           ->check(IntIn(1));
-  cmd->add_option("--keep-ratio", args->evictor.keep_ratio,
-                  "With --policy: budget as a fraction of the prompt, in (0, 1] (instead of "
-                  "--budget-tokens)")
+  AddKeyFlag(*cmd, "policy.keep_ratio", args->evictor.keep_ratio, "With --policy: ")
       ->excludes(budget)
       ->each([args](const std::string&) { args->evictor.budget_tokens = 0; });
-  cmd->add_option("--num-sink", args->evictor.num_sink, "With --policy: first tokens never evicted")
+  AddKeyFlag(*cmd, "policy.num_sink", args->evictor.num_sink, "With --policy: ")
       ->capture_default_str();
-  cmd->add_option("--num-recent", args->evictor.num_recent,
-                  "With --policy: last tokens never evicted")
+  AddKeyFlag(*cmd, "policy.num_recent", args->evictor.num_recent, "With --policy: ")
       ->capture_default_str();
-  cmd->add_option("--evict-interval", args->evictor.evict_interval,
-                  "With --policy: evict every N steps of a sequence")
+  AddKeyFlag(*cmd, "policy.evict_interval", args->evictor.evict_interval, "With --policy: ")
       ->capture_default_str();
   cmd->add_option("--model", args->model,
                   "Run the check on a real model's K/V tensors (a model directory or "
@@ -301,9 +279,8 @@ CLI::App* SetupCheck(CLI::App& app) {
         return;
       }
     }
-    SetExitCode(args->model.empty()
-                    ? RunCheckCommand(*args)
-                    : RunModelCheckCommand(*args, cmd->count("--max-prompt") > 0));
+    SetExitCode(args->model.empty() ? RunCheckCommand(*args)
+                                    : RunModelCheckCommand(*args, cmd->count("--max-prompt") > 0));
   });
   return cmd;
 }

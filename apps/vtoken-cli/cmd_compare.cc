@@ -134,13 +134,13 @@ int RunCompare(const std::string& db, std::vector<int64_t> ids, int64_t last,
   if (ids.empty()) {
     StatusOr<engine::ResultStore> store = engine::ResultStore::OpenReadOnly(db);
     if (!store.ok()) {
-      std::fprintf(stderr, "vtoken-cli: error: %s\n", store.status().message().c_str());
+      PrintError(store.status());
       return 1;
     }
     StatusOr<std::vector<engine::RunRecord>> runs =
         store->ListRuns({.ids = {}, .sweep = sweep, .status = "completed", .last = last});
     if (!runs.ok()) {
-      std::fprintf(stderr, "vtoken-cli: error: %s\n", runs.status().message().c_str());
+      PrintError(runs.status());
       return 1;
     }
     if (runs->empty() && !sweep.empty()) {
@@ -153,7 +153,7 @@ int RunCompare(const std::string& db, std::vector<int64_t> ids, int64_t last,
   }
   Status s = PrintComparison(db, ids);
   if (!s.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", s.message().c_str());
+    PrintError(s);
     return 1;
   }
   return 0;
@@ -219,15 +219,16 @@ Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& r
   // Named in every table: what a block and a budget are (docs/METRICS.md).
   add_row("granularity / allocation", [&](size_t i) {
     return ConfigValue(configs[i], "cache.granularity", "token") + " / " +
-           (runs[i].policy.empty() ? "-"
-                                   : ConfigValue(configs[i], "policy.budget_allocation", "uniform"));
+           (runs[i].policy.empty()
+                ? "-"
+                : ConfigValue(configs[i], "policy.budget_allocation", "uniform"));
   });
   // The mode has its row above, granularity and allocation theirs; every other config key that
   // differs gets one.
   std::vector<const FlatConfig*> config_ptrs;
   for (const FlatConfig& c : configs) config_ptrs.push_back(&c);
-  for (const std::string& key : VaryingKeys(config_ptrs, {"modes", "cache.granularity",
-                                                          "policy.budget_allocation"})) {
+  for (const std::string& key :
+       VaryingKeys(config_ptrs, {"modes", "cache.granularity", "policy.budget_allocation"})) {
     add_row(key, [&](size_t i) { return ConfigValue(configs[i], key); });
   }
   for (const Row& row : kRows) {
@@ -261,9 +262,10 @@ Status PrintComparison(const std::string& db_path, const std::vector<int64_t>& r
     std::printf("\n");
   }
   if (std::any_of(summaries.begin(), summaries.end(), RestoredPrefill)) {
-    std::printf("\nn/a: the run restored its prompts' prefill from an earlier run of the same "
-                "invocation (prefill memo), so its times are not the model's; time it with "
-                "--no-prefill-memo.\n");
+    std::printf(
+        "\nn/a: the run restored its prompts' prefill from an earlier run of the same "
+        "invocation (prefill memo), so its times are not the model's; time it with "
+        "--no-prefill-memo.\n");
   }
   return Status::Ok();
 }

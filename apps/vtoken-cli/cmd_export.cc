@@ -24,96 +24,13 @@
 
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/run_config.h"
+#include "apps/vtoken-cli/table_writer.h"
 #include "lib/engine/result_store.h"
 #include "lib/engine/rouge.h"
 #include "lib/engine/stats.h"
 
 namespace vtoken::cli {
 namespace {
-
-// One value of the output; monostate is "no value" (a NaN figure, a key a run lacks): an empty
-// CSV field, a JSON null.
-using Cell = std::variant<std::monostate, bool, int64_t, double, std::string>;
-
-Cell Number(double v) { return std::isfinite(v) ? Cell(v) : Cell(); }
-
-std::string NumberText(double v) {
-  char buf[32];
-  return std::string(buf, std::to_chars(buf, buf + sizeof(buf), v).ptr);
-}
-
-// A config value as its type: TOML integers, floats and booleans become numbers and booleans in
-// JSON; everything else (strings, arrays) stays text.
-Cell ConfigCell(const std::string& text) {
-  const char* end = text.data() + text.size();
-  int64_t i = 0;
-  if (auto r = std::from_chars(text.data(), end, i); r.ec == std::errc() && r.ptr == end) {
-    return i;
-  }
-  double d = 0;
-  if (auto r = std::from_chars(text.data(), end, d); r.ec == std::errc() && r.ptr == end) {
-    return Number(d);
-  }
-  if (text == "true" || text == "false") return text == "true";
-  return text;
-}
-
-// Writes rows of cells as CSV (RFC 4180: a header line; fields holding a comma, quote or line
-// break are quoted, quotes doubled) or as JSON lines (one object per row, keys in column order).
-class TableWriter {
- public:
-  TableWriter(std::FILE* out, bool csv, std::vector<std::string> columns)
-      : out_(out), csv_(csv), columns_(std::move(columns)) {
-    if (!csv_) return;
-    for (size_t i = 0; i < columns_.size(); ++i) {
-      std::fputs(i ? "," : "", out_);
-      std::fputs(CsvField(columns_[i]).c_str(), out_);
-    }
-    std::fputc('\n', out_);
-  }
-
-  void Write(const std::vector<Cell>& row) {
-    if (csv_) {
-      for (size_t i = 0; i < row.size(); ++i) {
-        std::fputs(i ? "," : "", out_);
-        std::fputs(CsvText(row[i]).c_str(), out_);
-      }
-    } else {
-      nlohmann::ordered_json object = nlohmann::ordered_json::object();
-      for (size_t i = 0; i < row.size(); ++i) object[columns_[i]] = Json(row[i]);
-      // Generated text may hold invalid UTF-8 (a token split mid-character): replace, not throw.
-      std::fputs(object.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
-                 out_);
-    }
-    std::fputc('\n', out_);
-  }
-
- private:
-  static std::string CsvField(const std::string& s) {
-    if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-    std::string out = "\"";
-    for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-    return out + "\"";
-  }
-  static std::string CsvText(const Cell& cell) {
-    if (const auto* b = std::get_if<bool>(&cell)) return *b ? "true" : "false";
-    if (const auto* i = std::get_if<int64_t>(&cell)) return std::to_string(*i);
-    if (const auto* d = std::get_if<double>(&cell)) return NumberText(*d);
-    if (const auto* s = std::get_if<std::string>(&cell)) return CsvField(*s);
-    return "";
-  }
-  static nlohmann::ordered_json Json(const Cell& cell) {
-    if (const auto* b = std::get_if<bool>(&cell)) return *b;
-    if (const auto* i = std::get_if<int64_t>(&cell)) return *i;
-    if (const auto* d = std::get_if<double>(&cell)) return *d;
-    if (const auto* s = std::get_if<std::string>(&cell)) return *s;
-    return nullptr;
-  }
-
-  std::FILE* out_;
-  bool csv_;
-  std::vector<std::string> columns_;
-};
 
 // The value of a stored column as a cell.
 Cell CellOf(const engine::sql::Value& v) {
@@ -178,6 +95,9 @@ const RunColumn kRunColumns[] = {
     {"error", [](const engine::RunRecord& r) -> Cell { return r.error; }},
 };
 
+// Config keys the record columns already carry (mode, policy): one column per fact.
+const std::set<std::string> kRecordKeys = {"modes", "policy.name"};
+
 struct ExportArgs {
   std::string db = "results/vtoken.db";
   std::string sweep;
@@ -239,7 +159,7 @@ Status ExportRuns(const engine::ResultStore& store, const std::vector<engine::Ru
     native.push_back(runs[i].mode == "native");
   }
   // The mode has its own column.
-  const std::vector<std::string> keys = VaryingKeys(config_ptrs, native, {"modes"});
+  const std::vector<std::string> keys = VaryingKeys(config_ptrs, native, kRecordKeys);
   std::vector<std::string> columns;
   for (const RunColumn& c : kRunColumns) columns.push_back(c.name);
   columns.insert(columns.end(), keys.begin(), keys.end());
@@ -291,7 +211,7 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
            [&](size_t i) { return completed[i]->mode + '\0' + completed[i]->sweep; })) {
     const engine::RunRecord& first = *completed[group.front()];
     Point p{first.mode, first.policy, first.sweep, SeedPointConfig(configs[group.front()]),
-            {}, {}, {}};
+            {},         {},           {}};
     for (size_t i : group) {
       p.seeds.push_back(ConfigValue(configs[i], "seed", ""));
       p.ids.push_back(completed[i]->id);
@@ -309,7 +229,7 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
     config_ptrs.push_back(&p.config);
     native.push_back(p.mode == "native");
   }
-  const std::vector<std::string> keys = VaryingKeys(config_ptrs, native, {});
+  const std::vector<std::string> keys = VaryingKeys(config_ptrs, native, kRecordKeys);
   std::vector<std::string> columns = {"mode", "policy", "sweep", "seeds", "seed_values", "run_ids"};
   columns.insert(columns.end(), keys.begin(), keys.end());
   for (const std::string& f : figures) {
@@ -323,8 +243,8 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
       seeds += (i ? " " : "") + p.seeds[i];
       ids += (i ? " " : "") + std::to_string(p.ids[i]);
     }
-    std::vector<Cell> row = {p.mode, p.policy, p.sweep, static_cast<int64_t>(p.ids.size()), seeds,
-                             ids};
+    std::vector<Cell> row = {p.mode, p.policy, p.sweep, static_cast<int64_t>(p.ids.size()),
+                             seeds,  ids};
     for (const std::string& k : keys) {
       auto it = p.config.find(k);
       row.push_back(it == p.config.end() ? Cell() : ConfigCell(it->second));
@@ -499,7 +419,7 @@ CLI::App* SetupExport(CLI::App& app) {
   cmd->add_option("--out", a->out, "Output file (default: stdout)");
   cmd->callback([a] {
     Status s = Export(*a);
-    if (!s.ok()) std::fprintf(stderr, "vtoken-cli: error: %s\n", s.message().c_str());
+    if (!s.ok()) PrintError(s);
     SetExitCode(s.ok() ? 0 : 1);
   });
   return cmd;

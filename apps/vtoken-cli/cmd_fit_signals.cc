@@ -18,7 +18,7 @@ struct FitArgs {
 int RunFit(const FitArgs& a) {
   StatusOr<sim::SignalTrace> trace = sim::ReadSignalTrace(a.trace);
   if (!trace.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", trace.status().message().c_str());
+    PrintError(trace.status());
     return 1;
   }
   StatusOr<sim::FitResult> fit = sim::FitParametric(*trace, a.mode);

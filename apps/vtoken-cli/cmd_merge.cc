@@ -19,13 +19,13 @@ struct MergeArgs {
 int RunMerge(const MergeArgs& a) {
   StatusOr<engine::ResultStore> target = engine::ResultStore::Open(a.into);
   if (!target.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", target.status().message().c_str());
+    PrintError(target.status());
     return 1;
   }
   engine::MergeStats stats;
   Status s = target->MergeInto(a.sources, &stats);
   if (!s.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", s.message().c_str());
+    PrintError(s);
     return 1;
   }
   std::printf("merged %zu database%s into %s: %lld runs copied, %lld skipped (already there)\n",

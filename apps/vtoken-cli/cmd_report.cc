@@ -395,14 +395,16 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
   for (size_t i = 0; i < axes.size(); ++i) std::printf("%s%s", i ? ", " : "", axes[i].c_str());
   std::printf(".\n");
   PrintTable("Memory", runs, axes, kMemory, seeds);
-  std::printf("\nBlocks are token blocks (block_size tokens of every layer's K and V): at layer or "
-              "head granularity a run's group blocks divided by its KV groups, as `compare` "
-              "counts them. Peak blocks include the sources of relocation copies in flight.\n");
+  std::printf(
+      "\nBlocks are token blocks (block_size tokens of every layer's K and V): at layer or "
+      "head granularity a run's group blocks divided by its KV groups, as `compare` "
+      "counts them. Peak blocks include the sources of relocation copies in flight.\n");
   PrintTable("Speed, quality, reclamation cost", runs, axes, kSpeed, seeds);
   if (std::any_of(runs.begin(), runs.end(),
                   [](const ReportRun& r) { return Get(r, "prefill_restored_tokens") > 0; })) {
-    std::printf("\nRuns that restored their prompts' prefill from an earlier run (prefill memo) "
-                "record no request times (-); rerun with --no-prefill-memo to time them.\n");
+    std::printf(
+        "\nRuns that restored their prompts' prefill from an earlier run (prefill memo) "
+        "record no request times (-); rerun with --no-prefill-memo to time them.\n");
   }
   PrintFrontiers(runs, axes);
   std::printf("\n");
@@ -430,7 +432,7 @@ CLI::App* SetupReport(CLI::App& app) {
   cmd->add_flag("--no-figures", a->no_figures, "Print the tables only; do not run plot.py");
   cmd->callback([a] {
     Status s = Report(a->db, a->sweep, a->out, !a->no_figures);
-    if (!s.ok()) std::fprintf(stderr, "vtoken-cli: error: %s\n", s.message().c_str());
+    if (!s.ok()) PrintError(s);
     SetExitCode(s.ok() ? 0 : 1);
   });
   return cmd;

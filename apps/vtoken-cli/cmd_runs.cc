@@ -13,13 +13,13 @@ namespace {
 int RunRuns(const std::string& db, int64_t last, const std::string& sweep) {
   StatusOr<engine::ResultStore> store = engine::ResultStore::OpenReadOnly(db);
   if (!store.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", store.status().message().c_str());
+    PrintError(store.status());
     return 1;
   }
   StatusOr<std::vector<engine::RunRecord>> runs =
       store->ListRuns({.ids = {}, .sweep = sweep, .status = "", .last = last});
   if (!runs.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", runs.status().message().c_str());
+    PrintError(runs.status());
     return 1;
   }
   std::printf("%5s  %-20s  %-11s  %-7s  %-14s  %-16s  %-15s  %s\n", "id", "created", "status",

@@ -66,12 +66,12 @@ StatusOr<std::string> TaskLines(const ExperimentConfig& c) {
 int RunTasks(const TasksArgs& a) {
   StatusOr<ExperimentConfig> config = LoadExperimentConfig(a.config, a.sets);
   if (!config.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", config.status().message().c_str());
+    PrintError(config.status());
     return 2;
   }
   StatusOr<std::string> lines = TaskLines(*config);
   if (!lines.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", lines.status().message().c_str());
+    PrintError(lines.status());
     return 1;
   }
   if (a.out == "-") {

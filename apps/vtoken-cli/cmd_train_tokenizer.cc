@@ -37,12 +37,12 @@ int RunTrainTokenizer(const TrainTokenizerArgs& args) {
   auto start = std::chrono::steady_clock::now();
   auto tokenizer = vtoken::model::TrainByteLevelBpe(corpus, args.vocab_size, args.specials);
   if (!tokenizer.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", tokenizer.status().message().c_str());
+    vtoken::cli::PrintError(tokenizer.status());
     return 1;
   }
   const double train_s = SecondsSince(start);
   if (auto st = tokenizer->Save(args.out); !st.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", st.message().c_str());
+    vtoken::cli::PrintError(st);
     return 1;
   }
 

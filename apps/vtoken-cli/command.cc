@@ -1,8 +1,9 @@
 #include "apps/vtoken-cli/command.h"
 
-#include "apps/vtoken-cli/model_check.h"
-
 #include <algorithm>
+#include <cstdio>
+
+#include "apps/vtoken-cli/model_check.h"
 
 namespace vtoken::cli {
 namespace {
@@ -23,6 +24,10 @@ bool RegisterCommand(std::string name, CommandSetup setup) {
 }
 
 void SetExitCode(int code) { g_exit_code = code; }
+
+void PrintError(const Status& status) {
+  std::fprintf(stderr, "vtoken-cli: error: %s\n", status.message().c_str());
+}
 
 ModelCheckFn& ModelCheckHook() {
   static ModelCheckFn hook = nullptr;

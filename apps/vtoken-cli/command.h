@@ -4,10 +4,11 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 #include <vector>
+
+#include "lib/core/status.h"
 
 namespace vtoken::cli {
 
@@ -24,6 +25,9 @@ struct CommandEntry {
 std::vector<CommandEntry>& Commands();
 
 bool RegisterCommand(std::string name, CommandSetup setup);
+
+// Prints "vtoken-cli: error: MESSAGE" (the status's message, one line) on stderr.
+void PrintError(const Status& status);
 
 // The exit code main() returns after the selected subcommand ran.
 void SetExitCode(int code);

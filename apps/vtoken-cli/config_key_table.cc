@@ -3,6 +3,7 @@
 // config, the docs and the flag spelling follow from the entry.
 #include "apps/vtoken-cli/config_key_builder.h"
 #include "apps/vtoken-cli/config_keys.h"
+#include "lib/core/block_pool.h"
 #include "lib/core/budget_allocation.h"
 #include "lib/core/policy_registry.h"
 #include "lib/core/reclaim_planner.h"
@@ -297,22 +298,26 @@ std::vector<ConfigKey> MakeKeys() {
           "engine.num_blocks",
           [](ExperimentConfig & c) -> auto& { return c.engine.pool.num_blocks; })
           .Unit("blocks")
+          .Range(1, kNone)
           .Doc("blocks in the pool (the block budget); with `engine.gpu_memory_utilization` "
                "derived from it"),
       Field(
           "engine.block_size",
           [](ExperimentConfig & c) -> auto& { return c.engine.pool.block_size; })
           .Unit("slots")
+          .Range(1, kMaxBlockSize)
           .Doc("token slots per block"),
       Field(
           "engine.headroom_blocks",
           [](ExperimentConfig & c) -> auto& { return c.engine.pool.headroom_blocks; })
           .Unit("blocks")
+          .Range(0, kNone)
           .Doc("blocks reserved for the reclaimer's destinations"),
       Field(
           "engine.max_num_seqs",
           [](ExperimentConfig & c) -> auto& { return c.engine.max_num_seqs; })
           .Unit("sequences")
+          .Range(1, kNone)
           .Doc("running sequences at most"),
       Custom(
           "engine.admission", KeyType::kString,
@@ -390,7 +395,7 @@ std::vector<ConfigKey> MakeKeys() {
           "policy.budget_tokens",
           [](ExperimentConfig & c) -> auto& { return c.engine.evictor.budget_tokens; })
           .Unit("tokens")
-          .Range(kNone, engine::kMaxRequestTokens)
+          .Range(0, engine::kMaxRequestTokens)
           .Record(kEvicts)
           .Doc("absolute budget in tokens (exclusive with keep_ratio)"),
       Field(
@@ -405,21 +410,21 @@ std::vector<ConfigKey> MakeKeys() {
           "policy.num_sink",
           [](ExperimentConfig & c) -> auto& { return c.engine.evictor.num_sink; })
           .Unit("tokens")
-          .Range(kNone, engine::kMaxRequestTokens)
+          .Range(0, engine::kMaxRequestTokens)
           .Record(kEvicts)
           .Doc("first tokens never evicted"),
       Field(
           "policy.num_recent",
           [](ExperimentConfig & c) -> auto& { return c.engine.evictor.num_recent; })
           .Unit("tokens")
-          .Range(kNone, engine::kMaxRequestTokens)
+          .Range(0, engine::kMaxRequestTokens)
           .Record(kEvicts)
           .Doc("last tokens never evicted"),
       Field(
           "policy.evict_interval",
           [](ExperimentConfig & c) -> auto& { return c.engine.evictor.evict_interval; })
           .Unit("steps")
-          .Range(kNone, engine::kMaxRequestTokens)
+          .Range(1, engine::kMaxRequestTokens)
           .Record(kEvicts)
           .Doc("evict after prefill, then every N decode steps"),
       Custom(

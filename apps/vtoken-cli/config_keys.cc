@@ -73,9 +73,7 @@ bool IsConfigSection(std::string_view name) {
                      [&](const ConfigKey& k) { return k.name.rfind(prefix, 0) == 0; });
 }
 
-std::string NearestConfigKey(std::string_view name) {
-  std::vector<std::string> known = {"sweep", "sweep.name", "sweep.seeds", "sweep.grid"};
-  for (const ConfigKey& k : ConfigKeys()) known.push_back(k.name);
+std::string NearestName(std::string_view name, const std::vector<std::string>& known) {
   std::string best;
   size_t best_distance = SIZE_MAX;
   for (const std::string& k : known) {
@@ -88,6 +86,32 @@ std::string NearestConfigKey(std::string_view name) {
   return best_distance <= std::max<size_t>(2, name.size() / 3) ? best : "";
 }
 
+std::string NearestConfigKey(std::string_view name) {
+  std::vector<std::string> known = {"sweep", "sweep.name", "sweep.seeds", "sweep.grid"};
+  for (const ConfigKey& k : ConfigKeys()) known.push_back(k.name);
+  return NearestName(name, known);
+}
+
+std::string RangeText(const ConfigKey& key) {
+  if (!key.range_text.empty()) return key.range_text;
+  if (!key.choices.empty()) {
+    std::string text;
+    for (size_t i = 0; i < key.choices.size(); ++i) {
+      text += (i == 0 ? "" : i + 1 == key.choices.size() ? " or " : ", ");
+      text += "\"" + key.choices[i] + "\"";
+    }
+    return text;
+  }
+  const bool has_min = std::isfinite(key.min), has_max = std::isfinite(key.max);
+  if (has_min && has_max) {
+    return std::string("in ") + (key.min_exclusive ? "(" : "[") + NumberText(key.min) + ", " +
+           NumberText(key.max) + (key.max_exclusive ? ")" : "]");
+  }
+  if (has_min) return (key.min_exclusive ? "> " : ">= ") + NumberText(key.min);
+  if (has_max) return (key.max_exclusive ? "< " : "<= ") + NumberText(key.max);
+  return "";
+}
+
 std::string CheckRange(const ConfigKey& key, const KeyValue& value) {
   if (!key.choices.empty()) {
     const std::string* s = std::get_if<std::string>(&value);
@@ -95,13 +119,7 @@ std::string CheckRange(const ConfigKey& key, const KeyValue& value) {
         std::find(key.choices.begin(), key.choices.end(), *s) != key.choices.end()) {
       return "";
     }
-    if (!key.range_text.empty()) return key.range_text;
-    std::string text;
-    for (size_t i = 0; i < key.choices.size(); ++i) {
-      text += (i == 0 ? "" : i + 1 == key.choices.size() ? " or " : ", ");
-      text += "\"" + key.choices[i] + "\"";
-    }
-    return text;
+    return RangeText(key);
   }
   double v;
   if (const int64_t* i = std::get_if<int64_t>(&value)) {
@@ -114,14 +132,8 @@ std::string CheckRange(const ConfigKey& key, const KeyValue& value) {
   const bool low_ok = key.min_exclusive ? v > key.min : v >= key.min;
   const bool high_ok = key.max_exclusive ? v < key.max : v <= key.max;
   if (low_ok && high_ok) return "";
-  if (!key.range_text.empty()) return key.range_text;
-  const bool has_min = std::isfinite(key.min), has_max = std::isfinite(key.max);
-  if (has_min && has_max) {
-    return std::string("in ") + (key.min_exclusive ? "(" : "[") + NumberText(key.min) + ", " +
-           NumberText(key.max) + (key.max_exclusive ? ")" : "]");
-  }
-  if (has_min) return (key.min_exclusive ? "> " : ">= ") + NumberText(key.min);
-  return (key.max_exclusive ? "< " : "<= ") + NumberText(key.max);
+  const std::string range = RangeText(key);
+  return range.empty() ? "a finite number" : range;  // Finite() alone: an infinity
 }
 
 std::string KeyValueText(const KeyValue& value) {
@@ -171,9 +183,8 @@ std::string ConfigKeysMarkdown() {
     if (!k.choices.empty()) {
       range.clear();
       for (const std::string& c : k.choices) range += (range.empty() ? "`" : ", `") + c + "`";
-    } else if (range.empty() && (std::isfinite(k.min) || std::isfinite(k.max))) {
-      // CheckRange names the range of a value outside it; a NaN is outside every range.
-      range = CheckRange(k, std::numeric_limits<double>::quiet_NaN());
+    } else if (range.empty()) {
+      range = RangeText(k);
     }
     const std::string recorded = !k.resolved            ? "never"
                                  : k.record_doc.empty() ? "always"

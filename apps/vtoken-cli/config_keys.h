@@ -76,6 +76,14 @@ bool IsConfigSection(std::string_view name);
 // when none is close enough to be a typo.
 std::string NearestConfigKey(std::string_view name);
 
+// The name of `known` nearest to `name` by edit distance, or "" when none is close enough to be
+// a typo (at most a third of the name's characters differ).
+std::string NearestName(std::string_view name, const std::vector<std::string>& known);
+
+// The key's accepted values as errors, `--help` and the docs say them: "in (0, 1]", ">= 1",
+// "\"reserve\" or \"greedy\"", the key's range_text; "" for a key without a range.
+std::string RangeText(const ConfigKey& key);
+
 // "" when `value` (of the key's type) is in the key's range and choices, else what the value
 // must be ("in (0, 1]", "\"reserve\" or \"greedy\"").
 std::string CheckRange(const ConfigKey& key, const KeyValue& value);

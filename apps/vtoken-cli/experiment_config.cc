@@ -18,7 +18,7 @@
 namespace vtoken::cli {
 namespace {
 
-Status ParseParamTable(const toml::table& t, const std::string& file, const std::string& where,
+Status ParseParamTable(const toml::table& t, const ConfigSource& source, const std::string& where,
                        RawParams& out) {
   for (const auto& [key, node] : t) {
     const std::string k(key.str());
@@ -31,19 +31,37 @@ Status ParseParamTable(const toml::table& t, const std::string& file, const std:
     } else if (auto s = node.value_exact<std::string>()) {
       out[k] = *s;
     } else {
-      return InvalidArgumentError(file + ": key '" + where + k +
-                                  "' must be an integer, number, boolean or string");
+      return source.KeyError(where + k, &node, "must be an integer, number, boolean or string");
     }
   }
   return Status::Ok();
 }
 
+// Parameter `name` of `policy`, given at dotted `key` (`node` its value), against the policy's
+// declaration: an error names the file, the line (or the --set) and the key, and for an unknown
+// name the nearest declared one.
+Status CheckParam(const ConfigSource& source, const std::string& key, const toml::node* node,
+                  const PolicyInfo& policy, const std::string& name, const ParamValue& value) {
+  const Status s = ResolveParams(policy.name, policy.params, {{name, value}}).status();
+  if (s.ok()) return s;
+  std::string what = s.message();
+  std::vector<std::string> names;
+  for (const ParamSpec& spec : policy.params) names.push_back(spec.name);
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    if (const std::string near = NearestName(name, names); !near.empty()) {
+      what += "; did you mean '" + near + "'?";
+    }
+  }
+  return InvalidArgumentError(source.Where(key, node) + ": key '" + key + "': " + what);
+}
+
 // [policy.params]: the running policy's parameters, as plain keys (`decay = 0.9`) or in a table
 // named after a policy (`[policy.params.ema_attention]`) that applies only when that policy
 // runs, so that one config or sweep grid sets the parameters of several policies. The tables of
-// the policies that do not run are checked against their parameters all the same.
-Status ParsePolicyParams(const toml::table* t, const std::string& file, const std::string& policy,
-                         RawParams& out) {
+// the policies that do not run are checked against their parameters all the same; the plain
+// keys against the running policy's (CrossCheck, once the modes are known).
+Status ParsePolicyParams(const toml::table* t, const ConfigSource& source,
+                         const std::string& policy, RawParams& out) {
   if (t == nullptr) return Status::Ok();
   RawParams plain, own;
   for (const auto& [key, node] : *t) {
@@ -53,13 +71,14 @@ Status ParsePolicyParams(const toml::table* t, const std::string& file, const st
     const std::string where = "policy.params." + k + ".";
     StatusOr<const PolicyInfo*> info = FindPolicy(k);
     if (!info.ok()) {
-      return InvalidArgumentError(file + ": table 'policy.params." + k +
+      return InvalidArgumentError(source.Where("policy.params." + k, &node) +
+                                  ": table 'policy.params." + k +
                                   "' is not a policy's: " + info.status().message());
     }
     RawParams values;
-    VTOKEN_RETURN_IF_ERROR(ParseParamTable(*sub, file, where, values));
-    if (Status s = ResolveParams(k, (*info)->params, values).status(); !s.ok()) {
-      return InvalidArgumentError(file + ": table 'policy.params." + k + "': " + s.message());
+    VTOKEN_RETURN_IF_ERROR(ParseParamTable(*sub, source, where, values));
+    for (const auto& [name, value] : values) {
+      VTOKEN_RETURN_IF_ERROR(CheckParam(source, where + name, sub->get(name), **info, name, value));
     }
     if (k == policy) own = std::move(values);
   }
@@ -67,10 +86,11 @@ Status ParsePolicyParams(const toml::table* t, const std::string& file, const st
   for (const auto& [key, node] : *t) {
     if (!node.is_table()) scalars.insert(key, node);
   }
-  VTOKEN_RETURN_IF_ERROR(ParseParamTable(scalars, file, "policy.params.", plain));
+  VTOKEN_RETURN_IF_ERROR(ParseParamTable(scalars, source, "policy.params.", plain));
   for (const auto& [key, value] : own) {
     if (plain.contains(key)) {
-      return InvalidArgumentError(file + ": policy parameter '" + key + "' is given twice, as " +
+      return InvalidArgumentError(source.Where("policy.params." + key, t->get(key)) +
+                                  ": policy parameter '" + key + "' is given twice, as " +
                                   "'policy.params." + key + "' and 'policy.params." + policy + "." +
                                   key + "'");
     }
@@ -168,8 +188,7 @@ Status ApplyKeys(const toml::table& root, const ConfigSource& source, Experiment
     if (key.type == KeyType::kParams) {
       if (!node->is_table()) return source.KeyError(key.name, node, "must be a table");
       RawParams params;
-      VTOKEN_RETURN_IF_ERROR(
-          ParsePolicyParams(node->as_table(), source.file(), c.engine.policy, params));
+      VTOKEN_RETURN_IF_ERROR(ParsePolicyParams(node->as_table(), source, c.engine.policy, params));
       value = std::move(params);
     } else {
       VTOKEN_ASSIGN_OR_RETURN(value, Convert(key, *node, source));
@@ -277,19 +296,31 @@ Status CrossCheck(const toml::table& root, const ConfigSource& source, Experimen
   }
   if (std::find(c.modes.begin(), c.modes.end(), Mode::kNative) == c.modes.end() ||
       c.modes.size() > 1) {
-    VTOKEN_RETURN_IF_ERROR(ValidateEvictorOptions(e.evictor));
+    if (Status valid = ValidateEvictorOptions(e.evictor); !valid.ok()) {
+      return InvalidArgumentError(f + ": policy: " + valid.message());
+    }
+    // The plain [policy.params] keys are the running policy's (its own table's were checked).
+    StatusOr<const PolicyInfo*> info = FindPolicy(e.policy);
+    for (const auto& [name, value] : e.policy_params) {
+      const std::string key = "policy.params." + name;
+      const toml::node* node = Find(root, key);
+      if (!info.ok() || e.indirection_only || node == nullptr || node->is_table()) continue;
+      VTOKEN_RETURN_IF_ERROR(CheckParam(source, key, node, **info, name, value));
+    }
   }
   return Status::Ok();
 }
 
-Status Parse(const toml::table& root, const ConfigSource& source, ExperimentConfig& c) {
+Status Parse(const toml::table& root, const ConfigSource& source, bool check_sweep_points,
+             ExperimentConfig& c) {
   VTOKEN_RETURN_IF_ERROR(CheckKnownKeys(root, "", source));
   VTOKEN_RETURN_IF_ERROR(ApplyKeys(root, source, c));
   const toml::node* sweep = root.get("sweep");
   if (sweep != nullptr && !sweep->is_table())
     return source.KeyError("sweep", sweep, "must be a table");
   c.has_sweep_table = sweep != nullptr;
-  VTOKEN_RETURN_IF_ERROR(ParseSweep(c.has_sweep_table ? sweep->as_table() : nullptr, source, c));
+  VTOKEN_RETURN_IF_ERROR(ParseSweep(c.has_sweep_table ? sweep->as_table() : nullptr, source,
+                                    check_sweep_points, c));
   return CrossCheck(root, source, c);
 }
 
@@ -337,7 +368,8 @@ toml::table ResolvedTable(const ExperimentConfig& config, Mode mode) {
 }  // namespace
 
 StatusOr<ExperimentConfig> LoadExperimentConfig(const std::string& path,
-                                                const std::vector<std::string>& overrides) {
+                                                const std::vector<std::string>& overrides,
+                                                bool check_sweep_points) {
   if (!std::filesystem::exists(path)) return NotFoundError("config file " + path + " not found");
   if (!std::filesystem::is_regular_file(path)) {
     return InvalidArgumentError("config file " + path + " is not a regular file (a directory?)");
@@ -354,7 +386,7 @@ StatusOr<ExperimentConfig> LoadExperimentConfig(const std::string& path,
   ExperimentConfig c;
   c.file = path;
   c.name = std::filesystem::path(path).stem().string();
-  VTOKEN_RETURN_IF_ERROR(Parse(root, source, c));
+  VTOKEN_RETURN_IF_ERROR(Parse(root, source, check_sweep_points, c));
   for (Mode mode : c.modes) {
     std::ostringstream out;
     out << ResolvedTable(c, mode);

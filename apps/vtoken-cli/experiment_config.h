@@ -18,15 +18,15 @@
 namespace vtoken::cli {
 
 struct ExperimentConfig {
-  std::string name;                    // Experiment name (defaults to the file's stem).
-  std::string file;                    // The TOML file it came from.
+  std::string name;  // Experiment name (defaults to the file's stem).
+  std::string file;  // The TOML file it came from.
   // Runs to make, one per mode, native first.
   std::vector<Mode> modes = {Mode::kNative, Mode::kNaive, Mode::kVtoken};
   std::string db = "results/vtoken.db";
   // Model directory, "synthetic:NAME" (real shapes, random weights) or "sim:NAME" (simulated:
   // no weights, lib/sim).
   std::string model = "models/vt-tiny";
-  uint64_t model_seed = 1;             // Seeds synthetic weights.
+  uint64_t model_seed = 1;  // Seeds synthetic weights.
   // [model] device ("cpu", "cuda", "cuda:N") and dtype ("float32", "bfloat16", "float16") of a
   // real or synthetic model's weights, activations and KV store.
   std::string model_device = "cpu";
@@ -40,16 +40,16 @@ struct ExperimentConfig {
   // pool_sizing explains the derivation.
   double gpu_memory_utilization = 0;
   std::string pool_sizing;
-  bool async_copies = true;            // Relocation copies on a worker thread.
+  bool async_copies = true;  // Relocation copies on a worker thread.
   // engine.cuda_graphs: decode steps replay one CUDA graph per batch bucket
   // (model::DecodeMode::kCudaGraphs); needs model.device cuda.
   bool cuda_graphs = false;
   // [cache] granularity: what one liveness bit covers. engine.num_blocks counts blocks of
   // block_size tokens in every layer and head at any granularity (the same KV bytes); a run
-  // splits them into NumKvGroups blocks of one group each (ApplyKvGroups).
+  // splits them into NumKvGroups blocks of one group each (MakeRunSpec, run_spec.h).
   Granularity granularity = Granularity::kToken;
   engine::WorkloadOptions workload;
-  engine::EngineOptions engine;        // `mode` is set per run.
+  engine::EngineOptions engine;  // `mode` is set per run.
   // The [sweep] table, read only by `sweep` (`run` ignores it): `name` (default: the
   // experiment's name), the [sweep.grid] axes (with `seeds`), the [[sweep.exclude]] entries and
   // the [[sweep.add]] points (ExpandSweep). It is not part of the resolved config, so editing
@@ -66,8 +66,12 @@ struct ExperimentConfig {
 
 // Reads `path`, applies `overrides` ("section.key=value", value parsed as a TOML value, or as a
 // string when it does not parse), and validates. Errors name the file and key.
+// `check_sweep_points` = false skips the checks of the [sweep] table's exclusions and added points
+// against the whole grid (CheckPointLists): `sweep` loads the file once with them, then each of
+// its points without (they would cost a grid expansion per point).
 StatusOr<ExperimentConfig> LoadExperimentConfig(const std::string& path,
-                                                const std::vector<std::string>& overrides);
+                                                const std::vector<std::string>& overrides,
+                                                bool check_sweep_points = true);
 
 // The resolved configuration of `config` run in `mode` (need not be one of config.modes): every
 // key with its effective value. config.resolved_toml holds it for each of config.modes.

@@ -1,12 +1,10 @@
 #include "apps/vtoken-cli/run_checks.h"
 
 #include <algorithm>
-#include <climits>
 #include <cstdio>
 #include <filesystem>
 
 #include "lib/core/memory_budget.h"
-#include "lib/core/virtual_kv_cache.h"
 #include "lib/model/io/device_spec.h"
 #include "lib/model/io/model_files.h"
 #include "lib/sim/sim_spec.h"
@@ -39,35 +37,8 @@ StatusOr<model::ModelConfig> PeekModelConfig(const std::string& model) {
   return model::ReadModelConfig(model);
 }
 
-Status SplitPoolIntoKvGroups(engine::EngineOptions& e, Granularity granularity,
-                             const model::ModelConfig& m) {
-  e.evictor.granularity = granularity;
-  e.evictor.num_layers = static_cast<int32_t>(m.num_hidden_layers);
-  e.evictor.num_kv_heads = static_cast<int32_t>(m.num_key_value_heads);
-  const int64_t groups = NumKvGroups(granularity, m.num_hidden_layers, m.num_key_value_heads);
-  const int64_t blocks = SaturatingMul(e.pool.num_blocks, groups);
-  if (blocks > INT32_MAX || groups > kMaxKvGroups) {
-    return InvalidArgumentError(std::to_string(e.pool.num_blocks) + " blocks at granularity " +
-                                GranularityName(granularity) + " are " + std::to_string(blocks) +
-                                " blocks of one KV group (" + std::to_string(groups) +
-                                " groups); at most 2147483647");
-  }
-  e.pool.num_blocks = static_cast<int32_t>(blocks);
-  e.pool.headroom_blocks = static_cast<int32_t>(e.pool.headroom_blocks * groups);
-  // reclaim.max_moves_per_step counts tokens in every layer and head: the same copy bytes.
-  e.reclaim.max_moves_per_step = SaturatingMul(e.reclaim.max_moves_per_step, groups);
-  return Status::Ok();
-}
-
-Status ApplyKvGroups(ExperimentConfig& c, const model::ModelConfig& m) {
-  if (Status s = SplitPoolIntoKvGroups(c.engine, c.granularity, m); !s.ok()) {
-    return InvalidArgumentError(c.file + ": engine.num_blocks: " + s.message());
-  }
-  return Status::Ok();
-}
-
-Status CheckRunMemory(const ExperimentConfig& c, const model::ModelConfig& m,
-                      int64_t available, int64_t device_available) {
+Status CheckRunMemory(const ExperimentConfig& c, const model::ModelConfig& m, int64_t available,
+                      int64_t device_available) {
   const int64_t num_blocks = c.engine.pool.num_blocks, block_size = c.engine.pool.block_size;
   const int64_t slots = SaturatingMul(num_blocks, block_size);
   const bool sim = sim::IsSimSpec(c.model);
@@ -75,9 +46,9 @@ Status CheckRunMemory(const ExperimentConfig& c, const model::ModelConfig& m,
   StatusOr<model::ComputeDtype> dtype = model::ParseComputeDtype(c.model_dtype);
   if (!dtype.ok()) return InvalidArgumentError(c.file + ": model." + dtype.status().message());
   const int64_t dtype_bytes = model::ComputeDtypeBytes(*dtype);
-  const int64_t per_slot =
-      sim ? 8 : SaturatingMul(SaturatingMul(2 * dtype_bytes, m.num_hidden_layers),
-                              SaturatingMul(m.num_key_value_heads, m.head_dim));
+  const int64_t per_slot = sim ? 8
+                               : SaturatingMul(SaturatingMul(2 * dtype_bytes, m.num_hidden_layers),
+                                               SaturatingMul(m.num_key_value_heads, m.head_dim));
   const int64_t store = SaturatingMul(slots, per_slot);
   const int64_t metadata = PoolMetadataBytes(num_blocks, block_size);
   const int64_t weights = sim ? 0 : SaturatingMul(model::ParameterCount(m), dtype_bytes);
@@ -87,9 +58,9 @@ Status CheckRunMemory(const ExperimentConfig& c, const model::ModelConfig& m,
                            " slots x " + std::to_string(per_slot) + " bytes";
   const std::string blocks = c.file + ": engine.num_blocks = " + std::to_string(num_blocks) +
                              ": the KV store (" + pool + (weights > 0 ? ") and weights" : ")");
-  const std::string requests = c.file + ": workload.num_requests = " +
-                               std::to_string(c.workload.num_requests) + ": the requests (" +
-                               FormatBytes(workload) + ")";
+  const std::string requests =
+      c.file + ": workload.num_requests = " + std::to_string(c.workload.num_requests) +
+      ": the requests (" + FormatBytes(workload) + ")";
   if (device_available >= 0) {  // The store and the weights on the GPU, the rest on the host.
     VTOKEN_RETURN_IF_ERROR(CheckMemory(SaturatingAdd(store, weights),
                                        blocks + " on " + c.model_device, device_available));
@@ -109,9 +80,9 @@ Status CheckPolicyAgainstContext(const ExperimentConfig& c, int64_t max_context)
       {"budget_tokens", e.budget_tokens}, {"num_sink", e.num_sink}, {"num_recent", e.num_recent}};
   for (const auto& [key, value] : keys) {
     if (value > max_context) {
-      return InvalidArgumentError(c.file + ": key 'policy." + key + "' = " +
-                                  std::to_string(value) + " exceeds the model's context (" +
-                                  std::to_string(max_context) + " positions)");
+      return InvalidArgumentError(c.file + ": key 'policy." + key + "' = " + std::to_string(value) +
+                                  " exceeds the model's context (" + std::to_string(max_context) +
+                                  " positions)");
     }
   }
   return Status::Ok();
@@ -142,9 +113,8 @@ std::string ProtectionWarning(const ExperimentConfig& c,
                 "policy.num_sink + policy.num_recent = %lld (request %lld: %lld of %lld prompt "
                 "tokens); their protection shrinks to the budget",
                 c.file.c_str(), e.keep_ratio, static_cast<long long>(short_requests),
-                requests.size(), static_cast<long long>(protect),
-                static_cast<long long>(worst_id), static_cast<long long>(worst_budget),
-                static_cast<long long>(worst_prompt));
+                requests.size(), static_cast<long long>(protect), static_cast<long long>(worst_id),
+                static_cast<long long>(worst_budget), static_cast<long long>(worst_prompt));
   return buf;
 }
 

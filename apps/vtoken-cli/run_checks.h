@@ -18,17 +18,6 @@ namespace vtoken::cli {
 // shape of synthetic:NAME and sim:NAME.
 StatusOr<model::ModelConfig> PeekModelConfig(const std::string& model);
 
-// Splits e.pool.num_blocks and e.pool.headroom_blocks (blocks of every layer and head) into
-// NumKvGroups(granularity, m) blocks of one KV group each, scales e.reclaim.max_moves_per_step
-// (token moves) to group-slot moves of the same bytes, and gives the evictor the granularity and
-// the model's layout. InvalidArgument when the split pool would exceed 2^31 - 1 blocks.
-Status SplitPoolIntoKvGroups(engine::EngineOptions& e, Granularity granularity,
-                             const model::ModelConfig& m);
-
-// cache.granularity: SplitPoolIntoKvGroups on the config's engine options; errors name the file
-// and engine.num_blocks.
-Status ApplyKvGroups(ExperimentConfig& c, const model::ModelConfig& m);
-
 // The files every run reads first: the model directory (not for synthetic: / sim: models) and the
 // workload's corpus. NotFound naming the file.
 Status CheckRunFiles(const ExperimentConfig& config);

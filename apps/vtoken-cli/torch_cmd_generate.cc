@@ -7,17 +7,17 @@
 // eviction / relocation counts. The run's figures go to stderr.
 #include <algorithm>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "apps/vtoken-cli/cli_checks.h"
 #include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/config_keys.h"
+#include "apps/vtoken-cli/key_flags.h"
 #include "apps/vtoken-cli/model_threads.h"
-#include "apps/vtoken-cli/run_checks.h"
+#include "apps/vtoken-cli/run_spec.h"
 #include "lib/core/memory_budget.h"
 #include "lib/core/policy_registry.h"
 #include "lib/engine/engine.h"
@@ -198,21 +198,20 @@ int RunGenerate(const GenerateArgs& a) {
                     2 * static_cast<int64_t>(c10::elementSize(options->compute_dtype)) *
                         config->num_hidden_layers),
       config->num_key_value_heads * config->head_dim);
-  if (Status split = SplitPoolIntoKvGroups(o, *granularity, *config); !split.ok()) {
-    return Fail("--granularity " + a.granularity + ": " + split.message());
-  }
+  StatusOr<RunSpec> spec = MakeRunSpec(o, *granularity, &*config, {{o.mode}});
+  if (!spec.ok()) return Fail("--granularity " + a.granularity + ": " + spec.status().message());
   // Host memory; a CUDA device's KV cache is its own.
-  Status fits = options->device.is_cpu()
-                    ? CheckMemory(kv_bytes, "--max-tokens " + std::to_string(a.max_tokens) +
-                                                ": the KV cache")
-                    : Status::Ok();
+  Status fits =
+      options->device.is_cpu()
+          ? CheckMemory(kv_bytes, "--max-tokens " + std::to_string(a.max_tokens) + ": the KV cache")
+          : Status::Ok();
   if (!fits.ok()) return Fail(fits.message());
 
   StatusOr<model::LlamaModel> loaded = model::LoadModel(a.model, a.seed, *options);
   if (!loaded.ok()) return Fail(loaded.status().message());
   StatusOr<std::unique_ptr<model::LlamaRunner>> runner = model::LlamaRunner::Create(
       std::move(*loaded),
-      {.num_slots = int64_t{o.pool.num_blocks} * o.pool.block_size,
+      {.num_slots = spec->num_slots,
        .granularity = *granularity,
        .decode = a.cuda_graphs ? model::DecodeMode::kCudaGraphs : model::DecodeMode::kEager});
   if (!runner.ok()) return Fail(runner.status().message());
@@ -221,7 +220,7 @@ int RunGenerate(const GenerateArgs& a) {
   request.prompt = prompt_text;
   request.prompt_tokens = prompt;
   request.max_tokens = a.max_tokens;
-  StatusOr<engine::EngineResult> result = engine::RunEngine(o, **runner, {request});
+  StatusOr<engine::EngineResult> result = engine::RunEngine(spec->runs[0], **runner, {request});
   if (!result.ok()) return Fail(result.status().message());
   const engine::RequestResult& r = result->requests[0];
   const std::string text = tokenizer->Decode(r.output_tokens, /*skip_special=*/true);
@@ -236,42 +235,42 @@ int RunGenerate(const GenerateArgs& a) {
     }
     std::printf("\n");
   } else {
-    nlohmann::json j = {{"model", a.model},
-                        {"mode", ModeName(o.mode)},
-                        {"device", a.device},
-                        {"dtype", a.dtype},
-                        {"granularity", a.granularity},
-                        {"chat", a.chat},
-                        {"cuda_graphs", a.cuda_graphs},
-                        {"threads", torch::get_num_threads()},
-                        {"kv_groups", result->kv_groups},
-                        {"policy", evicting ? o.policy : ""},
-                        {"prompt_ids", prompt},
-                        {"bos", (*runner)->bos_token_id() ? nlohmann::json(*(*runner)->bos_token_id())
-                                                          : nlohmann::json(nullptr)},
-                        {"output_ids", r.output_tokens},
-                        {"text", text},
-                        {"dropped", dropped},
-                        {"evictions", result->evictions},
-                        {"relocations", result->plans},
-                        {"tokens_moved", result->moves},
-                        {"blocks_reclaimed", result->blocks_reclaimed}};
+    nlohmann::json j = {
+        {"model", a.model},
+        {"mode", ModeName(o.mode)},
+        {"device", a.device},
+        {"dtype", a.dtype},
+        {"granularity", a.granularity},
+        {"chat", a.chat},
+        {"cuda_graphs", a.cuda_graphs},
+        {"threads", torch::get_num_threads()},
+        {"kv_groups", result->kv_groups},
+        {"policy", evicting ? o.policy : ""},
+        {"prompt_ids", prompt},
+        {"bos", (*runner)->bos_token_id() ? nlohmann::json(*(*runner)->bos_token_id())
+                                          : nlohmann::json(nullptr)},
+        {"output_ids", r.output_tokens},
+        {"text", text},
+        {"dropped", dropped},
+        {"evictions", result->evictions},
+        {"relocations", result->plans},
+        {"tokens_moved", result->moves},
+        {"blocks_reclaimed", result->blocks_reclaimed}};
     const std::string out = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::printf("%s\n", out.c_str());
   }
   const char* unit = *granularity == Granularity::kToken ? "tokens" : "group slots";
-  std::fprintf(stderr,
-               "[%s on %s in %s, granularity %s, mode %s%s%s: %zu prompt + %zu generated tokens "
-               "in %.2f s; evicted %lld; relocations %lld moving %lld %s (%lld blocks "
-               "reclaimed); blocks held at end %d for %lld live %s (ideal %lld)]\n",
-               a.model.c_str(), a.device.c_str(), a.dtype.c_str(), a.granularity.c_str(),
-               ModeName(o.mode), evicting ? ", policy " : "", evicting ? o.policy.c_str() : "",
-               prompt.size(), r.output_tokens.size(),
-               result->wall_s, static_cast<long long>(result->evictions),
-               static_cast<long long>(result->plans), static_cast<long long>(result->moves), unit,
-               static_cast<long long>(result->blocks_reclaimed), r.blocks_final,
-               static_cast<long long>(r.live_final), unit,
-               static_cast<long long>(r.ideal_blocks_final));
+  std::fprintf(
+      stderr,
+      "[%s on %s in %s, granularity %s, mode %s%s%s: %zu prompt + %zu generated tokens "
+      "in %.2f s; evicted %lld; relocations %lld moving %lld %s (%lld blocks "
+      "reclaimed); blocks held at end %d for %lld live %s (ideal %lld)]\n",
+      a.model.c_str(), a.device.c_str(), a.dtype.c_str(), a.granularity.c_str(), ModeName(o.mode),
+      evicting ? ", policy " : "", evicting ? o.policy.c_str() : "", prompt.size(),
+      r.output_tokens.size(), result->wall_s, static_cast<long long>(result->evictions),
+      static_cast<long long>(result->plans), static_cast<long long>(result->moves), unit,
+      static_cast<long long>(result->blocks_reclaimed), r.blocks_final,
+      static_cast<long long>(r.live_final), unit, static_cast<long long>(r.ideal_blocks_final));
   return 0;
 }
 
@@ -293,25 +292,14 @@ CLI::App* SetupGenerate(CLI::App& app) {
   cmd->add_option("--policy", a->policy, "Eviction policy (see `vtoken-cli policies`)");
   cmd->add_option("--policy-param", a->policy_params,
                   "With --policy: a policy parameter KEY=VALUE (repeatable)");
-  // Flags that mirror config keys take the key's spelling (config_keys.h); the old spellings
-  // still work and say so.
-  auto key_flag = [&](const char* key, const char* old, auto& target, const std::string& doc,
-                      int64_t min) {
-    const std::string flag = FindConfigKey(key)->FlagName();
-    CLI::Option* o = cmd->add_option(flag, target, doc)->check(IntIn(min, engine::kMaxRequestTokens));
-    cmd->add_option(old, target, "Deprecated spelling of " + flag)
-        ->check(IntIn(min, engine::kMaxRequestTokens))
-        ->excludes(o)
-        ->each([old, flag](const std::string&) {
-          std::fprintf(stderr, "vtoken-cli: note: %s is deprecated; use %s\n", old, flag.c_str());
-        });
-    return o;
-  };
-  key_flag("policy.budget_tokens", "--budget", a->budget, "Live tokens kept per eviction", 1);
-  key_flag("policy.num_sink", "--sink", a->num_sink, "First tokens never evicted", 0)
+  // Flags that mirror config keys take the key's spelling, help and range (key_flags.h); the
+  // old spellings still work and say so.
+  AddKeyFlag(*cmd, "policy.budget_tokens", a->budget, "With --policy: ", {"--budget"})
+      ->check(IntIn(1));
+  AddKeyFlag(*cmd, "policy.num_sink", a->num_sink, "With --policy: ", {"--sink"})
       ->capture_default_str();
-  key_flag("policy.num_recent", "--recent", a->num_recent,
-           "Last tokens never evicted (default min(32, budget/2))", 0);
+  AddKeyFlag(*cmd, "policy.num_recent", a->num_recent, "With --policy: ", {"--recent"})
+      ->description("With --policy: last tokens never evicted (default min(32, budget/2))");
   cmd->add_option("--drop", a->drop,
                   "Evict exactly these positions (comma-separated; BOS is 0) right after "
                   "prefill, RoPE positions kept; instead of --policy/--budget");
@@ -319,31 +307,17 @@ CLI::App* SetupGenerate(CLI::App& app) {
   cmd->add_option("--output", a->output, "text, ids or json")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "ids", "json"}));
-  cmd->add_option("--block-size", a->block_size, "Token slots per KV block")
-      ->capture_default_str()
-      ->check(IntIn(1, 4096));
-  cmd->add_option("--temperature", a->temperature, "0 = greedy")
-      ->capture_default_str()
-      ->check(NumberIn(0, 1e6));
-  cmd->add_option("--top-p", a->top_p, "Nucleus sampling mass")
-      ->capture_default_str()
-      ->check(NumberIn(0, 1, /*lo_open=*/true));
+  AddKeyFlag(*cmd, "engine.block_size", a->block_size)->capture_default_str();
+  AddKeyFlag(*cmd, "sampling.temperature", a->temperature)->capture_default_str();
+  AddKeyFlag(*cmd, "sampling.top_p", a->top_p)->capture_default_str();
   cmd->add_option("--seed", a->seed, "Sampling seed")->capture_default_str();
   cmd->add_flag("!--no-stop-at-eos", a->stop_at_eos, "Keep generating past an EOS token");
-  cmd->add_option("--device", a->device, "cpu, cuda or cuda:N (weights, activations, KV cache)")
-      ->capture_default_str();
-  cmd->add_option("--dtype", a->dtype,
-                  "float32, bfloat16 or float16 (RMSNorm and softmax stay float32)")
-      ->capture_default_str();
-  cmd->add_option("--granularity", a->granularity,
-                  "What one liveness bit covers: token (every layer and head), layer or head "
-                  "(per-layer / per-head eviction and reclamation)")
-      ->capture_default_str();
+  AddKeyFlag(*cmd, "model.device", a->device)->capture_default_str();
+  AddKeyFlag(*cmd, "model.dtype", a->dtype)->capture_default_str();
+  AddKeyFlag(*cmd, "cache.granularity", a->granularity)->capture_default_str();
   cmd->add_flag("--cuda-graphs", a->cuda_graphs,
                 "Decode steps replay CUDA graphs (engine.cuda_graphs; needs --device cuda)");
-  cmd->add_option("--threads", a->threads,
-                  "CPU threads of the model's step (0: every CPU this process may use)")
-      ->capture_default_str();
+  AddKeyFlag(*cmd, "model.threads", a->threads)->capture_default_str();
   cmd->callback([a] { SetExitCode(RunGenerate(*a)); });
   return cmd;
 }

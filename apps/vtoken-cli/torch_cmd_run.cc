@@ -25,20 +25,20 @@ struct RunArgs {
 int RunRun(const RunArgs& a) {
   StatusOr<ExperimentConfig> config = LoadExperimentConfig(a.config, a.sets);
   if (!config.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", config.status().message().c_str());
+    PrintError(config.status());
     return 2;
   }
   const std::string db = a.db.empty() ? config->db : a.db;
   StatusOr<std::unique_ptr<engine::PrefillMemo>> memo = MakeMemo(a.memo);
   if (!memo.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", memo.status().message().c_str());
+    PrintError(memo.status());
     return 2;
   }
   StatusOr<RunOutcome> outcome =
       RunExperiment(*config, db, a.sweep, a.dry_run, a.record_signals,
                     MemoServes(a.memo, config->workload.kind) ? memo->get() : nullptr);
   if (!outcome.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", outcome.status().message().c_str());
+    PrintError(outcome.status());
     // 130 / 143 after SIGINT / SIGTERM, as a shell reports a process the signal ended.
     return InterruptSignal() != 0 ? InterruptExitCode() : 1;
   }
@@ -48,7 +48,7 @@ int RunRun(const RunArgs& a) {
   std::printf(" in %s\n\n", db.c_str());
   Status s = PrintComparison(db, outcome->run_ids);
   if (!s.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: %s\n", s.message().c_str());
+    PrintError(s);
     return 1;
   }
   return 0;

@@ -59,8 +59,8 @@ struct PointPlan {
   // -1. Points that differ only in what a mode does not read (native: [policy] and [reclaim],
   // so native runs once per distinct native config) share one run.
   std::vector<int64_t> same_as;
-  std::vector<Mode> todo;           // modes this invocation runs
-  std::string status = "pending";   // then "skipped" | "done" | "failed"
+  std::vector<Mode> todo;          // modes this invocation runs
+  std::string status = "pending";  // then "skipped" | "done" | "failed"
   std::string error;
 };
 
@@ -253,14 +253,17 @@ int RunSweep(const SweepArgs& a) {
   StatusOr<ExperimentConfig> base = LoadExperimentConfig(a.config, a.sets);
   if (!base.ok()) return fail(base.status().message(), 2);
   if (!base->has_sweep_table) {
-    return fail(a.config + " has no [sweep] table: nothing to sweep (`vtoken-cli run` runs one "
-                           "config)", 2);
+    return fail(a.config +
+                    " has no [sweep] table: nothing to sweep (`vtoken-cli run` runs one "
+                    "config)",
+                2);
   }
   StatusOr<Shard> shard = ParseShard(a.shard);
   if (!shard.ok()) return fail(shard.status().message(), 2);
   if (a.jobs < 1 || a.jobs > kMaxJobs) {
-    return fail("--jobs must be in [1, " + std::to_string(kMaxJobs) + "], got " +
-                    std::to_string(a.jobs), 2);
+    return fail(
+        "--jobs must be in [1, " + std::to_string(kMaxJobs) + "], got " + std::to_string(a.jobs),
+        2);
   }
   for (const std::string& s : a.sets) {
     const std::string key = s.substr(0, s.find('='));
@@ -290,7 +293,9 @@ int RunSweep(const SweepArgs& a) {
   for (const SweepPoint& point : grid) {
     std::vector<std::string> overrides = a.sets;
     overrides.insert(overrides.end(), point.overrides.begin(), point.overrides.end());
-    StatusOr<ExperimentConfig> c = LoadExperimentConfig(a.config, overrides);
+    // The base load checked the exclusions and added points against the whole grid.
+    StatusOr<ExperimentConfig> c =
+        LoadExperimentConfig(a.config, overrides, /*check_sweep_points=*/false);
     Status s = c.ok() ? CheckPoint(*c) : c.status();
     if (!s.ok()) {
       return fail(a.config + ": sweep point " + std::to_string(point.index) + " (" +

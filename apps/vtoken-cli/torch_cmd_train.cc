@@ -177,7 +177,8 @@ int RunTrain(const TrainArgs& a) {
   if (!std::filesystem::exists(tokenizer_dst)) {
     if (tokenizer->template_bos_id() == tokenizer->bos_id()) {
       std::filesystem::copy_file(a.tokenizer, tokenizer_dst, ec);
-      if (ec) return fail("cannot copy tokenizer to " + tokenizer_dst.string() + ": " + ec.message());
+      if (ec)
+        return fail("cannot copy tokenizer to " + tokenizer_dst.string() + ": " + ec.message());
     } else {
       // The model is trained with BOS: its tokenizer's post_processor must add it, so Hugging
       // Face encodes prompts as the workbench does.

@@ -1,7 +1,8 @@
 #include <cstdio>
 
+#include "apps/vtoken-cli/command.h"
 #include "apps/vtoken-cli/model_check.h"
-#include "apps/vtoken-cli/run_checks.h"
+#include "apps/vtoken-cli/run_spec.h"
 #include "lib/engine/engine.h"
 #include "lib/engine/workload.h"
 #include "lib/model/llama_runner.h"
@@ -11,7 +12,7 @@ namespace vtoken::cli {
 namespace {
 
 int Fail(const Status& s) {
-  std::fprintf(stderr, "vtoken-cli: error: %s\n", s.message().c_str());
+  PrintError(s);
   return 2;
 }
 
@@ -61,20 +62,18 @@ int RunModelCheck(const ModelCheckArgs& a) {
   o.verify = true;
   o.seed = a.seed;
   // The pool above counts blocks of every layer and head; layer / head runs split it.
-  if (Status split = SplitPoolIntoKvGroups(o, a.granularity, loaded->config()); !split.ok()) {
-    return Fail(split);
-  }
+  const Mode modes[] = {Mode::kNaive, Mode::kVtoken};
+  StatusOr<RunSpec> spec = MakeRunSpec(o, a.granularity, &loaded->config(), modes);
+  if (!spec.ok()) return Fail(spec.status());
 
   // One runner for both modes: each run writes every KV slot before it reads it.
   StatusOr<std::unique_ptr<model::LlamaRunner>> runner = model::LlamaRunner::Create(
-      std::move(*loaded), {.num_slots = int64_t{o.pool.num_blocks} * o.pool.block_size,
-                           .async_copies = a.async_copies,
-                           .granularity = a.granularity});
+      std::move(*loaded),
+      {.num_slots = spec->num_slots, .async_copies = a.async_copies, .granularity = a.granularity});
   if (!runner.ok()) return Fail(runner.status());
   std::vector<engine::EngineResult> results;
-  for (Mode mode : {Mode::kNaive, Mode::kVtoken}) {
-    o.mode = mode;
-    StatusOr<engine::EngineResult> r = engine::RunEngine(o, **runner, *requests);
+  for (const engine::EngineOptions& run : spec->runs) {
+    StatusOr<engine::EngineResult> r = engine::RunEngine(run, **runner, *requests);
     if (!r.ok()) return Fail(r.status());
     results.push_back(std::move(*r));
   }
@@ -85,15 +84,14 @@ int RunModelCheck(const ModelCheckArgs& a) {
     if (naive.requests[i].output_tokens != vt.requests[i].output_tokens) ++mismatched;
   }
   const int64_t violations = vt.violations + naive.violations + mismatched;
-  std::printf("vtoken check on %s (synthetic workload: random token ids): policy %s, %lld "
-              "requests, %d blocks x %d slots, granularity %s (%d KV groups), %s %s, %s %s "
-              "copies\n",
-              a.model.c_str(), a.policy.c_str(), static_cast<long long>(a.num_requests),
-              o.pool.num_blocks, o.pool.block_size, GranularityName(a.granularity),
-              (*runner)->num_kv_groups(), a.device.c_str(), a.dtype.c_str(),
-              (*runner)->copy_engine_kind(),
-              std::string((*runner)->copy_engine_kind()) == "cuda" || a.async_copies ? "async"
-                                                                                     : "sync");
+  std::printf(
+      "vtoken check on %s (synthetic workload: random token ids): policy %s, %lld "
+      "requests, %d blocks x %d slots, granularity %s (%d KV groups), %s %s, %s %s "
+      "copies\n",
+      a.model.c_str(), a.policy.c_str(), static_cast<long long>(a.num_requests),
+      spec->runs[0].pool.num_blocks, spec->runs[0].pool.block_size, GranularityName(a.granularity),
+      (*runner)->num_kv_groups(), a.device.c_str(), a.dtype.c_str(), (*runner)->copy_engine_kind(),
+      std::string((*runner)->copy_engine_kind()) == "cuda" || a.async_copies ? "async" : "sync");
   std::printf("  steps              %12zu\n", vt.steps.size());
   std::printf("  evictions          %12lld\n", static_cast<long long>(vt.evictions));
   std::printf("  preemptions        %12lld\n", static_cast<long long>(vt.preemptions));

@@ -9,14 +9,14 @@ Status ValidateBlockPoolOptions(const BlockPoolOptions& o) {
   if (o.num_blocks < 1) {
     return InvalidArgumentError("num_blocks must be >= 1, got " + std::to_string(o.num_blocks));
   }
-  if (o.block_size < 1 || o.block_size > 4096) {
-    return InvalidArgumentError("block_size must be in [1, 4096], got " +
-                                std::to_string(o.block_size));
+  if (o.block_size < 1 || o.block_size > kMaxBlockSize) {
+    return InvalidArgumentError("block_size must be in [1, " + std::to_string(kMaxBlockSize) +
+                                "], got " + std::to_string(o.block_size));
   }
   if (int64_t{o.num_blocks} * o.block_size > kMaxSlots) {
-    return InvalidArgumentError("num_blocks x block_size = " +
-                                std::to_string(int64_t{o.num_blocks} * o.block_size) +
-                                " slots, at most " + std::to_string(kMaxSlots));
+    return InvalidArgumentError(
+        "num_blocks x block_size = " + std::to_string(int64_t{o.num_blocks} * o.block_size) +
+        " slots, at most " + std::to_string(kMaxSlots));
   }
   if (o.headroom_blocks < 0 || o.headroom_blocks >= o.num_blocks) {
     return InvalidArgumentError("headroom_blocks must be in [0, num_blocks), got " +
@@ -44,9 +44,9 @@ StatusOr<BlockId> BlockPool::Allocate(SeqId owner, AllocClass alloc_class) {
   const int32_t available =
       alloc_class == AllocClass::kReclaim ? num_free_blocks() : num_allocatable_blocks();
   if (available == 0) {
-    return ResourceExhaustedError(
-        "out of KV blocks: " + std::to_string(num_free_blocks()) + " free, " +
-        std::to_string(options_.headroom_blocks) + " reserved for the reclaimer");
+    return ResourceExhaustedError("out of KV blocks: " + std::to_string(num_free_blocks()) +
+                                  " free, " + std::to_string(options_.headroom_blocks) +
+                                  " reserved for the reclaimer");
   }
   BlockId block = free_list_.back();
   free_list_.pop_back();

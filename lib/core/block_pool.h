@@ -20,11 +20,13 @@ namespace vtoken {
 
 // Slots a pool may have (num_blocks * block_size): token tables keep 31-bit slot indices.
 inline constexpr int64_t kMaxSlots = int64_t{1} << 30;
+// Token slots a block may have.
+inline constexpr int32_t kMaxBlockSize = 4096;
 
 struct BlockPoolOptions {
   // Number of physical blocks in the pool. Must be >= 1.
   int32_t num_blocks = 1024;
-  // Token slots per block. Must be in [1, 4096].
+  // Token slots per block. Must be in [1, kMaxBlockSize].
   int32_t block_size = 16;
   // Free blocks held back for the reclaimer's destination blocks. Must be in [0, num_blocks).
   int32_t headroom_blocks = 0;

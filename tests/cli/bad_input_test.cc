@@ -50,7 +50,8 @@ budget_tokens = 64
 std::string TinyConfig(const std::string& model, const std::string& corpus) {
   return "name = \"tiny\"\nmodes = [\"native\", \"vtoken\"]\n[model]\npath = \"" + model +
          "\"\n[workload]\nkind = \"longbench_like\"\nnum_requests = 2\ninput_min = 20\n"
-         "input_max = 30\noutput_min = 4\noutput_max = 4\ncorpus = \"" + corpus +
+         "input_max = 30\noutput_min = 4\noutput_max = 4\ncorpus = \"" +
+         corpus +
          "\"\n[engine]\nnum_blocks = 64\n[policy]\nkeep_ratio = 0.5\nnum_sink = 2\n"
          "num_recent = 4\n";
 }
@@ -76,8 +77,8 @@ void Write(const std::string& path, const std::string& text) {
 }
 
 std::string Sub(std::string s, const std::string& dir) {
-  for (const auto& [key, value] : {std::pair<std::string, std::string>{"{dir}", dir},
-                                   {"{src}", SourceDir()}}) {
+  for (const auto& [key, value] :
+       {std::pair<std::string, std::string>{"{dir}", dir}, {"{src}", SourceDir()}}) {
     for (size_t at; (at = s.find(key)) != std::string::npos;) s.replace(at, key.size(), value);
   }
   return s;
@@ -112,7 +113,8 @@ void TinyGguf(const std::string& path,
                                        std::vector<model::GgufTensorToWrite>&)>& edit = nullptr) {
   StatusOr<model::Checkpoint> c = model::LoadCheckpoint(SourceDir() + "/models/vt-tiny");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  StatusOr<model::Tokenizer> t = model::Tokenizer::Load(SourceDir() + "/models/vt-tiny/tokenizer.json");
+  StatusOr<model::Tokenizer> t =
+      model::Tokenizer::Load(SourceDir() + "/models/vt-tiny/tokenizer.json");
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   fs::create_directories(fs::path(path).parent_path());
   const std::string plain = path + ".plain";
@@ -199,34 +201,64 @@ std::vector<Case> Cases() {
       {"ConfigIsADirectory", Run("{dir}", {}), "is not a regular file"},
       {"ConfigMissing", Run("{dir}/absent.toml", {}), "absent.toml not found"},
       {"UnknownKey", Sim({"engine.num_blockz=3"}), "unknown key 'engine.num_blockz'"},
-      {"WrongType", Sim({"engine.num_blocks='many'"}), "key 'engine.num_blocks' must be an integer"},
-      {"Int32OutOfRange", Sim({"engine.num_blocks=2147483648"}), "key 'engine.num_blocks' is out of range"},
+      {"WrongType", Sim({"engine.num_blocks='many'"}),
+       "key 'engine.num_blocks' must be an integer"},
+      {"Int32OutOfRange", Sim({"engine.num_blocks=2147483648"}),
+       "key 'engine.num_blocks' is out of range"},
       {"KvStoreTooBig", Sim({"engine.num_blocks=2147483647"}),
-       "key 'engine.num_blocks' = 2147483647 x engine.block_size 16 = 34359738352 slots, more than the 1073741824 a pool can hold"},
-      {"KvStoreTooBigForMemory", Tiny({"engine.num_blocks=60000000"}), "engine.num_blocks = 60000000: the KV store"},
-      {"WorkloadTooBig", Sim({"workload.num_requests=100000000"}), "workload.num_requests = 100000000: the requests"},
+       "key 'engine.num_blocks' = 2147483647 x engine.block_size 16 = 34359738352 slots, more than "
+       "the 1073741824 a pool can hold"},
+      {"KvStoreTooBigForMemory", Tiny({"engine.num_blocks=60000000"}),
+       "engine.num_blocks = 60000000: the KV store"},
+      {"WorkloadTooBig", Sim({"workload.num_requests=100000000"}),
+       "workload.num_requests = 100000000: the requests"},
       {"OutputLengthOverflow",
-       Sim({"workload.kind='longbench_like'", "workload.output_min=" + big, "workload.output_max=" + big}),
+       Sim({"workload.kind='longbench_like'", "workload.output_min=" + big,
+            "workload.output_max=" + big}),
        "output_min = 9223372036854775807: must be <= 2147483647"},
       {"InputLengthOverflow", Sim({"workload.kind='longbench_like'", "workload.input_max=" + big}),
        "input_max = 9223372036854775807: must be <= 2147483647"},
-      {"TotalTokensOverflow", Sim({"workload.max_total_tokens=" + big}), "max_total_tokens = 9223372036854775807"},
-      {"TemperatureNan", Sim({"sampling.temperature=nan"}), "key 'sampling.temperature' must be a finite number >= 0"},
+      {"TotalTokensOverflow", Sim({"workload.max_total_tokens=" + big}),
+       "max_total_tokens = 9223372036854775807"},
+      {"TemperatureNan", Sim({"sampling.temperature=nan"}),
+       "key 'sampling.temperature' must be a finite number >= 0"},
       {"TemperatureNegative", Sim({"sampling.temperature=-1"}), "key 'sampling.temperature'"},
       {"TopPAboveOne", Sim({"sampling.top_p=5"}), "key 'sampling.top_p' must be in (0, 1]"},
       {"TopPZero", Sim({"sampling.top_p=0"}), "key 'sampling.top_p' must be in (0, 1]"},
-      {"RecentBeyondContext", Tiny({"policy.num_recent=100000"}), "key 'policy.num_recent' = 100000 exceeds the model's context (1024"},
-      {"SinkBeyondContext", Tiny({"policy.num_sink=5000"}), "key 'policy.num_sink' = 5000 exceeds the model's context"},
+      {"RecentBeyondContext", Tiny({"policy.num_recent=100000"}),
+       "key 'policy.num_recent' = 100000 exceeds the model's context (1024"},
+      {"SinkBeyondContext", Tiny({"policy.num_sink=5000"}),
+       "key 'policy.num_sink' = 5000 exceeds the model's context"},
       {"BudgetBeyondContext", Tiny({"policy.budget_tokens=2000", "policy.keep_ratio=0"}),
        "key 'policy.budget_tokens' = 2000 exceeds the model's context (1024"},
-      {"SinkOverflow", Sim({"policy.num_sink=3000000000"}), "key 'policy.num_sink' must be <= 2147483647"},
-      {"BatchedTokensOverflow", Sim({"engine.max_batched_tokens=" + big}), "key 'engine.max_batched_tokens' must be <= 2147483647"},
+      {"SinkOverflow", Sim({"policy.num_sink=3000000000"}),
+       "key 'policy.num_sink' must be <= 2147483647"},
+      {"BatchedTokensOverflow", Sim({"engine.max_batched_tokens=" + big}),
+       "key 'engine.max_batched_tokens' must be <= 2147483647"},
       {"KeepRatioAboveOne", Sim({"policy.keep_ratio=1.5"}), "keep_ratio"},
       {"BudgetAndKeepRatio", Sim({"policy.keep_ratio=0.5"}), "policy.keep_ratio are exclusive"},
       {"UnknownPolicy", Sim({"policy.name='nope'"}), "unknown policy"},
-      {"DuplicateGridValue", Run("{dir}/dup.toml", {}), "key 'sweep.grid.\"engine.max_num_seqs\"' lists 4 twice",
+      {"PolicyParamTypo", Run("{dir}/pp.toml", {}),
+       "pp.toml:10: key 'policy.params.recnt_ratio': policy 'h2o' has no parameter 'recnt_ratio' "
+       "(known: recent_ratio); did you mean 'recent_ratio'?",
        [](const std::string& d) {
-         Write(d + "/dup.toml", std::string(kSimConfig) + "[sweep.grid]\n\"engine.max_num_seqs\" = [4, 8, 4]\n");
+         Write(d + "/pp.toml", std::string(kSimConfig) + "[policy.params]\nrecnt_ratio = 0.5\n");
+       }},
+      {"PolicyParamOutOfRange", Sim({"policy.params.recent_ratio=3"}),
+       "sim.toml (--set policy.params.recent_ratio=3): key 'policy.params.recent_ratio': policy "
+       "'h2o': parameter 'recent_ratio' = 3 is outside [0, 1]"},
+      {"OtherPolicysParamTable", Run("{dir}/pt.toml", {}),
+       "pt.toml:10: key 'policy.params.decayed_attention.decy': policy 'decayed_attention' has no "
+       "parameter 'decy'",
+       [](const std::string& d) {
+         Write(d + "/pt.toml",
+               std::string(kSimConfig) + "[policy.params.decayed_attention]\ndecy = 0.5\n");
+       }},
+      {"DuplicateGridValue", Run("{dir}/dup.toml", {}),
+       "key 'sweep.grid.\"engine.max_num_seqs\"' lists 4 twice",
+       [](const std::string& d) {
+         Write(d + "/dup.toml",
+               std::string(kSimConfig) + "[sweep.grid]\n\"engine.max_num_seqs\" = [4, 8, 4]\n");
        }},
       {"DuplicateSeed", Run("{dir}/seeds.toml", {}), "key 'sweep.seeds' lists 2 twice",
        [](const std::string& d) {
@@ -239,14 +271,15 @@ std::vector<Case> Cases() {
       {"SeedsAndASeedAxis", Run("{dir}/both.toml", {}),
        "key 'sweep.seeds' cannot be combined with a [sweep.grid] axis \"seed\"",
        [](const std::string& d) {
-         Write(d + "/both.toml", std::string(kSimConfig) +
-                                     "[sweep]\nseeds = [1, 2]\n[sweep.grid]\nseed = [3, 4]\n");
+         Write(d + "/both.toml",
+               std::string(kSimConfig) + "[sweep]\nseeds = [1, 2]\n[sweep.grid]\nseed = [3, 4]\n");
        }},
       {"ExcludeNotAnAxis", Run("{dir}/ex1.toml", {}),
-       "[[sweep.exclude]] entry 1: key 'engine.num_blocks' is not a [sweep.grid] axis (axes: engine.max_num_seqs)",
+       "[[sweep.exclude]] entry 1: key 'engine.num_blocks' is not a [sweep.grid] axis (axes: "
+       "engine.max_num_seqs)",
        [](const std::string& d) {
-         Write(d + "/ex1.toml", std::string(kSimConfig) + kGrid +
-                                    "[[sweep.exclude]]\n\"engine.num_blocks\" = 4\n");
+         Write(d + "/ex1.toml",
+               std::string(kSimConfig) + kGrid + "[[sweep.exclude]]\n\"engine.num_blocks\" = 4\n");
        }},
       {"ExcludeValueNotInTheAxis", Run("{dir}/ex2.toml", {}),
        "[[sweep.exclude]] entry 1: 7 is not a value of axis 'engine.max_num_seqs'",
@@ -264,29 +297,36 @@ std::vector<Case> Cases() {
        }},
       {"ExcludeNotATableArray", Run("{dir}/ex4.toml", {}),
        "key 'sweep.exclude' must be a non-empty array of tables ([[sweep.exclude]])",
-       [](const std::string& d) { Write(d + "/ex4.toml", std::string(kSimConfig) + "[sweep]\nexclude = 3\n"); }},
+       [](const std::string& d) {
+         Write(d + "/ex4.toml", std::string(kSimConfig) + "[sweep]\nexclude = 3\n");
+       }},
       {"AddRepeatsAPoint", Run("{dir}/add1.toml", {}),
        "[[sweep.add]] lists a point the sweep already has (engine.max_num_seqs=2)",
        [](const std::string& d) {
-         Write(d + "/add1.toml", std::string(kSimConfig) + kGrid +
-                                     "[[sweep.add]]\n\"engine.max_num_seqs\" = 2\n");
+         Write(d + "/add1.toml",
+               std::string(kSimConfig) + kGrid + "[[sweep.add]]\n\"engine.max_num_seqs\" = 2\n");
        }},
       {"AddSetsASeedTheSeedsRepeat", Run("{dir}/add2.toml", {}),
        "[[sweep.add]] entry 1: key 'workload.seed' is repeated by [sweep] seeds",
        [](const std::string& d) {
-         Write(d + "/add2.toml", std::string(kSimConfig) +
-                                     "[sweep]\nseeds = [1, 2]\n[[sweep.add]]\n\"workload.seed\" = 3\n");
+         Write(d + "/add2.toml",
+               std::string(kSimConfig) +
+                   "[sweep]\nseeds = [1, 2]\n[[sweep.add]]\n\"workload.seed\" = 3\n");
        }},
       {"GranularityUnknown", Sim({"cache.granularity='row'"}),
        "key 'cache.granularity' must be \"token\", \"layer\" or \"head\""},
       {"PyramidAtTokenGranularity", Sim({"policy.budget_allocation='pyramid'"}),
        "needs cache.granularity \"layer\" or \"head\""},
-      {"JsonlOnASyntheticKind", Sim({"workload.jsonl='x.jsonl'"}), "workload option jsonl = x.jsonl: is read only by kind jsonl"},
-      {"PrefixDegreeThree", Sim({"workload.prefix_sharing_degree=3"}), "prefix_sharing_degree = 3: must be 1, 2, 4 or 8"},
+      {"JsonlOnASyntheticKind", Sim({"workload.jsonl='x.jsonl'"}),
+       "workload option jsonl = x.jsonl: is read only by kind jsonl"},
+      {"PrefixDegreeThree", Sim({"workload.prefix_sharing_degree=3"}),
+       "prefix_sharing_degree = 3: must be 1, 2, 4 or 8"},
       {"JsonlWithoutFile", Sim({"workload.kind='jsonl'"}), "jsonl_path"},
       {"UnknownKind", Sim({"workload.kind='nope'"}), "workload option kind = nope"},
-      {"LengthSigmaHuge", Sim({"workload.length_sigma=50"}), "length_sigma = 50: must be in [0, 10]"},
-      {"PoissonRateZero", Sim({"workload.arrival='poisson'", "workload.rate=0"}), "workload option rate = 0"},
+      {"LengthSigmaHuge", Sim({"workload.length_sigma=50"}),
+       "length_sigma = 50: must be in [0, 10]"},
+      {"PoissonRateZero", Sim({"workload.arrival='poisson'", "workload.rate=0"}),
+       "workload option rate = 0"},
       {"BlockSizeZero", Sim({"engine.block_size=0"}), "block_size"},
       {"UnknownAdmission", Sim({"engine.admission='fifo'"}), "key 'engine.admission' must be"},
       {"UnknownTrigger", Sim({"reclaim.trigger='sometimes'"}), "key 'reclaim.trigger' must be"},
@@ -294,10 +334,13 @@ std::vector<Case> Cases() {
       {"ModeTwice", Sim({"modes=['native', 'native']"}), "names mode native twice"},
       {"UnknownMode", Sim({"modes=['fast']"}), "key 'modes'"},
       {"SimTableOnARealModel", Tiny({"sim.seed=1"}), "table [sim] needs a sim: model"},
-      {"SetWithoutEquals", Sim({"engine.num_blocks"}), "--set 'engine.num_blocks': expected key=value"},
+      {"SetWithoutEquals", Sim({"engine.num_blocks"}),
+       "--set 'engine.num_blocks': expected key=value"},
       {"SetThroughAValue", Sim({"model.path.x=1"}), "--set model.path.x: 'path' in"},
-      {"GpuUtilizationOnARealModel", Tiny({"engine.gpu_memory_utilization=0.9"}), "gpu_memory_utilization"},
-      {"CudaGraphsOnTheCpu", Tiny({"engine.cuda_graphs=true"}), "key 'engine.cuda_graphs' needs model.device = \"cuda\""},
+      {"GpuUtilizationOnARealModel", Tiny({"engine.gpu_memory_utilization=0.9"}),
+       "gpu_memory_utilization"},
+      {"CudaGraphsOnTheCpu", Tiny({"engine.cuda_graphs=true"}),
+       "key 'engine.cuda_graphs' needs model.device = \"cuda\""},
       // GGUF files (vt-tiny converted by the tests' writer, then broken).
       {"GgufTruncated", Tiny({"model.path='{dir}/m.gguf'"}), "m.gguf",
        [](const std::string& d) {
@@ -305,18 +348,30 @@ std::vector<Case> Cases() {
          fs::resize_file(d + "/m.gguf", 1000);
        }},
       {"GgufWrongMagic", Tiny({"model.path='{dir}/m.gguf'"}), "magic",
-       [](const std::string& d) { TinyGguf(d + "/m.gguf"); Patch(d + "/m.gguf", "", 0, "GGML"); }},
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf");
+         Patch(d + "/m.gguf", "", 0, "GGML");
+       }},
       {"GgufVersion1", Tiny({"model.path='{dir}/m.gguf'"}), "GGUF version 1 is not supported",
        [](const std::string& d) {
          TinyGguf(d + "/m.gguf");
          Patch(d + "/m.gguf", "", 4, std::string("\x01\0\0\0", 4));
        }},
       {"GgufTensorCountBeyondFile", Tiny({"model.path='{dir}/m.gguf'"}), "tensor count",
-       [](const std::string& d) { TinyGguf(d + "/m.gguf"); Patch(d + "/m.gguf", "", 8, Le64(1ull << 40)); }},
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf");
+         Patch(d + "/m.gguf", "", 8, Le64(1ull << 40));
+       }},
       {"GgufMetadataCountBeyondFile", Tiny({"model.path='{dir}/m.gguf'"}), "metadata count",
-       [](const std::string& d) { TinyGguf(d + "/m.gguf"); Patch(d + "/m.gguf", "", 16, Le64(1ull << 40)); }},
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf");
+         Patch(d + "/m.gguf", "", 16, Le64(1ull << 40));
+       }},
       {"GgufStringPastTheEnd", Tiny({"model.path='{dir}/m.gguf'"}), "key",
-       [](const std::string& d) { TinyGguf(d + "/m.gguf"); Patch(d + "/m.gguf", "", 24, Le64(1ull << 50)); }},
+       [](const std::string& d) {
+         TinyGguf(d + "/m.gguf");
+         Patch(d + "/m.gguf", "", 24, Le64(1ull << 50));
+       }},
       {"GgufUnknownType", Tiny({"model.path='{dir}/m.gguf'"}), "unknown ggml type 31",
        [](const std::string& d) {
          TinyGguf(d + "/m.gguf");
@@ -333,25 +388,30 @@ std::vector<Case> Cases() {
          TinyGguf(d + "/m.gguf");
          fs::resize_file(d + "/m.gguf", fs::file_size(d + "/m.gguf") - 64);
        }},
-      {"GgufMissingTensor", Tiny({"model.path='{dir}/m.gguf'"}), "tensor output_norm.weight (model.norm.weight) is missing",
+      {"GgufMissingTensor", Tiny({"model.path='{dir}/m.gguf'"}),
+       "tensor output_norm.weight (model.norm.weight) is missing",
        [](const std::string& d) {
          TinyGguf(d + "/m.gguf", [](auto&, auto& tensors) {
            std::erase_if(tensors, [](const auto& t) { return t.name == "output_norm.weight"; });
          });
        }},
-      {"GgufShapeDisagrees", Tiny({"model.path='{dir}/m.gguf'"}), "tensor blk.0.ffn_gate.weight has shape [512, 192] (row-major), the metadata implies [640, 192]",
+      {"GgufShapeDisagrees", Tiny({"model.path='{dir}/m.gguf'"}),
+       "tensor blk.0.ffn_gate.weight has shape [512, 192] (row-major), the metadata implies [640, "
+       "192]",
        [](const std::string& d) {
          TinyGguf(d + "/m.gguf", [](auto& m, auto&) {
            m.Set("llama.feed_forward_length", model::GgufValue::Uint32(640));
          });
        }},
-      {"GgufArchitecture", Tiny({"model.path='{dir}/m.gguf'"}), "architecture 'gptneox' is not supported",
+      {"GgufArchitecture", Tiny({"model.path='{dir}/m.gguf'"}),
+       "architecture 'gptneox' is not supported",
        [](const std::string& d) {
          TinyGguf(d + "/m.gguf", [](auto& m, auto&) {
            m.Set("general.architecture", model::GgufValue::String("gptneox"));
          });
        }},
-      {"GgufVocabularyDisagrees", Tiny({"model.path='{dir}/m.gguf'"}), "token_embd.weight has 2048 rows",
+      {"GgufVocabularyDisagrees", Tiny({"model.path='{dir}/m.gguf'"}),
+       "token_embd.weight has 2048 rows",
        [](const std::string& d) {
          TinyGguf(d + "/m.gguf", [](auto& m, auto&) {
            std::vector<std::string> tokens = m.GetStringArray("tokenizer.ggml.tokens").value();
@@ -376,17 +436,21 @@ std::vector<Case> Cases() {
            m.Set("tokenizer.ggml.model", model::GgufValue::String("llama"));
          });
        }},
-      {"GgufChatWithoutTemplate", Tiny({"model.path='{dir}/m.gguf'", "workload.chat=true"}), "chat_template",
-       [](const std::string& d) { TinyGguf(d + "/m.gguf"); }},
+      {"GgufChatWithoutTemplate", Tiny({"model.path='{dir}/m.gguf'", "workload.chat=true"}),
+       "chat_template", [](const std::string& d) { TinyGguf(d + "/m.gguf"); }},
       {"GgufGenerateChatOtherTemplate",
-       {"generate", "--model", "{dir}/m.gguf", "--prompt", "hi", "--chat"}, "{% for m in messages %}{{ m.content }}",
+       {"generate", "--model", "{dir}/m.gguf", "--prompt", "hi", "--chat"},
+       "{% for m in messages %}{{ m.content }}",
        [](const std::string& d) {
          TinyGguf(d + "/m.gguf", [](auto& m, auto&) {
            m.Set("tokenizer.chat_template",
-                 model::GgufValue::String("{% for m in messages %}{{ m.content }}{% endfor %}\nmore"));
+                 model::GgufValue::String(
+                     "{% for m in messages %}{{ m.content }}{% endfor %}\nmore"));
          });
        }},
-      {"UnknownShortName", Tiny({"model.path='no-such-model'"}), "model no-such-model not found: not a file, a directory or a known model name (known: smollm2-135m)"},
+      {"UnknownShortName", Tiny({"model.path='no-such-model'"}),
+       "model no-such-model not found: not a file, a directory or a known model name (known: "
+       "smollm2-135m)"},
       // Model directories.
       {"ModelMissing", Tiny({"model.path='{dir}/none'"}), "/none"},
       {"TruncatedWeights", Tiny({"model.path='{dir}/m'"}), "model.safetensors",
@@ -401,7 +465,10 @@ std::vector<Case> Cases() {
          Write(d + "/m/model.safetensors", head);
        }},
       {"NoConfigJson", Tiny({"model.path='{dir}/m'"}), "config.json",
-       [](const std::string& d) { LinkTiny(d + "/m"); fs::remove(d + "/m/config.json"); }},
+       [](const std::string& d) {
+         LinkTiny(d + "/m");
+         fs::remove(d + "/m/config.json");
+       }},
       {"ConfigJsonNotJson", Tiny({"model.path='{dir}/m'"}), "config.json",
        [](const std::string& d) {
          LinkTiny(d + "/m");
@@ -423,81 +490,140 @@ std::vector<Case> Cases() {
          fs::remove(d + "/m/tokenizer.json");
          Write(d + "/m/tokenizer.json", "{\"model\": 3}");
        }},
-      {"TensorLeftOutOfHeader", Tiny({"model.path='{dir}/m'"}), "required tensor 'model.norm.weight' is missing",
+      {"TensorLeftOutOfHeader", Tiny({"model.path='{dir}/m'"}),
+       "required tensor 'model.norm.weight' is missing",
        [](const std::string& d) {
          LinkTiny(d + "/m");
          fs::remove(d + "/m/model.safetensors");
-         DropFromHeader(SourceDir() + "/models/vt-tiny/model.safetensors", d + "/m/model.safetensors",
-                        "model.norm.weight");
+         DropFromHeader(SourceDir() + "/models/vt-tiny/model.safetensors",
+                        d + "/m/model.safetensors", "model.norm.weight");
        }},
       // Corpora and JSONL workloads.
       {"BinaryCorpus", Tiny({"workload.corpus='{dir}/bin.dat'"}), "bin.dat is not UTF-8 text",
-       [](const std::string& d) { Write(d + "/bin.dat", std::string("\x7f" "ELF\x02\x01\x01\x00\x00\nxx\n", 14)); }},
-      {"CorpusMissing", Tiny({"workload.corpus='{dir}/none.txt'"}), "corpus file {dir}/none.txt not found"},
-      {"JsonlNotJson", Jsonl(""), "w.jsonl:2: not valid JSON", WriteJsonl("{\"prompt\": \"a\"}\n{oops\n")},
-      {"JsonlMaxTokensOverflow", Jsonl(""), "w.jsonl:1: \"max_tokens\" must be an integer in [1, 2147483647]",
+       [](const std::string& d) {
+         Write(d + "/bin.dat", std::string("\x7f"
+                                           "ELF\x02\x01\x01\x00\x00\nxx\n",
+                                           14));
+       }},
+      {"CorpusMissing", Tiny({"workload.corpus='{dir}/none.txt'"}),
+       "corpus file {dir}/none.txt not found"},
+      {"JsonlNotJson", Jsonl(""), "w.jsonl:2: not valid JSON",
+       WriteJsonl("{\"prompt\": \"a\"}\n{oops\n")},
+      {"JsonlMaxTokensOverflow", Jsonl(""),
+       "w.jsonl:1: \"max_tokens\" must be an integer in [1, 2147483647]",
        WriteJsonl("{\"prompt\": \"a\", \"max_tokens\": 9223372036854775807}\n")},
       {"JsonlMaxTokensZero", Jsonl(""), "w.jsonl:1: \"max_tokens\" must be an integer in [1",
        WriteJsonl("{\"prompt\": \"a\", \"max_tokens\": 0}\n")},
-      {"JsonlNoPrompt", Jsonl(""), "w.jsonl:1: needs a string \"prompt\"", WriteJsonl("{\"text\": \"a\"}\n")},
+      {"JsonlNoPrompt", Jsonl(""), "w.jsonl:1: needs a string \"prompt\"",
+       WriteJsonl("{\"text\": \"a\"}\n")},
       {"JsonlEmpty", Jsonl(""), "w.jsonl holds no requests", WriteJsonl("\n\n")},
       {"JsonlBeyondContext", Jsonl(""), "the model's context is 1024",
        WriteJsonl("{\"prompt\": \"And God said\", \"max_tokens\": 5000}\n")},
-      {"JsonlNotAnObject", Jsonl(""), "w.jsonl: element 0: expected a JSON object", WriteJsonl("[1, 2]\n")},
+      {"JsonlNotAnObject", Jsonl(""), "w.jsonl: element 0: expected a JSON object",
+       WriteJsonl("[1, 2]\n")},
       // Sweeps.
-      {"SweepWithoutSweepTable", {"sweep", "{dir}/sim.toml", "--db", "{dir}/r.db"}, "has no [sweep] table"},
-      {"ShardBeyondGrid", {"sweep", "{dir}/grid.toml", "--shard", "7/10", "--db", "{dir}/r.db"},
+      {"SweepWithoutSweepTable",
+       {"sweep", "{dir}/sim.toml", "--db", "{dir}/r.db"},
+       "has no [sweep] table"},
+      {"ShardBeyondGrid",
+       {"sweep", "{dir}/grid.toml", "--shard", "7/10", "--db", "{dir}/r.db"},
        "--shard 7/10: the grid has 4 point(s), so shard 7 would run none"},
-      {"ShardMalformed", {"sweep", "{dir}/grid.toml", "--shard", "3/2", "--db", "{dir}/r.db"}, "need 0 <= I < N"},
-      {"JobsTooMany", {"sweep", "{dir}/grid.toml", "--jobs", "100000", "--db", "{dir}/r.db"},
+      {"ShardMalformed",
+       {"sweep", "{dir}/grid.toml", "--shard", "3/2", "--db", "{dir}/r.db"},
+       "need 0 <= I < N"},
+      {"JobsTooMany",
+       {"sweep", "{dir}/grid.toml", "--jobs", "100000", "--db", "{dir}/r.db"},
        "--jobs must be in [1, 256], got 100000"},
-      {"JobsZero", {"sweep", "{dir}/grid.toml", "--jobs", "0", "--db", "{dir}/r.db"}, "--jobs must be in [1, 256], got 0"},
+      {"JobsZero",
+       {"sweep", "{dir}/grid.toml", "--jobs", "0", "--db", "{dir}/r.db"},
+       "--jobs must be in [1, 256], got 0"},
       // Flags.
       {"UnknownCommand", {"frobnicate"}, "unknown command 'frobnicate' (commands: check"},
       {"UnknownFlag", {"check", "--bogus-flag"}, "bogus-flag"},
-      {"CheckBlocksZero", {"check", "--num-blocks", "0"}, "--num-blocks: must be an integer >= 1, got 0"},
-      {"CheckBlocksHuge", {"check", "--num-blocks", "2000000000"}, "the host KV store (--num-blocks 2000000000"},
-      {"CheckBytesPerTokenHuge", {"check", "--bytes-per-token", "2000000000"}, "--bytes-per-token 2000000000) needs"},
+      {"CheckBlocksZero",
+       {"check", "--num-blocks", "0"},
+       "--num-blocks: must be an integer >= 1, got 0"},
+      {"CheckBlocksHuge",
+       {"check", "--num-blocks", "2000000000"},
+       "the host KV store (--num-blocks 2000000000"},
+      {"CheckBytesPerTokenHuge",
+       {"check", "--bytes-per-token", "2000000000"},
+       "--bytes-per-token 2000000000) needs"},
       {"CheckRequestsWithoutModel", {"check", "--requests", "3"}, "--requests needs --model"},
-      {"CheckBlockSizeHuge", {"check", "--block-size", "5000"}, "--block-size: must be an integer in [1, 4096], got 5000"},
-      {"CheckStepsNotANumber", {"check", "--steps", "ten"}, "--steps: must be an integer >= 0, got 'ten'"},
-      {"GenerateTemperatureNan", Gen({"--temperature", "nan"}), "--temperature: must be a number in [0, 1e+06], got nan"},
+      {"CheckBlockSizeHuge",
+       {"check", "--block-size", "5000"},
+       "--block-size: must be an integer in [1, 4096], got 5000"},
+      {"CheckStepsNotANumber",
+       {"check", "--steps", "ten"},
+       "--steps: must be an integer >= 0, got 'ten'"},
+      {"GenerateTemperatureNan", Gen({"--temperature", "nan"}),
+       "--temperature: must be a finite number >= 0 (0 = greedy), got nan"},
       {"GenerateTopP", Gen({"--top-p", "5"}), "--top-p: must be a number in (0, 1], got 5"},
-      {"GenerateRecentNegative", Gen({"--policy", "h2o", "--budget-tokens", "8", "--num-recent", "-5"}), "--num-recent: must be an integer in [0"},
-      {"GenerateMaxTokensHuge", Gen({"--max-tokens", "99999999999"}), "--max-tokens: must be an integer in [1, 2147483647]"},
-      {"GenerateBeyondContext", Gen({"--max-tokens", "5000"}), "--max-tokens 5000: the prompt's 5 positions"},
+      {"GenerateRecentNegative",
+       Gen({"--policy", "h2o", "--budget-tokens", "8", "--num-recent", "-5"}),
+       "--num-recent: must be an integer in [0"},
+      {"GenerateMaxTokensHuge", Gen({"--max-tokens", "99999999999"}),
+       "--max-tokens: must be an integer in [1, 2147483647]"},
+      {"GenerateBeyondContext", Gen({"--max-tokens", "5000"}),
+       "--max-tokens 5000: the prompt's 5 positions"},
       {"GenerateDropTwice", Gen({"--drop", "1,1"}), "--drop lists 1 twice"},
-      {"GenerateDropBeyondPrompt", Gen({"--drop", "9999"}), "--drop 9999: the prompt has positions 0..4"},
-      {"GenerateDropMalformed", Gen({"--drop", "1,x"}), "--drop '1,x': expected comma-separated positions"},
-      {"GenerateDropWithPolicy", Gen({"--drop", "1", "--policy", "h2o", "--budget-tokens", "4"}), "--drop chooses the evicted tokens itself"},
+      {"GenerateDropBeyondPrompt", Gen({"--drop", "9999"}),
+       "--drop 9999: the prompt has positions 0..4"},
+      {"GenerateDropMalformed", Gen({"--drop", "1,x"}),
+       "--drop '1,x': expected comma-separated positions"},
+      {"GenerateDropWithPolicy", Gen({"--drop", "1", "--policy", "h2o", "--budget-tokens", "4"}),
+       "--drop chooses the evicted tokens itself"},
       {"GenerateOutputYaml", Gen({"--output", "yaml"}), "--output: yaml not in {text,ids,json}"},
       {"GeneratePolicyParamAlone", Gen({"--policy-param", "x=1"}), "--policy-param needs --policy"},
-      {"GenerateUnknownPolicyParam", Gen({"--policy", "h2o", "--budget-tokens", "4", "--policy-param", "nope=1"}),
+      {"GenerateUnknownPolicyParam",
+       Gen({"--policy", "h2o", "--budget-tokens", "4", "--policy-param", "nope=1"}),
        "policy 'h2o' has no parameter 'nope'"},
-      {"GenerateDeviceUnknown", Gen({"--device", "tpu"}), "--device \"tpu\": must be \"cpu\", \"cuda\" or \"cuda:N\""},
-      {"GenerateDeviceIndexMalformed", Gen({"--device", "cuda:x"}), "--device \"cuda:x\": must be"},
-      {"GenerateDtypeUnknown", Gen({"--dtype", "int8"}), "--dtype \"int8\": must be \"float32\", \"bfloat16\" or \"float16\""},
-      {"GenerateGranularityUnknown", Gen({"--granularity", "row"}), "--granularity: unknown granularity 'row'"},
-      {"GenerateThreadsNegative", Gen({"--threads", "-1"}), "--threads -1: must be 0 (every available CPU) or more"},
+      {"GenerateDeviceUnknown", Gen({"--device", "tpu"}),
+       "--device: must be \"cpu\", \"cuda\" or \"cuda:N\", got tpu"},
+      {"GenerateDeviceIndexMalformed", Gen({"--device", "cuda:x"}), "--device: must be \"cpu\""},
+      {"GenerateDtypeUnknown", Gen({"--dtype", "int8"}),
+       "--dtype: must be \"float32\", \"bfloat16\" or \"float16\", got int8"},
+      {"GenerateGranularityUnknown", Gen({"--granularity", "row"}),
+       "--granularity: must be \"token\", \"layer\" or \"head\", got row"},
+      {"GenerateThreadsNegative", Gen({"--threads", "-1"}),
+       "--threads: must be 0 (every CPU this process may use) to 1024, got -1"},
       {"CheckDeviceWithoutModel", {"check", "--device", "cuda"}, "--device needs --model"},
       {"CheckDtypeWithoutModel", {"check", "--dtype", "bfloat16"}, "--dtype needs --model"},
-      {"CheckModelDtypeUnknown", {"check", "--model", "{src}/models/vt-tiny", "--dtype", "fp8"}, "--dtype \"fp8\": must be"},
-      {"CheckModelGranularityUnknown", {"check", "--model", "{src}/models/vt-tiny", "--granularity", "row"},
-       "--granularity: unknown granularity 'row'"},
-      {"ConfigDeviceIndexMalformed", Tiny({"model.device='cuda:one'"}), "key 'model.device' must be \"cpu\", \"cuda\" or \"cuda:N\""},
-      {"ConfigDtypeUnknown", Tiny({"model.dtype='fp8'"}), "key 'model.dtype' must be \"float32\", \"bfloat16\" or \"float16\""},
-      {"ConfigThreadsNegative", Tiny({"model.threads=-2"}), "key 'model.threads' must be 0 (every CPU this process may use) to 1024"},
+      {"CheckModelDtypeUnknown",
+       {"check", "--model", "{src}/models/vt-tiny", "--dtype", "fp8"},
+       "--dtype \"fp8\": must be"},
+      {"CheckModelGranularityUnknown",
+       {"check", "--model", "{src}/models/vt-tiny", "--granularity", "row"},
+       "--granularity: must be \"token\", \"layer\" or \"head\", got row"},
+      {"ConfigDeviceIndexMalformed", Tiny({"model.device='cuda:one'"}),
+       "key 'model.device' must be \"cpu\", \"cuda\" or \"cuda:N\""},
+      {"ConfigDtypeUnknown", Tiny({"model.dtype='fp8'"}),
+       "key 'model.dtype' must be \"float32\", \"bfloat16\" or \"float16\""},
+      {"ConfigThreadsNegative", Tiny({"model.threads=-2"}),
+       "key 'model.threads' must be 0 (every CPU this process may use) to 1024"},
       {"EmptyDb", {"run", "{dir}/sim.toml", "--db", ""}, "--db must name a database file, got ''"},
-      {"RunsLastZero", {"runs", "--db", "{dir}/r.db", "--last", "0"}, "--last: must be an integer >= 1, got 0"},
+      {"RunsLastZero",
+       {"runs", "--db", "{dir}/r.db", "--last", "0"},
+       "--last: must be an integer >= 1, got 0"},
       // Databases.
-      {"CompareAbsentDb", {"compare", "--db", "{dir}/r.db", "--last", "2"}, "result db {dir}/r.db not found"},
-      {"RunsNotADatabase", {"runs", "--db", "{dir}/r.db"}, "{dir}/r.db: PRAGMA user_version: file is not a database",
+      {"CompareAbsentDb",
+       {"compare", "--db", "{dir}/r.db", "--last", "2"},
+       "result db {dir}/r.db not found"},
+      {"RunsNotADatabase",
+       {"runs", "--db", "{dir}/r.db"},
+       "{dir}/r.db: PRAGMA user_version: file is not a database",
        [](const std::string& d) { Write(d + "/r.db", std::string(4096, 'x')); }},
-      {"MergeCorruptSourceNamesIt", {"merge", "{dir}/corrupt.db", "--into", "{dir}/r.db"}, "result db {dir}/corrupt.db: ",
+      {"MergeCorruptSourceNamesIt",
+       {"merge", "{dir}/corrupt.db", "--into", "{dir}/r.db"},
+       "result db {dir}/corrupt.db: ",
        [](const std::string& d) { Write(d + "/corrupt.db", std::string(4096, 'x')); }},
-      {"ReportOutIsAFile", {"report", "--db", "{dir}/r.db", "--sweep", "s", "--out", "{dir}/file"},
-       "--out {dir}/file is a file, not a directory", [](const std::string& d) { Write(d + "/file", "x"); }},
-      {"DbUnderAFile", {"run", "{dir}/sim.toml", "--db", "{dir}/file/r.db"}, "cannot create directory {dir}/file",
+      {"ReportOutIsAFile",
+       {"report", "--db", "{dir}/r.db", "--sweep", "s", "--out", "{dir}/file"},
+       "--out {dir}/file is a file, not a directory",
+       [](const std::string& d) { Write(d + "/file", "x"); }},
+      {"DbUnderAFile",
+       {"run", "{dir}/sim.toml", "--db", "{dir}/file/r.db"},
+       "cannot create directory {dir}/file",
        [](const std::string& d) { Write(d + "/file", "x"); }},
   };
 }
@@ -550,7 +676,9 @@ TEST_P(BadInputTest, OneLineErrorAndNoPartialRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, BadInputTest, ::testing::ValuesIn(Cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+                         [](const ::testing::TestParamInfo<Case>& info) {
+                           return info.param.name;
+                         });
 
 // Starts `vtoken-cli ARGS...` with stdout / stderr into files; returns its pid.
 pid_t Spawn(const std::vector<std::string>& args, const std::string& out, const std::string& err) {
@@ -578,10 +706,9 @@ class RunSignalTest : public CliTest {
   // Starts a sim run long enough to be signalled mid-way; returns once its run is 'running'.
   pid_t StartLongRun() {
     Write(Path("long.toml"), std::string(kSimConfig));
-    const pid_t pid =
-        Spawn({"run", Path("long.toml"), "--db", Path("r.db"), "--set", "workload.num_requests=4000",
-               "--set", "modes=['vtoken']"},
-              Path("out"), Path("err"));
+    const pid_t pid = Spawn({"run", Path("long.toml"), "--db", Path("r.db"), "--set",
+                             "workload.num_requests=4000", "--set", "modes=['vtoken']"},
+                            Path("out"), Path("err"));
     for (int i = 0; i < 600; ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       if (!fs::exists(Path("r.db"))) continue;
@@ -651,8 +778,9 @@ TEST_F(RunSignalTest, SecondSignalExitsAtOnce) {
 // would) reaches its children only by forwarding; each finishes its step and marks its run
 // interrupted, the sweep exits 130, and no run is left 'running' or holds rows without completing.
 TEST_F(RunSignalTest, SweepWithJobsForwardsSigintToItsChildren) {
-  Write(Path("grid.toml"), std::string(kSimConfig) + "[sweep.grid]\n\"policy.name\" = [\"h2o\", "
-                           "\"tova\", \"random\", \"snapkv\"]\n");
+  Write(Path("grid.toml"), std::string(kSimConfig) +
+                               "[sweep.grid]\n\"policy.name\" = [\"h2o\", "
+                               "\"tova\", \"random\", \"snapkv\"]\n");
   const pid_t pid = Spawn({"sweep", Path("grid.toml"), "--db", Path("r.db"), "--jobs", "2", "--set",
                            "workload.num_requests=4000", "--set", "modes=['vtoken']"},
                           Path("out"), Path("err"));
@@ -700,8 +828,8 @@ TEST_F(CliTest, FullDiskFailsTheRunWithoutPartialRows) {
   Write(Path("sim.toml"), kSimConfig);
   const std::string db = mnt + "/r.db";
   // 300 requests: a few thousand step rows, more than 256 KiB.
-  const CliResult r = Cli({"run", Path("sim.toml"), "--db", db, "--set", "workload.num_requests=300",
-                           "--set", "modes=['vtoken']"});
+  const CliResult r = Cli({"run", Path("sim.toml"), "--db", db, "--set",
+                           "workload.num_requests=300", "--set", "modes=['vtoken']"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   const std::vector<std::string> lines = Lines(r.err);
   ASSERT_FALSE(lines.empty());

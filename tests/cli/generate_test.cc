@@ -3,7 +3,6 @@
 // --drop evicts exactly the listed positions right after prefill; --policy-param reaches the
 // policy; --dtype, --granularity and --device (errors without a GPU; on one, the GPU cases run).
 #include <gtest/gtest.h>
-
 #include <sched.h>
 
 #include <cstdlib>
@@ -30,8 +29,8 @@ class GenerateTest : public CliTest {
     model_ = SourceDir() + "/models/vt-tiny";
   }
   CliResult Generate(std::vector<std::string> more) const {
-    std::vector<std::string> args = {"generate", "--model", model_, "--prompt", kPrompt,
-                                     "--max-tokens", "12", "--no-stop-at-eos"};
+    std::vector<std::string> args = {"generate", "--model",      model_, "--prompt",
+                                     kPrompt,    "--max-tokens", "12",   "--no-stop-at-eos"};
     args.insert(args.end(), more.begin(), more.end());
     return Cli(args);
   }
@@ -116,12 +115,12 @@ TEST_F(GenerateTest, ThreadsChangeNothingButTheTeam) {
 }
 
 TEST_F(GenerateTest, PolicyParamReachesThePolicy) {
-  const nlohmann::json j = Json({"--policy", "h2o", "--budget-tokens", "12", "--policy-param",
-                                 "recent_ratio=0.25"});
+  const nlohmann::json j =
+      Json({"--policy", "h2o", "--budget-tokens", "12", "--policy-param", "recent_ratio=0.25"});
   EXPECT_EQ(j["policy"], "h2o");
   EXPECT_GT(j["evictions"].get<int64_t>(), 0);
-  const CliResult bad = Generate({"--policy", "h2o", "--budget-tokens", "12", "--policy-param",
-                                  "recent_ratio=7"});
+  const CliResult bad =
+      Generate({"--policy", "h2o", "--budget-tokens", "12", "--policy-param", "recent_ratio=7"});
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("recent_ratio"), std::string::npos) << bad.err;
 }
@@ -132,8 +131,8 @@ TEST_F(GenerateTest, OldFlagSpellingsStillWorkAndSaySo) {
   const std::vector<std::string> now = {"--policy",   "h2o", "--budget-tokens", "12",
                                         "--num-sink", "2",   "--num-recent",    "4",
                                         "--output",   "json"};
-  const std::vector<std::string> old = {"--policy", "h2o", "--budget", "12", "--sink", "2",
-                                        "--recent", "4",   "--output", "json"};
+  const std::vector<std::string> old = {"--policy", "h2o",      "--budget", "12",       "--sink",
+                                        "2",        "--recent", "4",        "--output", "json"};
   const CliResult a = Generate(now);
   const CliResult b = Generate(old);
   ASSERT_EQ(a.exit_code, 0) << a.err;
@@ -142,9 +141,9 @@ TEST_F(GenerateTest, OldFlagSpellingsStillWorkAndSaySo) {
   EXPECT_EQ(ja["output_ids"], jb["output_ids"]);
   EXPECT_EQ(ja["evictions"], jb["evictions"]);
   EXPECT_EQ(a.err.find("deprecated"), std::string::npos) << a.err;
-  for (const char* note : {"--budget is deprecated; use --budget-tokens",
-                           "--sink is deprecated; use --num-sink",
-                           "--recent is deprecated; use --num-recent"}) {
+  for (const char* note :
+       {"--budget is deprecated; use --budget-tokens", "--sink is deprecated; use --num-sink",
+        "--recent is deprecated; use --num-recent"}) {
     EXPECT_NE(b.err.find(note), std::string::npos) << b.err;
   }
   const CliResult both = Generate({"--policy", "h2o", "--budget-tokens", "12", "--budget", "8"});
@@ -157,9 +156,9 @@ TEST_F(GenerateTest, OldFlagSpellingsStillWorkAndSaySo) {
 TEST_F(GenerateTest, Bfloat16NaiveAndVtokenAgreeAtEveryGranularity) {
   for (const char* granularity : {"token", "layer", "head"}) {
     SCOPED_TRACE(granularity);
-    const std::vector<std::string> args = {"--policy",      "h2o",         "--budget-tokens", "12",
-                                           "--dtype",       "bfloat16",    "--granularity",
-                                           granularity,     "--block-size", "3"};
+    const std::vector<std::string> args = {
+        "--policy", "h2o",           "--budget-tokens", "12",           "--dtype",
+        "bfloat16", "--granularity", granularity,       "--block-size", "3"};
     const nlohmann::json vt = Json(args);
     std::vector<std::string> naive_args = args;
     naive_args.insert(naive_args.end(), {"--mode", "naive"});
@@ -177,7 +176,8 @@ TEST_F(GenerateTest, Bfloat16NaiveAndVtokenAgreeAtEveryGranularity) {
 
 // Layer and head groups evict per group; on a one-KV-head model they are the same groups.
 TEST_F(GenerateTest, LayerAndHeadGranularityCoincideOnOneKvHead) {
-  const std::vector<std::string> policy = {"--policy", "h2o", "--budget-tokens", "12", "--granularity"};
+  const std::vector<std::string> policy = {"--policy", "h2o", "--budget-tokens", "12",
+                                           "--granularity"};
   std::vector<std::string> layer_args = policy, head_args = policy;
   layer_args.push_back("layer");
   head_args.push_back("head");
@@ -201,7 +201,8 @@ TEST_F(GenerateTest, Float16OnCpuRunsOrIsRefusedInOneLine) {
   const std::vector<std::string> lines = Lines(r.err);
   ASSERT_EQ(lines.size(), 1u) << r.err;
   EXPECT_EQ(lines[0].rfind("vtoken-cli: error: dtype float16 on cpu: not supported by this "
-                           "libtorch (", 0),
+                           "libtorch (",
+                           0),
             0u)
       << lines[0];
 }
@@ -215,10 +216,10 @@ TEST_F(GenerateTest, CudaWithoutADeviceIsOneLineError) {
     EXPECT_EQ(r.exit_code, 1);
     const std::vector<std::string> lines = Lines(r.err);
     ASSERT_EQ(lines.size(), 1u) << r.err;
-    EXPECT_EQ(lines[0].rfind("vtoken-cli: error: --device \"" + std::string(device) +
-                                 "\": no CUDA device (",
-                             0),
-              0u)
+    EXPECT_EQ(
+        lines[0].rfind(
+            "vtoken-cli: error: --device \"" + std::string(device) + "\": no CUDA device (", 0),
+        0u)
         << lines[0];
   }
 }
@@ -237,9 +238,9 @@ TEST_F(GenerateTest, CudaBfloat16NaiveAndVtokenAgree) {
   if (!GpuPresent()) GTEST_SKIP() << "no GPU (nvidia-smi -L fails)";
   for (const char* granularity : {"token", "head"}) {
     SCOPED_TRACE(granularity);
-    const std::vector<std::string> args = {"--policy", "h2o",      "--budget-tokens",      "12",
-                                           "--device", "cuda",     "--dtype",       "bfloat16",
-                                           "--block-size", "3",    "--granularity", granularity};
+    const std::vector<std::string> args = {"--policy",     "h2o",  "--budget-tokens", "12",
+                                           "--device",     "cuda", "--dtype",         "bfloat16",
+                                           "--block-size", "3",    "--granularity",   granularity};
     const nlohmann::json vt = Json(args);
     std::vector<std::string> naive_args = args;
     naive_args.insert(naive_args.end(), {"--mode", "naive"});

@@ -167,6 +167,6 @@ expect_error "pyramid_beta" run "$TMP/g.toml" --set cache.granularity=head \
   --set policy.budget_allocation=pyramid --set policy.pyramid_beta=0.5
 expect_error "token-granularity" run "$TMP/s.toml" --set sim.attention=trace:/nonexistent.trace
 "$CLI" check --granularity row >"$TMP/c.out" 2>&1 && fail "check --granularity row exited 0"
-grep -q "unknown granularity" "$TMP/c.out" || fail "check --granularity row: $(cat "$TMP/c.out")"
+grep -q -- "--granularity: must be \"token\", \"layer\" or \"head\", got row" "$TMP/c.out" || fail "check --granularity row: $(cat "$TMP/c.out")"
 
 finish granularity_cli

@@ -221,7 +221,8 @@ TEST_F(ReadCommandsTest, ReportAveragesSeedsIntoPointsWithConfidenceIntervals) {
             std::string::npos)
       << r.out;
   // One seed: no interval.
-  EXPECT_NE(r.out.find("| 4 | 1 | vtoken | h2o | token | uniform | 0.5 | 20.0 |"), std::string::npos)
+  EXPECT_NE(r.out.find("| 4 | 1 | vtoken | h2o | token | uniform | 0.5 | 20.0 |"),
+            std::string::npos)
       << r.out;
 }
 
