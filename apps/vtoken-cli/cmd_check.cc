@@ -15,6 +15,7 @@
 #include "lib/core/memory_budget.h"
 #include "lib/core/policy_evictor.h"
 #include "lib/core/policy_registry.h"
+#include "lib/core/synthetic_signals.h"
 
 namespace vtoken::cli {
 namespace {
@@ -133,9 +134,9 @@ int RunCheckCommand(CheckArgs& args) {
   // The host store is [layers][slots][bytes_per_token]: refuse before allocating it.
   const CheckOptions& opt = args.options;
   const int64_t store_bytes = SaturatingAdd(
-      SaturatingMul(SaturatingMul(opt.num_layers, SaturatingMul(opt.pool.num_blocks,
-                                                                opt.pool.block_size)),
-                    opt.bytes_per_token),
+      SaturatingMul(
+          SaturatingMul(opt.num_layers, SaturatingMul(opt.pool.num_blocks, opt.pool.block_size)),
+          opt.bytes_per_token),
       PoolMetadataBytes(opt.pool.num_blocks, opt.pool.block_size));
   Status fits = CheckMemory(
       store_bytes, "the host KV store (--num-blocks " + std::to_string(opt.pool.num_blocks) +
@@ -153,11 +154,12 @@ int RunCheckCommand(CheckArgs& args) {
   }
   const CheckReport& r = *report;
   const CheckOptions& o = args.options;
-  std::printf("vtoken check: seed %llu, mode %s, %s copies, %d blocks x %d slots, headroom %d, "
-              "granularity %s (%d KV groups)\n",
-              static_cast<unsigned long long>(o.seed), ModeName(o.mode),
-              o.async_copies ? "async" : "sync", o.pool.num_blocks, o.pool.block_size,
-              o.pool.headroom_blocks, args.granularity.c_str(), o.num_groups);
+  std::printf(
+      "vtoken check: seed %llu, mode %s, %s copies, %d blocks x %d slots, headroom %d, "
+      "granularity %s (%d KV groups)\n",
+      static_cast<unsigned long long>(o.seed), ModeName(o.mode), o.async_copies ? "async" : "sync",
+      o.pool.num_blocks, o.pool.block_size, o.pool.headroom_blocks, args.granularity.c_str(),
+      o.num_groups);
   std::printf("  steps              %12lld\n", static_cast<long long>(r.steps));
   std::printf("  tokens appended    %12lld\n", static_cast<long long>(r.appended_tokens));
   std::printf("  evictions          %12lld\n", static_cast<long long>(r.evictions));
@@ -202,9 +204,7 @@ CLI::App* SetupCheck(CLI::App& app) {
       "Randomized relocation workload over a host KV store; verifies invariants and "
       "per-token KV hashes; exits 1 on any violation");
   cmd->add_option("--seed", o.seed, "Random seed")->capture_default_str();
-  cmd->add_option("--steps", o.steps, "Operations to run")
-      ->capture_default_str()
-      ->check(IntIn(0));
+  cmd->add_option("--steps", o.steps, "Operations to run")->capture_default_str()->check(IntIn(0));
   cmd->add_option("--block-size", o.pool.block_size, "Token slots per block")
       ->capture_default_str()
       ->check(IntIn(1, 4096));
@@ -220,9 +220,7 @@ CLI::App* SetupCheck(CLI::App& app) {
                   "With --async: stall each copy this long (exercises the read fence)")
       ->capture_default_str()
       ->check(IntIn(0));
-  cmd->add_option("--layers", o.num_layers, "KV layers")
-      ->capture_default_str()
-      ->check(IntIn(1));
+  cmd->add_option("--layers", o.num_layers, "KV layers")->capture_default_str()->check(IntIn(1));
   cmd->add_option("--granularity", args->granularity,
                   "What one liveness bit covers: token (every layer and head), layer or head; "
                   "layer and head give each sequence --layers (x --kv-heads) token tables")
@@ -301,9 +299,8 @@ CLI::App* SetupCheck(CLI::App& app) {
         return;
       }
     }
-    SetExitCode(args->model.empty()
-                    ? RunCheckCommand(*args)
-                    : RunModelCheckCommand(*args, cmd->count("--max-prompt") > 0));
+    SetExitCode(args->model.empty() ? RunCheckCommand(*args)
+                                    : RunModelCheckCommand(*args, cmd->count("--max-prompt") > 0));
   });
   return cmd;
 }
