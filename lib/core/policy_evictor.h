@@ -29,6 +29,9 @@
 // exactly `budget` remain. Ties go to the older token: candidates are ordered by (score,
 // position), NaN scores first, so equal scores evict the lower position first.
 //
+// Defined in policy_evictor.cc (options, signal bookkeeping: Observe, Track, Forget, Budget) and
+// victim_selection.cc (LowestEntries, Victims, GroupVictims).
+//
 // Thread safety: calls for one sequence must not overlap. Calls for different sequences may run
 // concurrently once each of them is known (Track, or an earlier Observe): each then touches only
 // its own sequence's state, and a policy's methods are const (policy.h). Track of an unknown
@@ -175,6 +178,8 @@ class PolicyEvictor {
     PolicyRng rng;
   };
 
+  // "seq <seq>", as the evictor's messages name a sequence.
+  static std::string SeqText(SeqId seq);
   // The first fault of an observation, as an InvalidArgument naming it. REQUIRES: it has one.
   Status ObservationError(SeqId seq, const SeqState& s, std::span<const TokenId> live,
                           std::span<const float> attn, std::span<const float> key_norm) const;
