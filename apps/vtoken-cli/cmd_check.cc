@@ -16,6 +16,7 @@
 #include "lib/core/memory_budget.h"
 #include "lib/core/policy_evictor.h"
 #include "lib/core/policy_registry.h"
+#include "lib/core/synthetic_signals.h"
 
 namespace vtoken::cli {
 namespace {

@@ -24,4 +24,10 @@ inline constexpr uint64_t SplitMix64(uint64_t& state) {
   return SplitMix64Finalize(state += kSplitMix64Gamma);
 }
 
+// Distinguishes the random streams of a sequence's KV groups (group 0: none, as with one group):
+// the policy evictor's per-group PolicyRng seeds and the synthetic signals' per-group draws.
+inline constexpr uint64_t KvGroupSalt(int32_t group) {
+  return group == 0 ? 0 : SplitMix64Finalize(static_cast<uint64_t>(group) * 0x632be59bd9b4e019ULL);
+}
+
 }  // namespace vtoken

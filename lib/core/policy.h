@@ -68,49 +68,6 @@ class PolicyRng {
   uint64_t state_;
 };
 
-// Helpers for scoring relative to the other live tokens (thresholds, rank-based scores).
-// NaN values are ignored by Quantile and ranked lowest by Ranks.
-
-// The q-quantile (q in [0, 1]) of the non-NaN `values`, interpolating linearly between closest
-// ranks (numpy.quantile's default); NaN when there are none or q is outside [0, 1]. O(n).
-inline float Quantile(std::span<const float> values, double q) {
-  std::vector<float> v;
-  v.reserve(values.size());
-  for (float x : values) {
-    if (!std::isnan(x)) v.push_back(x);
-  }
-  if (v.empty() || !(q >= 0 && q <= 1)) return std::numeric_limits<float>::quiet_NaN();
-  const double rank = q * static_cast<double>(v.size() - 1);
-  const size_t lo = static_cast<size_t>(rank);
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(lo), v.end());
-  const float a = v[lo];
-  if (lo + 1 >= v.size()) return a;
-  const float b = *std::min_element(v.begin() + static_cast<std::ptrdiff_t>(lo) + 1, v.end());
-  return static_cast<float>(a + (b - a) * (rank - static_cast<double>(lo)));
-}
-
-// ranks[i] = the rank of values[i] among all values, normalised to [0, 1] (0: lowest, 1: highest;
-// ties share their mean rank; NaN ranks lowest); 0.5 for a single value. O(n log n).
-inline std::vector<float> Ranks(std::span<const float> values) {
-  const size_t n = values.size();
-  std::vector<float> ranks(n, 0.5f);
-  if (n < 2) return ranks;
-  const auto key = [&](size_t i) {
-    return std::isnan(values[i]) ? -std::numeric_limits<float>::infinity() : values[i];
-  };
-  std::vector<size_t> order(n);
-  for (size_t i = 0; i < n; ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
-  for (size_t i = 0; i < n;) {
-    size_t j = i;
-    while (j + 1 < n && key(order[j + 1]) == key(order[i])) ++j;
-    const float r = static_cast<float>((static_cast<double>(i + j) / 2) / static_cast<double>(n - 1));
-    for (size_t k = i; k <= j; ++k) ranks[order[k]] = r;
-    i = j + 1;
-  }
-  return ranks;
-}
-
 // Per-sequence facts of the current step.
 struct PolicyContext {
   int64_t step = 0;    // Steps this sequence has seen before this one (0: prefill).

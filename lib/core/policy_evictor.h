@@ -3,8 +3,8 @@
 // it decides when to evict, enforces the budget, protects sink and recent tokens, and turns the
 // policy's scores into victims.
 //
-// Per sequence and step the caller (the engine, or SyntheticSignalDriver for `vtoken-cli
-// check`) does:
+// Per sequence and step the caller (the engine, or SyntheticSignalDriver of synthetic_signals.h
+// for `vtoken-cli check`) does:
 //   Observe(seq, live tokens, attn, key_norm)   the first call for a seq is its prefill;
 //   Victims(seq)                                 tokens to evict now (often none);
 //   VirtualKvCache::EvictToken for each victim;
@@ -29,6 +29,9 @@
 // exactly `budget` remain. Ties go to the older token: candidates are ordered by (score,
 // position), NaN scores first, so equal scores evict the lower position first.
 //
+// Defined in policy_evictor.cc (options, signal bookkeeping: Observe, Track, Forget, Budget) and
+// victim_selection.cc (LowestEntries, Victims, GroupVictims).
+//
 // Thread safety: calls for one sequence must not overlap. Calls for different sequences may run
 // concurrently once each of them is known (Track, or an earlier Observe): each then touches only
 // its own sequence's state, and a policy's methods are const (policy.h). Track of an unknown
@@ -45,7 +48,6 @@
 #include <vector>
 
 #include "lib/core/budget_allocation.h"
-#include "lib/core/eviction_driver.h"
 #include "lib/core/policy.h"
 #include "lib/core/status.h"
 
@@ -176,6 +178,8 @@ class PolicyEvictor {
     PolicyRng rng;
   };
 
+  // "seq <seq>", as the evictor's messages name a sequence.
+  static std::string SeqText(SeqId seq);
   // The first fault of an observation, as an InvalidArgument naming it. REQUIRES: it has one.
   Status ObservationError(SeqId seq, const SeqState& s, std::span<const TokenId> live,
                           std::span<const float> attn, std::span<const float> key_norm) const;
@@ -217,39 +221,6 @@ class PolicyEvictor {
   EvictorOptions options_;
   int32_t num_groups_;
   std::unordered_map<SeqId, std::vector<SeqState>> seqs_;  // One state per group.
-};
-
-// Drives a PolicyEvictor from CheckHarness (`vtoken-cli check --policy NAME`). Each
-// ChooseVictims call is one step of that sequence: it synthesizes signals for the live tokens
-// from the entropy word, observes them and returns the victims. The synthetic attention is
-// Zipf-like and persistent: a stable eighth of the tokens (by hash of seq and token) are heavy
-// hitters with 16x weight, the first token is a sink with 8x, the four newest tokens get 4x,
-// and every weight carries per-step noise; it is normalized to sum 1. Key norms are stable per
-// token in [1, 3), halved for heavy hitters and the sink. With KV groups each group draws its own
-// heavy hitters (by hash of seq, group and token) and noise.
-//
-// It also checks the evictor's contract on every step (victims are live and distinct, an
-// eviction leaves exactly the budget: per group, or per layer under adaptive allocation); the
-// first breach or evictor error is kept in status().
-class SyntheticSignalDriver final : public EvictionDriver {
- public:
-  explicit SyntheticSignalDriver(PolicyEvictor& evictor) : evictor_(evictor) {}
-
-  std::vector<std::vector<TokenId>> ChooseVictims(const VirtualKvCache& cache, SeqId seq,
-                                                  uint64_t entropy) override;
-  void ForgetSequence(SeqId seq) override { evictor_.Forget(seq); }
-
-  const Status& status() const { return status_; }
-  int64_t policy_steps() const { return policy_steps_; }
-  int64_t victims() const { return victims_; }
-
- private:
-  PolicyEvictor& evictor_;
-  Status status_;
-  int64_t policy_steps_ = 0;
-  int64_t victims_ = 0;
-  std::vector<float> attn_;
-  std::vector<float> key_norm_;
 };
 
 }  // namespace vtoken

@@ -20,17 +20,22 @@
 //
 // Not thread-safe: called from the scheduler thread only. Copy engines touch KV bytes, never
 // this object.
+//
+// Defined by concept: virtual_kv_cache.cc (sequence life cycle, eviction), kv_cache_relocation.cc
+// (the relocation steps), kv_cache_stats.cc (Stats, snapshots), kv_cache_reclaim_scan.cc
+// (PlanReclaim), kv_cache_invariants.cc (CheckInvariants).
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "lib/core/block_pool.h"
+#include "lib/core/kv_cache_stats.h"
 #include "lib/core/reclaim_plan.h"
 #include "lib/core/reclaim_planner.h"
 #include "lib/core/status.h"
@@ -50,24 +55,10 @@ inline constexpr int32_t kMaxKvGroups = 1 << 16;
 
 Status ValidateCacheOptions(const CacheOptions& options);
 
-// Fragmentation statistics (docs/METRICS.md).
-struct FragStats {
-  int32_t block_size = 0;
-  int64_t allocated_blocks = 0;  // Blocks not free (held or pinned by a copy).
-  int64_t live_slots = 0;        // Slots read by at least one live token.
-  double waste_ratio = 0;        // F = 1 - live_slots / (allocated_blocks * block_size).
-  // Allocated blocks by utilization: [0,25), [25,50), [50,75), [75,100] percent.
-  std::array<int64_t, 4> utilization_hist{};
-  int64_t ideal_blocks = 0;      // Sum over sequences and groups of ceil(live / block_size).
-  int64_t held_blocks = 0;       // Sum over sequences of blocks held (shared counted per holder).
-  int32_t num_seqs = 0;
-  int32_t num_groups = 1;
-};
-
 // A relocation in flight, returned by BeginRelocation: one entry per (sequence, group).
 struct SeqRelocation {
   SeqId seq = kNoSeq;
-  std::vector<Move> moves;          // In logical token order.
+  std::vector<Move> moves;  // In logical token order.
   std::vector<BlockId> src_blocks;
   std::vector<BlockId> dst_blocks;
   int32_t group = 0;
@@ -171,6 +162,7 @@ class VirtualKvCache {
   // Heap bytes of every token table (the indirection's memory cost).
   int64_t TableMemoryBytes() const;
 
+  // Fragmentation statistics (kv_cache_stats.h).
   FragStats Stats() const;
   // The pool-level fields of Snapshot() only (seqs empty): O(1), enough for
   // ReclaimPlanner::Triggered.
@@ -198,6 +190,8 @@ class VirtualKvCache {
     uint64_t relocation = 0;  // The in-flight relocation whose copy writes the slot.
   };
 
+  // "sequence <seq>", as the cache's messages name a sequence.
+  static std::string SeqName(SeqId seq);
   StatusOr<std::vector<TokenTable>*> MutableTables(SeqId seq);
   // Drops seq's hold on `block` (after its last live token there left).
   void ReleaseBlock(TokenTable& table, BlockId block);

@@ -19,6 +19,7 @@
 #include "lib/core/host_kv_store.h"
 #include "lib/core/policy_evictor.h"
 #include "lib/core/reclaimer.h"
+#include "lib/core/synthetic_signals.h"
 #include "lib/core/virtual_kv_cache.h"
 
 namespace vtoken {
@@ -136,9 +137,9 @@ struct PackResult {
   int64_t tail_blocks = 0;
 };
 
-// Fills kSeqs sequences of kTokens tokens, evicts 75% of every group (a different random set per group, from
-// `seed`), then in vtoken mode reclaims until nothing moves. Checks invariants and every live
-// token's bytes.
+// Fills kSeqs sequences of kTokens tokens, evicts 75% of every group (a different random set per
+// group, from `seed`), then in vtoken mode reclaims until nothing moves. Checks invariants and
+// every live token's bytes.
 PackResult EvictAndPack(Mode mode, uint64_t seed, int64_t kTokens) {
   const int64_t kKeep = kTokens / 4;  // 25%.
   const int32_t num_blocks = kSeqs * kGroups * (kTokens / kBlockSize) + 64;

@@ -8,6 +8,7 @@
 #include "lib/core/check_harness.h"
 #include "lib/core/policy_evictor.h"
 #include "lib/core/policy_registry.h"
+#include "lib/core/synthetic_signals.h"
 
 namespace vtoken {
 namespace {

@@ -11,9 +11,9 @@ namespace vtoken {
 namespace {
 
 CacheOptions Options(Mode mode, int32_t block_size, int32_t num_blocks, int32_t headroom = 0) {
-  return {.mode = mode,
-          .pool = {.num_blocks = num_blocks, .block_size = block_size,
-                   .headroom_blocks = headroom}};
+  return {
+      .mode = mode,
+      .pool = {.num_blocks = num_blocks, .block_size = block_size, .headroom_blocks = headroom}};
 }
 
 // Evicts every token t of `seq` in [0, n) for which keep(t) is false.
@@ -240,21 +240,6 @@ TEST(VirtualKvCacheTest, ApplyMovesIsAtomic) {
   EXPECT_EQ(cache.CompleteRelocation(rel->id).code(), StatusCode::kNotFound);
 }
 
-TEST(VirtualKvCacheTest, StatsReportWasteHistogramAndIdealBound) {
-  VirtualKvCache cache(Options(Mode::kNaive, 4, 8));
-  const SeqId seq = cache.AddSequence();
-  ASSERT_TRUE(cache.SyncNewTokens(seq, 12).ok());
-  EvictUnless(cache, seq, 8, [](TokenId t) { return t % 4 == 0; });
-  FragStats s = cache.Stats();
-  EXPECT_EQ(s.allocated_blocks, 3);
-  EXPECT_EQ(s.live_slots, 6);
-  EXPECT_DOUBLE_EQ(s.waste_ratio, 0.5);
-  EXPECT_EQ(s.utilization_hist[1], 2);  // 1/4 = 25% utilization: bin [25, 50).
-  EXPECT_EQ(s.utilization_hist[3], 1);
-  EXPECT_EQ(s.ideal_blocks, 2);
-  EXPECT_EQ(s.held_blocks, 3);
-}
-
 // PlanReclaim (the reclaimer's path: histograms from the token tables, no snapshot) makes exactly
 // the plan Plan(Snapshot()) makes, on random caches: KV groups, forked sequences sharing prefix
 // blocks, blocks pinned by an in-flight relocation, tight and loose move and destination
@@ -302,7 +287,7 @@ TEST(PlanReclaimTest, MakesThePlanOfTheSnapshotPath) {
     const int64_t max_moves = 1 + static_cast<int64_t>(SplitMix64(rng) % 200);
     for (const ReclaimOptions& o :
          {loose, ReclaimOptions{.trigger = ReclaimOptions::Trigger::kAlways,
-                                .max_moves_per_step = max_moves}}) {
+                 .max_moves_per_step = max_moves}}) {
       const ReclaimPlanner planner(o);
       const ReclaimPlan want = planner.Plan(cache.Snapshot());
       const ReclaimPlan got = cache.PlanReclaim(planner);

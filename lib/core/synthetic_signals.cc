@@ -1,0 +1,87 @@
+#include "lib/core/synthetic_signals.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "lib/core/mix.h"
+#include "lib/core/virtual_kv_cache.h"
+
+namespace vtoken {
+
+std::vector<std::vector<TokenId>> SyntheticSignalDriver::ChooseVictims(const VirtualKvCache& cache,
+                                                                       SeqId seq,
+                                                                       uint64_t entropy) {
+  const int32_t groups = cache.num_groups();
+  if (!status_.ok()) return std::vector<std::vector<TokenId>>(static_cast<size_t>(groups));
+  std::vector<std::vector<TokenId>> live(static_cast<size_t>(groups));
+  uint64_t noise = entropy;
+  ++policy_steps_;
+  for (int32_t g = 0; g < groups; ++g) {
+    live[g] = cache.table(seq, g).LiveTokens();
+    attn_.resize(live[g].size());
+    key_norm_.resize(live[g].size());
+    double total = 0;
+    const uint64_t salt = KvGroupSalt(g);
+    for (size_t i = 0; i < live[g].size(); ++i) {
+      const uint64_t h = SplitMix64Finalize(
+          ((static_cast<uint64_t>(seq) << 40) ^ static_cast<uint64_t>(live[g][i])) ^ salt);
+      const bool heavy = h % 8 == 0;
+      const bool sink = live[g][i] == 0;
+      double w = 0.5 + static_cast<double>(SplitMix64(noise) >> 11) * 0x1.0p-53;
+      if (heavy) w *= 16;
+      if (sink) w *= 8;
+      if (i + 4 >= live[g].size()) w *= 4;
+      attn_[i] = static_cast<float>(w);
+      total += w;
+      const float norm = 1.0f + static_cast<float>((h >> 8) % 1000) / 500.0f;
+      key_norm_[i] = heavy || sink ? norm / 2 : norm;
+    }
+    for (float& a : attn_) a = static_cast<float>(a / total);
+    status_ = evictor_.Observe(seq, g, live[g], attn_, key_norm_);
+    if (!status_.ok()) return std::vector<std::vector<TokenId>>(static_cast<size_t>(groups));
+  }
+  StatusOr<std::vector<std::vector<TokenId>>> victims = evictor_.GroupVictims(seq);
+  if (!victims.ok()) {
+    status_ = victims.status();
+    return std::vector<std::vector<TokenId>>(static_cast<size_t>(groups));
+  }
+  const EvictorOptions& o = evictor_.options();
+  const bool adaptive = o.allocation == BudgetAllocation::kAdaptive;
+  const int32_t span = adaptive ? o.num_kv_heads : 1;  // Groups sharing one budget.
+  for (int32_t first = 0; first < groups && status_.ok(); first += span) {
+    int64_t left = 0, budget = 0;
+    bool evicted = false;
+    for (int32_t g = first; g < first + span; ++g) {
+      left += static_cast<int64_t>(live[g].size() - (*victims)[g].size());
+      const StatusOr<int64_t> b = evictor_.Budget(seq, g);
+      budget += b.ok() ? *b : -1;
+      evicted = evicted || !(*victims)[g].empty();
+    }
+    if (evicted && left != budget) {
+      status_ =
+          InternalError("policy '" + evictor_.policy_name() + "' left " + std::to_string(left) +
+                        " live tokens in seq " + std::to_string(seq) + " group " +
+                        std::to_string(first) + ", budget " + std::to_string(budget));
+    }
+  }
+  for (int32_t g = 0; g < groups && status_.ok(); ++g) {
+    const std::vector<TokenId>& v = (*victims)[g];
+    for (size_t j = 0; j < v.size(); ++j) {
+      const TokenId t = v[j];
+      if (!std::binary_search(live[g].begin(), live[g].end(), t) || (j > 0 && t <= v[j - 1])) {
+        status_ = InternalError("policy '" + evictor_.policy_name() + "' chose token " +
+                                std::to_string(t) + " of seq " + std::to_string(seq) + " group " +
+                                std::to_string(g) + ", which is not a distinct live token");
+        break;
+      }
+    }
+    victims_ += static_cast<int64_t>(v.size());
+  }
+  if (!status_.ok()) return std::vector<std::vector<TokenId>>(static_cast<size_t>(groups));
+  return std::move(victims).value();
+}
+
+}  // namespace vtoken
