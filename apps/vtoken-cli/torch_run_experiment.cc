@@ -19,9 +19,9 @@
 #include "lib/core/policy_registry.h"
 #include "lib/engine/result_store.h"
 #include "lib/engine/rouge.h"
+#include "lib/engine/run_summary.h"
 #include "lib/engine/stats.h"
 #include "lib/engine/tasks.h"
-#include "lib/engine/run_summary.h"
 #include "lib/engine/workload.h"
 #include "lib/model/blas_info.h"
 #include "lib/model/cpu_threads.h"
@@ -163,9 +163,8 @@ std::string ModelLoadLine(const model::ModelDescription& d, const model::ModelCo
                 static_cast<double>(parameters) / 1e6, load_s,
                 static_cast<long long>(resident >> 20), static_cast<long long>(kv_bytes),
                 static_cast<long long>(mc.num_hidden_layers),
-                static_cast<long long>(mc.num_key_value_heads),
-                static_cast<long long>(mc.head_dim), static_cast<long long>(dtype_bytes),
-                dtype.c_str());
+                static_cast<long long>(mc.num_key_value_heads), static_cast<long long>(mc.head_dim),
+                static_cast<long long>(dtype_bytes), dtype.c_str());
   return line;
 }
 
@@ -194,12 +193,12 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
   const int64_t parameters = m.NumParameters();
   VTOKEN_ASSIGN_OR_RETURN(
       std::unique_ptr<model::LlamaRunner> r,
-      model::LlamaRunner::Create(std::move(m), {.num_slots = slots,
-                                                .async_copies = c.async_copies,
-                                                .granularity = c.granularity,
-                                                .decode = c.cuda_graphs
-                                                              ? model::DecodeMode::kCudaGraphs
-                                                              : model::DecodeMode::kEager}));
+      model::LlamaRunner::Create(
+          std::move(m),
+          {.num_slots = slots,
+           .async_copies = c.async_copies,
+           .granularity = c.granularity,
+           .decode = c.cuda_graphs ? model::DecodeMode::kCudaGraphs : model::DecodeMode::kEager}));
   if (model_line != nullptr && !IsSyntheticLlama(c.model)) {
     VTOKEN_ASSIGN_OR_RETURN(const model::ModelDescription d, model::DescribeModel(c.model));
     *model_line = ModelLoadLine(d, shape, parameters, load_s, resident, c.model_dtype,
@@ -214,7 +213,9 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
 class Progress {
  public:
   Progress(std::string label, std::string time_unit)
-      : label_(std::move(label)), unit_(std::move(time_unit)), tty_(isatty(2) != 0),
+      : label_(std::move(label)),
+        unit_(std::move(time_unit)),
+        tty_(isatty(2) != 0),
         start_(std::chrono::steady_clock::now()) {}
 
   void Update(const engine::StepRecord& s, int64_t finished, int64_t total) {
@@ -268,8 +269,7 @@ std::string MemoPartition(const ExperimentConfig& c) {
 
 StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::string& db_path,
                                    const std::string& sweep, bool dry_run,
-                                   const std::string& record_signals,
-                                   engine::PrefillMemo* memo) {
+                                   const std::string& record_signals, engine::PrefillMemo* memo) {
   ExperimentConfig c = config;  // With the pool split into KV-group blocks (ApplyKvGroups).
   // Everything that can fail on bad input fails here, before the database is touched.
   VTOKEN_RETURN_IF_ERROR(CheckRunFiles(c));
@@ -281,8 +281,10 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
   std::optional<model::ChatTemplate> chat;
   if (c.workload.chat) {
     if (!tokenizer) {
-      return InvalidArgumentError(c.file + ": workload.chat needs a model with a tokenizer and a "
-                                  "chat template, not " + c.model);
+      return InvalidArgumentError(c.file +
+                                  ": workload.chat needs a model with a tokenizer and a "
+                                  "chat template, not " +
+                                  c.model);
     }
     VTOKEN_ASSIGN_OR_RETURN(model::ChatTemplate t, model::LoadModelChatTemplate(c.model));
     chat = std::move(t);
@@ -296,7 +298,8 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
   if (c.workload.kind == "perplexity" && evicts && !c.engine.indirection_only &&
       c.engine.evictor.budget_tokens == 0) {
     return InvalidArgumentError(
-        c.file + ": workload.kind \"perplexity\" evicts from a 1-token prompt: give the cache "
+        c.file +
+        ": workload.kind \"perplexity\" evicts from a 1-token prompt: give the cache "
         "size as policy.budget_tokens (with keep_ratio = 0), not keep_ratio");
   }
   // What the run allocates and what the policy asks of the context, before anything is loaded.
@@ -358,18 +361,18 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     output_tokens += r.max_tokens;
   }
   if (!model_line.empty()) std::fprintf(stderr, "%s\n", model_line.c_str());
-  std::fprintf(stderr,
-               "experiment %s: model %s, %zu requests (%s, %lld prompt / %lld output tokens), "
-               "pool %d x %d slots%s, modes:",
-               c.name.c_str(), c.model.c_str(), requests.size(), c.workload.kind.c_str(),
-               static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens),
-               c.engine.pool.num_blocks, c.engine.pool.block_size,
-               c.granularity == Granularity::kToken
-                   ? ""
-                   : (std::string(" of one KV group (granularity ") +
-                      GranularityName(c.granularity) + ", " +
-                      std::to_string(runner->num_kv_groups()) + " groups)")
-                         .c_str());
+  std::fprintf(
+      stderr,
+      "experiment %s: model %s, %zu requests (%s, %lld prompt / %lld output tokens), "
+      "pool %d x %d slots%s, modes:",
+      c.name.c_str(), c.model.c_str(), requests.size(), c.workload.kind.c_str(),
+      static_cast<long long>(prompt_tokens), static_cast<long long>(output_tokens),
+      c.engine.pool.num_blocks, c.engine.pool.block_size,
+      c.granularity == Granularity::kToken
+          ? ""
+          : (std::string(" of one KV group (granularity ") + GranularityName(c.granularity) + ", " +
+             std::to_string(runner->num_kv_groups()) + " groups)")
+                .c_str());
   for (Mode m : c.modes) std::fprintf(stderr, " %s", ModeName(m));
   std::fprintf(stderr, "\n");
   int64_t cut = 0, longest = 0;
@@ -446,9 +449,8 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     if (!id) return Status::Ok();
     VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::OutputRecord> outputs, store.GetOutputs(*id));
     if (outputs.size() != requests.size()) return Status::Ok();
-    std::sort(outputs.begin(), outputs.end(), [](const auto& a, const auto& b) {
-      return a.request_id < b.request_id;
-    });
+    std::sort(outputs.begin(), outputs.end(),
+              [](const auto& a, const auto& b) { return a.request_id < b.request_id; });
     for (const engine::OutputRecord& o : outputs) texts.push_back(o.text);
     return Status::Ok();
   };
@@ -526,7 +528,8 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       std::fprintf(stderr,
                    "%s: CUDA graphs: %lld decode steps, %lld replayed, %lld buckets captured, "
                    "%lld capture failures\n",
-                   label.c_str(), static_cast<long long>(g.static_steps - graphs_before.static_steps),
+                   label.c_str(),
+                   static_cast<long long>(g.static_steps - graphs_before.static_steps),
                    static_cast<long long>(g.replays - graphs_before.replays),
                    static_cast<long long>(g.bodies_built - graphs_before.bodies_built),
                    static_cast<long long>(g.capture_failures - graphs_before.capture_failures));
@@ -535,9 +538,9 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       const std::string why = std::string("interrupted by ") + InterruptSignalName() + " (" +
                               result.status().message() + ")";
       Status marked = store.InterruptRun(run_id, why);
-      return FailedPreconditionError("run " + std::to_string(run_id) + " " + why +
-                                     (marked.ok() ? "; marked interrupted"
-                                                  : "; could not mark it: " + marked.message()));
+      return FailedPreconditionError(
+          "run " + std::to_string(run_id) + " " + why +
+          (marked.ok() ? "; marked interrupted" : "; could not mark it: " + marked.message()));
     }
     if (!result.ok()) return fail(result.status());
     if (result->violations > 0) {
@@ -555,7 +558,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
         for (int32_t t : q.output_tokens) text += std::to_string(t) + " ";
       }
       texts.push_back(text);
-      outputs.push_back({.request_id = q.id, .text = text, .token_ids = q.output_tokens});
+      outputs.push_back({.request_id = q.request_id, .text = text, .token_ids = q.output_tokens});
       if (!q.token_logprobs.empty()) {
         outputs.back().token_logprobs = nlohmann::json(q.token_logprobs).dump();
       }
@@ -576,7 +579,8 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       }
     }
     for (size_t i = 0; i < requests.size() && sim_runner == nullptr; ++i) {
-      if (requests[i].reference) rouge_ref.push_back(engine::RougeLF1(texts[i], *requests[i].reference));
+      if (requests[i].reference)
+        rouge_ref.push_back(engine::RougeLF1(texts[i], *requests[i].reference));
     }
     std::map<std::string, double> summary = engine::SummarizeRun(*result, rouge_native, rouge_ref);
     // Task requests: RULER's score of each output against its expected strings.
@@ -645,11 +649,10 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       summary["rouge_l_vs_naive"] = sum / static_cast<double>(rouge_naive.size());
     }
     // One transaction: a full disk leaves no partial rows, and the run is marked failed.
-    Status s = store.CompleteRun(run_id,
-                                 {.steps = result->steps,
-                                  .requests = std::move(records),
-                                  .outputs = std::move(outputs)},
-                                 summary, {{"experiment", c.name}});
+    Status s = store.CompleteRun(
+        run_id,
+        {.steps = result->steps, .requests = std::move(records), .outputs = std::move(outputs)},
+        summary, {{"experiment", c.name}});
     if (!s.ok()) return fail(s);
   }
   if (trace) VTOKEN_RETURN_IF_ERROR(trace->Close());

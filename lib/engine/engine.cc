@@ -147,7 +147,7 @@ class Engine {
       if (runner.bos_token_id()) seqs_[i].tokens.push_back(*runner.bos_token_id());
       seqs_[i].tokens.insert(seqs_[i].tokens.end(), requests[i].prompt_tokens.begin(),
                              requests[i].prompt_tokens.end());
-      seqs_[i].result.id = requests[i].id;
+      seqs_[i].result.request_id = requests[i].id;
       seqs_[i].question_pending = !requests[i].question_tokens.empty();
       if (requests[i].prefix_group >= 0 && requests[i].shared_prefix_tokens > 0) {
         seqs_[i].shared_tokens =
@@ -327,7 +327,7 @@ class Engine {
     r.tpot_s = n > 1 ? (r.finish_s - r.first_token_s) / static_cast<double>(n - 1) : 0.0;
     r.blocks_final = cache_.num_blocks_held(s.seq);
     r.live_final = cache_.num_live(s.seq);
-    r.ideal_blocks_final = cache_.IdealBlocks(s.seq);
+    r.ideal_blocks_final = static_cast<int32_t>(cache_.IdealBlocks(s.seq));
     if (groups_ > 1) {  // Group g = layer * (groups per layer) + KV head (KvGroupOf).
       const int32_t layers = std::max(1, o_.evictor.num_layers);
       const int32_t per_layer = groups_ % layers == 0 ? groups_ / layers : groups_;
