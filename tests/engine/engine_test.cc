@@ -5,8 +5,6 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,12 +13,6 @@
 
 namespace vtoken::engine {
 namespace {
-
-using testing::FakeRunner;
-using testing::MeanBlocks;
-using testing::Opts;
-using testing::Requests;
-using testing::RunWith;
 
 TEST(EngineTest, NaiveAndVtokenGiveIdenticalOutputsAndVtokenHoldsFewerBlocks) {
   const std::vector<Request> reqs = Requests(6, 200, 80, 11);

@@ -17,7 +17,7 @@
 #include "lib/core/host_kv_store.h"
 #include "lib/engine/engine.h"
 
-namespace vtoken::engine::testing {
+namespace vtoken::engine {
 
 class FakeRunner final : public model::ModelRunner {
  public:
@@ -132,4 +132,4 @@ inline double MeanBlocks(const EngineResult& r) {
   return sum / static_cast<double>(r.requests.size());
 }
 
-}  // namespace vtoken::engine::testing
+}  // namespace vtoken::engine

@@ -14,12 +14,6 @@
 namespace vtoken::engine {
 namespace {
 
-using testing::FakeRunner;
-using testing::MeanBlocks;
-using testing::Opts;
-using testing::Requests;
-using testing::RunWith;
-
 // Counts, per request, the sampled steps and those whose signals the engine asked for, and
 // returns NaN signals for the others (the engine must not hand them to the policy).
 class SignalSpy final : public model::ForwardingRunner {

@@ -4,21 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
-#include <map>
-#include <string>
 #include <vector>
 
 #include "tests/engine/fake_runner.h"
 
 namespace vtoken::engine {
 namespace {
-
-using testing::FakeRunner;
-using testing::MeanBlocks;
-using testing::Opts;
-using testing::Requests;
-using testing::RunWith;
 
 // Four requests share a 150-token prefix: members fork the leader's prefix blocks instead of
 // recomputing them, outputs equal those of unshared requests, and fewer blocks are held.

@@ -27,7 +27,22 @@ class HashRunner final : public model::ForwardingRunner {
   bool drop_one = false;
 
  private:
-  testing::FakeRunner fake_;
+  FakeRunner fake_;
+};
+
+class RunVerifierTest : public ::testing::Test {
+ protected:
+  HashRunner runner_;
+  EngineResult result_;
+  RunVerifier verifier_{runner_, result_};
+
+  // Runs `rel` through the verifier as the reclaimer would, the copy leaving `copied` in the
+  // runner's slots.
+  void Relocate(const Relocation& rel, const std::map<SlotIndex, uint64_t>& copied) {
+    verifier_.BeforeCopy(rel);
+    for (const auto& [slot, hash] : copied) runner_.hashes[slot] = hash;
+    verifier_.AfterCopy(rel);
+  }
 };
 
 Relocation Moves(SeqId seq, const std::vector<Move>& moves) {
@@ -36,79 +51,57 @@ Relocation Moves(SeqId seq, const std::vector<Move>& moves) {
   return rel;
 }
 
-TEST(RunVerifierTest, AMoveThatCarriedItsBytesIsACheck) {
-  HashRunner runner;
-  EngineResult result;
-  RunVerifier verifier(runner, result);
-  runner.hashes = {{3, 30}, {4, 40}};
+TEST_F(RunVerifierTest, AMoveThatCarriedItsBytesIsACheck) {
+  runner_.hashes = {{3, 30}, {4, 40}};
   const Relocation rel =
       Moves(0, {{.token = 5, .src = 3, .dst = 9}, {.token = 6, .src = 4, .dst = 10}});
-  verifier.BeforeCopy(rel);
-  runner.hashes[9] = 30;
-  runner.hashes[10] = 40;
-  verifier.AfterCopy(rel);
-  EXPECT_EQ(result.hash_checks, 2);
-  EXPECT_EQ(result.violations, 0);
-  EXPECT_TRUE(result.first_violations.empty());
+  Relocate(rel, {{9, 30}, {10, 40}});
+  EXPECT_EQ(result_.hash_checks, 2);
+  EXPECT_EQ(result_.violations, 0);
+  EXPECT_TRUE(result_.first_violations.empty());
 }
 
-TEST(RunVerifierTest, AMoveThatLostItsBytesIsAViolationThatNamesIt) {
-  HashRunner runner;
-  EngineResult result;
-  RunVerifier verifier(runner, result);
-  runner.hashes = {{3, 30}};
+TEST_F(RunVerifierTest, AMoveThatLostItsBytesIsAViolationThatNamesIt) {
+  runner_.hashes = {{3, 30}};
   const Relocation rel = Moves(2, {{.token = 5, .src = 3, .dst = 9}});
-  verifier.BeforeCopy(rel);
-  runner.hashes[9] = 31;
-  verifier.AfterCopy(rel);
-  EXPECT_EQ(result.hash_checks, 1);
-  EXPECT_EQ(result.violations, 1);
-  ASSERT_EQ(result.first_violations.size(), 1u);
-  EXPECT_EQ(result.first_violations[0], "hash mismatch: token 5 of sequence 2 moved 3 -> 9");
+  Relocate(rel, {{9, 31}});
+  EXPECT_EQ(result_.hash_checks, 1);
+  EXPECT_EQ(result_.violations, 1);
+  ASSERT_EQ(result_.first_violations.size(), 1u);
+  EXPECT_EQ(result_.first_violations[0], "hash mismatch: token 5 of sequence 2 moved 3 -> 9");
 }
 
-TEST(RunVerifierTest, TooFewHashesAreAViolationAndNoCheck) {
-  HashRunner runner;
-  EngineResult result;
-  RunVerifier verifier(runner, result);
-  runner.drop_one = true;
+TEST_F(RunVerifierTest, TooFewHashesAreAViolationAndNoCheck) {
+  runner_.drop_one = true;
   const Relocation rel =
       Moves(0, {{.token = 5, .src = 3, .dst = 9}, {.token = 6, .src = 4, .dst = 10}});
-  verifier.BeforeCopy(rel);
-  verifier.AfterCopy(rel);
-  EXPECT_EQ(result.hash_checks, 0);
-  EXPECT_EQ(result.violations, 2);
-  ASSERT_EQ(result.first_violations.size(), 2u);
-  EXPECT_EQ(result.first_violations[0], "the runner returned 1 KV hashes for 2 slots");
+  Relocate(rel, {});
+  EXPECT_EQ(result_.hash_checks, 0);
+  EXPECT_EQ(result_.violations, 2);
+  ASSERT_EQ(result_.first_violations.size(), 2u);
+  EXPECT_EQ(result_.first_violations[0], "the runner returned 1 KV hashes for 2 slots");
 }
 
-TEST(RunVerifierTest, KeepsTheFirstTenDescriptionsAndCountsEveryViolation) {
-  HashRunner runner;
-  EngineResult result;
-  RunVerifier verifier(runner, result);
-  for (SlotIndex s = 0; s < 12; ++s) runner.hashes[s] = 100 + static_cast<uint64_t>(s);
+TEST_F(RunVerifierTest, KeepsTheFirstTenDescriptionsAndCountsEveryViolation) {
+  for (SlotIndex s = 0; s < 12; ++s) runner_.hashes[s] = 100 + static_cast<uint64_t>(s);
   std::vector<Move> moves;
   for (SlotIndex s = 0; s < 12; ++s) moves.push_back({.token = s, .src = s, .dst = 20 + s});
   const Relocation rel = Moves(0, moves);
-  verifier.BeforeCopy(rel);  // The destinations keep hashing to 0.
-  verifier.AfterCopy(rel);
-  EXPECT_EQ(result.hash_checks, 12);
-  EXPECT_EQ(result.violations, 12);
-  EXPECT_EQ(result.first_violations.size(), RunVerifier::kMaxDescribed);
+  Relocate(rel, {});  // The destinations keep hashing to 0.
+  EXPECT_EQ(result_.hash_checks, 12);
+  EXPECT_EQ(result_.violations, 12);
+  EXPECT_EQ(result_.first_violations.size(), RunVerifier::kMaxDescribed);
 }
 
-TEST(RunVerifierTest, CountsEveryInvariantCheckOfAConsistentCache) {
-  HashRunner runner;
-  EngineResult result;
-  RunVerifier verifier(runner, result);
+TEST_F(RunVerifierTest, CountsEveryInvariantCheckOfAConsistentCache) {
   VirtualKvCache cache(CacheOptions{
       .mode = Mode::kVtoken, .pool = {.num_blocks = 8, .block_size = 4, .headroom_blocks = 1}});
   const SeqId seq = cache.AddSequence();
   ASSERT_TRUE(cache.SyncNewTokens(seq, 6).ok());
-  verifier.CheckCache(cache);
-  verifier.CheckCache(cache);
-  EXPECT_EQ(result.invariant_checks, 2);
-  EXPECT_EQ(result.violations, 0);
+  verifier_.CheckCache(cache);
+  verifier_.CheckCache(cache);
+  EXPECT_EQ(result_.invariant_checks, 2);
+  EXPECT_EQ(result_.violations, 0);
 }
 
 }  // namespace

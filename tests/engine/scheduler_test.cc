@@ -4,22 +4,13 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <map>
-#include <string>
+#include <cstdint>
 #include <vector>
 
 #include "tests/engine/fake_runner.h"
 
 namespace vtoken::engine {
 namespace {
-
-using testing::FakeRunner;
-using testing::MeanBlocks;
-using testing::Opts;
-using testing::Requests;
-using testing::RunWith;
 
 // Counts the new tokens of every forward and whether decodes ran in it.
 class BatchSpy final : public model::ForwardingRunner {
