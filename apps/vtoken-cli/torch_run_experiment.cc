@@ -317,7 +317,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
         for (int32_t t : q.output_tokens) text += std::to_string(t) + " ";
       }
       texts.push_back(text);
-      outputs.push_back({.request_id = q.id, .text = text, .token_ids = q.output_tokens});
+      outputs.push_back({.request_id = q.request_id, .text = text, .token_ids = q.output_tokens});
       if (!q.token_logprobs.empty()) {
         outputs.back().token_logprobs = nlohmann::json(q.token_logprobs).dump();
       }

@@ -92,22 +92,16 @@ struct EngineOptions {
 Status ValidateEngineOptions(const EngineOptions& options, const model::ModelRunner& runner,
                              const std::vector<Request>& requests);
 
-// Per-request results (definitions in docs/METRICS.md).
-struct RequestResult {
-  int64_t id = 0;
-  int64_t prompt_tokens = 0;
+// Per-request results (definitions in docs/METRICS.md): the figures the result store keeps
+// (RequestMetrics, one field per `requests` column), then what the run derives its other columns
+// and its outputs from.
+struct RequestResult : RequestMetrics {
   std::vector<int32_t> output_tokens;
-  double arrival_s = 0, first_token_s = 0, finish_s = 0;  // From the run's start.
-  double ttft_s = 0, tpot_s = 0, e2e_s = 0;
-  int32_t preemptions = 0;
-  double blocks_mean = 0;    // Blocks held, averaged over the steps it was running.
-  int32_t blocks_final = 0;  // Blocks held when it finished.
-  int64_t live_final = 0;    // Live tokens when it finished.
+  int64_t live_final = 0;  // Live tokens when it finished.
   // Layer / head granularity: the live tokens of each KV group when it finished, one row per
   // layer (one entry per KV head at head granularity, one at layer granularity). Empty at token
   // granularity.
   std::vector<std::vector<int64_t>> live_per_group;
-  int64_t ideal_blocks_final = 0;
   // Teacher-forced requests: log p of each forced token, in order (natural log).
   std::vector<double> token_logprobs;
 };
@@ -117,7 +111,7 @@ struct EngineResult {
   // blocks of one group; a block of a token-granularity run holds num_groups times the bytes.
   int32_t kv_groups = 1;
   std::vector<RequestResult> requests;  // In request order.
-  std::vector<StepRecord> steps;  // One per step, as the result store keeps them.
+  std::vector<StepRecord> steps;        // One per step, as the result store keeps them.
   double wall_s = 0;
   int64_t preemptions = 0;
   int32_t peak_running = 0;

@@ -144,11 +144,15 @@ struct MemberOf<T R::*> {
 
 }  // namespace schema_internal
 
-// The column of record field `Member`: Field<&RequestRecord::task>("task", "TEXT", 2, "doc").
-template <auto Member>
+// The column of record field `Member`: Field<&StepRecord::moves>("moves", "INTEGER", 1, "doc").
+// `Record` is the class that declares `Member`; name the record when it inherits the field
+// (Field<&RequestRecord::ttft_s, RequestRecord>: ttft_s is RequestMetrics').
+template <auto Member,
+          typename Record = typename schema_internal::MemberOf<decltype(Member)>::Record>
 constexpr auto Field(std::string_view name, std::string_view decl, int since,
                      std::string_view doc) {
-  using Record = typename schema_internal::MemberOf<decltype(Member)>::Record;
+  static_assert(
+      std::is_base_of_v<typename schema_internal::MemberOf<decltype(Member)>::Record, Record>);
   return Column<Record>{name,
                         decl,
                         since,
@@ -202,11 +206,11 @@ struct StepRecord {
   int64_t fence_waits = 0;  // waits for a pending copy this step
 };
 
-// One row of `requests`: the outcome of one request. Times in seconds from the run's start.
-struct RequestRecord {
+// What the engine measures of one request (docs/METRICS.md), declared once: the engine's
+// RequestResult and the store's RequestRecord both are one. Times in seconds from the run's start.
+struct RequestMetrics {
   int64_t request_id = 0;
-  int64_t prompt_tokens = 0;
-  int64_t output_tokens = 0;
+  int64_t prompt_tokens = 0;  // the question's tokens included; BOS excluded
   double arrival_s = 0.0;
   double first_token_s = 0.0;
   double finish_s = 0.0;
@@ -214,9 +218,15 @@ struct RequestRecord {
   double tpot_s = 0.0;
   double e2e_s = 0.0;
   int32_t preemptions = 0;
-  double blocks_mean = 0.0;  // blocks held, time-mean while running
-  int32_t blocks_final = 0;  // blocks held at finish
-  int32_t ideal_blocks_final = 0;
+  double blocks_mean = 0.0;        // blocks held, time-mean over the steps it was running
+  int32_t blocks_final = 0;        // blocks held at finish
+  int32_t ideal_blocks_final = 0;  // ceil(live / block_size) at finish, summed over KV groups
+};
+
+// One row of `requests`: the outcome of one request, its engine figures (RequestMetrics) and
+// what the run derived from its output.
+struct RequestRecord : RequestMetrics {
+  int64_t output_tokens = 0;  // tokens generated
   // Task accuracy; nullopt for a workload without tasks.
   std::optional<std::string> task;        // task name, e.g. "passkey"
   std::optional<int64_t> context_tokens;  // target context length of the task instance
@@ -312,29 +322,40 @@ inline constexpr Table<StepRecord> kStepTable{"steps", kStepColumns,
                                               "PRIMARY KEY (run_id, step)) WITHOUT ROWID"};
 
 inline constexpr Column<RequestRecord> kRequestColumns[] = {
-    Field<&RequestRecord::request_id>("request_id", "INTEGER NOT NULL", 1, "request id"),
-    Field<&RequestRecord::prompt_tokens>("prompt_tokens", "INTEGER", 1, "prompt length"),
-    Field<&RequestRecord::output_tokens>("output_tokens", "INTEGER", 1, "tokens generated"),
-    Field<&RequestRecord::arrival_s>("arrival_s", "REAL", 1, "arrival time"),
-    Field<&RequestRecord::first_token_s>("first_token_s", "REAL", 1, "first token time"),
-    Field<&RequestRecord::finish_s>("finish_s", "REAL", 1, "finish time"),
-    Field<&RequestRecord::ttft_s>("ttft_s", "REAL", 1, "time to first token"),
-    Field<&RequestRecord::tpot_s>("tpot_s", "REAL", 1, "time per output token"),
-    Field<&RequestRecord::e2e_s>("e2e_s", "REAL", 1, "end-to-end latency"),
-    Field<&RequestRecord::preemptions>("preemptions", "INTEGER", 1, "times preempted"),
-    Field<&RequestRecord::blocks_mean>("blocks_mean", "REAL", 1, "blocks held, time-mean"),
-    Field<&RequestRecord::blocks_final>("blocks_final", "INTEGER", 1, "blocks held at finish"),
-    Field<&RequestRecord::ideal_blocks_final>("ideal_blocks_final", "INTEGER", 1,
-                                              "ceil(live / block_size) at finish"),
-    Field<&RequestRecord::task>("task", "TEXT", 2, "task name, e.g. passkey"),
-    Field<&RequestRecord::context_tokens>("context_tokens", "INTEGER", 2, "target context"),
-    Field<&RequestRecord::depth>("depth", "REAL", 2, "needle depth in [0, 1]"),
-    Field<&RequestRecord::expected>("expected", "TEXT", 2, "JSON array of expected answers"),
-    Field<&RequestRecord::score>("score", "REAL", 2, "task score in [0, 1]"),
-    Field<&RequestRecord::needle_depth>("needle_depth", "REAL", 2, "needle depth reached"),
-    Field<&RequestRecord::nll_mean>("nll_mean", "REAL", 2, "mean NLL of forced tokens"),
-    Field<&RequestRecord::live_per_group>("live_per_group", "TEXT", 3,
-                                          "live tokens per KV group at finish, JSON per layer"),
+    Field<&RequestRecord::request_id, RequestRecord>("request_id", "INTEGER NOT NULL", 1,
+                                                     "request id"),
+    Field<&RequestRecord::prompt_tokens, RequestRecord>("prompt_tokens", "INTEGER", 1,
+                                                        "prompt length"),
+    Field<&RequestRecord::output_tokens, RequestRecord>("output_tokens", "INTEGER", 1,
+                                                        "tokens generated"),
+    Field<&RequestRecord::arrival_s, RequestRecord>("arrival_s", "REAL", 1, "arrival time"),
+    Field<&RequestRecord::first_token_s, RequestRecord>("first_token_s", "REAL", 1,
+                                                        "first token time"),
+    Field<&RequestRecord::finish_s, RequestRecord>("finish_s", "REAL", 1, "finish time"),
+    Field<&RequestRecord::ttft_s, RequestRecord>("ttft_s", "REAL", 1, "time to first token"),
+    Field<&RequestRecord::tpot_s, RequestRecord>("tpot_s", "REAL", 1, "time per output token"),
+    Field<&RequestRecord::e2e_s, RequestRecord>("e2e_s", "REAL", 1, "end-to-end latency"),
+    Field<&RequestRecord::preemptions, RequestRecord>("preemptions", "INTEGER", 1,
+                                                      "times preempted"),
+    Field<&RequestRecord::blocks_mean, RequestRecord>("blocks_mean", "REAL", 1,
+                                                      "blocks held, time-mean"),
+    Field<&RequestRecord::blocks_final, RequestRecord>("blocks_final", "INTEGER", 1,
+                                                       "blocks held at finish"),
+    Field<&RequestRecord::ideal_blocks_final, RequestRecord>("ideal_blocks_final", "INTEGER", 1,
+                                                             "ceil(live / block_size) at finish"),
+    Field<&RequestRecord::task, RequestRecord>("task", "TEXT", 2, "task name, e.g. passkey"),
+    Field<&RequestRecord::context_tokens, RequestRecord>("context_tokens", "INTEGER", 2,
+                                                         "target context"),
+    Field<&RequestRecord::depth, RequestRecord>("depth", "REAL", 2, "needle depth in [0, 1]"),
+    Field<&RequestRecord::expected, RequestRecord>("expected", "TEXT", 2,
+                                                   "JSON array of expected answers"),
+    Field<&RequestRecord::score, RequestRecord>("score", "REAL", 2, "task score in [0, 1]"),
+    Field<&RequestRecord::needle_depth, RequestRecord>("needle_depth", "REAL", 2,
+                                                       "needle depth reached"),
+    Field<&RequestRecord::nll_mean, RequestRecord>("nll_mean", "REAL", 2,
+                                                   "mean NLL of forced tokens"),
+    Field<&RequestRecord::live_per_group, RequestRecord>(
+        "live_per_group", "TEXT", 3, "live tokens per KV group at finish, JSON per layer"),
 };
 static_assert(VersionsAscend<RequestRecord>(kRequestColumns));
 inline constexpr Table<RequestRecord> kRequestTable{

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-
 #include <nlohmann/json.hpp>
 
 #include "lib/engine/stats.h"
@@ -25,19 +24,8 @@ std::vector<RequestRecord> ToRequestRecords(const EngineResult& result) {
   out.reserve(result.requests.size());
   for (const RequestResult& q : result.requests) {
     RequestRecord r;
-    r.request_id = q.id;
-    r.prompt_tokens = q.prompt_tokens;
+    static_cast<RequestMetrics&>(r) = q;
     r.output_tokens = static_cast<int64_t>(q.output_tokens.size());
-    r.arrival_s = q.arrival_s;
-    r.first_token_s = q.first_token_s;
-    r.finish_s = q.finish_s;
-    r.ttft_s = q.ttft_s;
-    r.tpot_s = q.tpot_s;
-    r.e2e_s = q.e2e_s;
-    r.preemptions = q.preemptions;
-    r.blocks_mean = q.blocks_mean;
-    r.blocks_final = q.blocks_final;
-    r.ideal_blocks_final = static_cast<int32_t>(q.ideal_blocks_final);
     if (!q.live_per_group.empty()) {  // [n per layer], or [[n per KV head] per layer]
       nlohmann::json rows = nlohmann::json::array();
       for (const std::vector<int64_t>& row : q.live_per_group) {

@@ -300,7 +300,7 @@ TEST_F(ResultStoreTest, CompleteRunWritesEverythingInOneTransaction) {
   ASSERT_TRUE(store.ok());
   const int64_t id = store->BeginRun(MakeRun("h")).value();
   RunRows rows{.steps = MakeSteps(0, 5),
-               .requests = {{.request_id = 0, .prompt_tokens = 3}, {.request_id = 0}},
+               .requests = {{{.request_id = 0, .prompt_tokens = 3}}, {{.request_id = 0}}},
                .outputs = {{.request_id = 0, .text = "a", .token_ids = {1}}}};
   // A duplicate request id fails half-way: nothing of the run may be left behind.
   EXPECT_FALSE(store->CompleteRun(id, rows, {{"x", 1}}).ok());

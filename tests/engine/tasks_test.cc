@@ -9,22 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "lib/engine/workload.h"
-#include "lib/model/io/pretokenizer.h"
 #include "tests/engine/task_checks.h"
+#include "tests/engine/workload_fixture.h"
 
 namespace vtoken::engine {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::CheckInstance;
-
-// One token per byte: lengths and depths are byte counts.
-model::Tokenizer ByteTokenizer() {
-  model::TokenizerSpec spec;
-  for (int b = 0; b < 256; ++b) spec.vocab.emplace_back(model::ByteToUnicode(b), b);
-  return std::move(model::Tokenizer::Create(std::move(spec))).value();
-}
 
 model::Tokenizer VtTinyTokenizer() {
   const char* root = std::getenv("VTOKEN_SOURCE_DIR");
@@ -140,123 +132,6 @@ TEST(TasksTest, BadOptionsAreOneLineErrorsNamingTheKey) {
     EXPECT_NE(t.status().message().find(c.expect), std::string::npos) << t.status().message();
     EXPECT_EQ(t.status().message().find('\n'), std::string::npos);
   }
-}
-
-WorkloadOptions TaskWorkload() {
-  WorkloadOptions o;
-  o.kind = "task";
-  o.task = "niah_single";
-  o.context_tokens = 2048;
-  o.num_requests = 6;
-  o.depths = {0.0, 0.5, 1.0};
-  return o;
-}
-
-TEST(TasksTest, TaskWorkloadCyclesDepthsAndCarriesTheAnswer) {
-  const model::Tokenizer tok = ByteTokenizer();
-  const std::vector<Request> requests = GenerateWorkload(TaskWorkload(), &tok, 256).value();
-  ASSERT_EQ(requests.size(), 6u);
-  for (size_t i = 0; i < requests.size(); ++i) {
-    const Request& r = requests[i];
-    ASSERT_TRUE(r.task.has_value());
-    EXPECT_EQ(r.task->name, "niah_single");
-    EXPECT_EQ(r.task->context_tokens, 2048);
-    EXPECT_EQ(*r.task->depth, (std::vector<double>{0.0, 0.5, 1.0})[i % 3]);
-    EXPECT_NEAR(*r.task->needle_depth, *r.task->depth, 0.01);
-    EXPECT_EQ(r.max_tokens, 24);
-    EXPECT_TRUE(r.question_tokens.empty());  // question_aware: the question ends the prompt
-    EXPECT_NE(r.prompt.find(r.task->expected[0]), std::string::npos);
-    EXPECT_FALSE(r.reference.has_value());
-  }
-}
-
-TEST(TasksTest, QueryAgnosticMovesTheQuestionAndTheTemplateEndAfterTheContext) {
-  const model::Tokenizer tok = ByteTokenizer();
-  WorkloadOptions o = TaskWorkload();
-  o.chat = true;
-  o.chat_prefix = "<user>";
-  o.chat_suffix = "</user><assistant>";
-  const std::vector<Request> aware = GenerateWorkload(o, &tok, 256).value();
-  o.protocol = TaskProtocol::kQueryAgnostic;
-  const std::vector<Request> agnostic = GenerateWorkload(o, &tok, 256).value();
-  ASSERT_EQ(aware.size(), agnostic.size());
-  for (size_t i = 0; i < aware.size(); ++i) {
-    std::vector<int32_t> joined = agnostic[i].prompt_tokens;
-    joined.insert(joined.end(), agnostic[i].question_tokens.begin(),
-                  agnostic[i].question_tokens.end());
-    EXPECT_EQ(joined, aware[i].prompt_tokens);  // the same ids in both protocols
-    const std::string question(agnostic[i].question_tokens.begin(),
-                               agnostic[i].question_tokens.end());
-    EXPECT_EQ(question.rfind("What is the special magic number", 0), 0u) << question;
-    EXPECT_EQ(question.substr(question.size() - 18), "</user><assistant>");
-    EXPECT_EQ(std::string(agnostic[i].prompt_tokens.begin(), agnostic[i].prompt_tokens.begin() + 6),
-              "<user>");
-  }
-}
-
-TEST(TasksTest, TaskWorkloadErrors) {
-  const model::Tokenizer tok = ByteTokenizer();
-  WorkloadOptions o = TaskWorkload();
-  o.max_total_tokens = 2000;
-  StatusOr<std::vector<Request>> r = GenerateWorkload(o, &tok, 256);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("more than max_total_tokens = 2000"), std::string::npos)
-      << r.status().message();
-  EXPECT_FALSE(GenerateWorkload(TaskWorkload(), nullptr, 256).ok());  // needs a tokenizer
-  o = TaskWorkload();
-  o.depths = {};
-  EXPECT_NE(ValidateWorkloadOptions(o).message().find("workload option depths"), std::string::npos);
-  o = TaskWorkload();
-  o.prefix_sharing_degree = 2;
-  EXPECT_NE(ValidateWorkloadOptions(o).message().find("must be 1 for kind task"),
-            std::string::npos);
-  WorkloadOptions other;
-  other.protocol = TaskProtocol::kQueryAgnostic;
-  EXPECT_NE(ValidateWorkloadOptions(other).message().find("is read only by kind task"),
-            std::string::npos);
-}
-
-TEST(PerplexityWorkloadTest, OnePromptTokenThenTheSegmentForced) {
-  const fs::path corpus = fs::path(::testing::TempDir()) / "perplexity_corpus.txt";
-  {
-    std::ofstream out(corpus);
-    for (int i = 0; i < 50; ++i)
-      out << "Line " << i << " of a text that is scored token by token.\n";
-  }
-  const model::Tokenizer tok = ByteTokenizer();
-  WorkloadOptions o;
-  o.kind = "perplexity";
-  o.context_tokens = 300;
-  o.num_requests = 3;
-  o.corpus_path = corpus.string();
-  const std::vector<Request> a = GenerateWorkload(o, &tok, 256).value();
-  const std::vector<Request> b = GenerateWorkload(o, &tok, 256).value();
-  ASSERT_EQ(a.size(), 3u);
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(a[i].prompt_tokens.size(), 1u);
-    EXPECT_EQ(a[i].forced_tokens.size(), 299u);
-    EXPECT_EQ(a[i].max_tokens, 299);
-    EXPECT_EQ(a[i].forced_tokens, b[i].forced_tokens);  // deterministic by seed
-    // The segment is the corpus text: prompt and forced tokens spell a run of its bytes.
-    std::string text(1, static_cast<char>(a[i].prompt_tokens[0]));
-    for (int32_t t : a[i].forced_tokens) text += static_cast<char>(t);
-    EXPECT_NE(text.find(" of a text that is scored token by token.\nLine "), std::string::npos);
-  }
-  EXPECT_NE(a[0].forced_tokens, a[1].forced_tokens);  // segments start at random lines
-  WorkloadOptions bad = o;
-  bad.context_tokens = 1;
-  EXPECT_NE(ValidateWorkloadOptions(bad).message().find("context_tokens = 1: must be in [2,"),
-            std::string::npos);
-  bad = o;
-  bad.chat = true;
-  EXPECT_NE(ValidateWorkloadOptions(bad).message().find("does not apply to kind perplexity"),
-            std::string::npos);
-  bad = o;
-  bad.corpus_path = "";
-  StatusOr<std::vector<Request>> none = GenerateWorkload(bad, &tok, 256);
-  ASSERT_FALSE(none.ok());
-  EXPECT_NE(none.status().message().find("required by kind perplexity"), std::string::npos);
-  fs::remove(corpus);
 }
 
 }  // namespace

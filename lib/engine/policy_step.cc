@@ -1,0 +1,109 @@
+#include "lib/engine/policy_step.h"
+
+#include <algorithm>
+#include <span>
+#include <string>
+#include <thread>
+#include <utility>
+
+namespace vtoken::engine {
+
+PolicyStep::PolicyStep(PolicyEvictor* evictor, int32_t threads, const VirtualKvCache& cache,
+                       int32_t groups, const std::vector<SeqState>& seqs)
+    : evictor_(evictor), cache_(cache), groups_(groups), seqs_(seqs) {
+  const int n =
+      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (evictor_ != nullptr && n > 1) team_ = std::make_unique<TaskTeam>(n);
+}
+
+bool PolicyStep::InQuestion(const SeqState& s) {
+  return s.question_end > 0 && s.result.output_tokens.empty() &&
+         static_cast<int64_t>(s.tokens.size()) == s.question_end;
+}
+
+Status PolicyStep::Observe(SeqId seq, bool observed, const model::RunnerInput& in,
+                           const model::RunnerOutput& out) {
+  const bool signals = in.want_signals;
+  if (!signals && observed) {
+    for (int32_t g = 0; g < groups_; ++g) {
+      VTOKEN_RETURN_IF_ERROR(evictor_->ObserveAppended(seq, g, in.positions));
+    }
+    return Status::Ok();
+  }
+  size_t offset = 0;
+  std::vector<TokenId> live;
+  for (int32_t g = 0; g < groups_; ++g) {
+    const auto [begin, end] = model::ContextRange(in, g);
+    live.assign(in.context_positions.begin() + begin, in.context_positions.begin() + end);
+    live.insert(live.end(), in.positions.begin(), in.positions.end());
+    if (!signals) {
+      VTOKEN_RETURN_IF_ERROR(evictor_->Observe(seq, g, live, {}, {}));
+      continue;
+    }
+    if (offset + live.size() > out.attn.size() || out.attn.size() != out.key_norm.size()) {
+      return InternalError("the runner returned " + std::to_string(out.attn.size()) +
+                           " signals for " + std::to_string(cache_.num_live(seq)) +
+                           " live tokens in " + std::to_string(groups_) + " groups");
+    }
+    VTOKEN_RETURN_IF_ERROR(evictor_->Observe(
+        seq, g, live, std::span<const float>(out.attn).subspan(offset, live.size()),
+        std::span<const float>(out.key_norm).subspan(offset, live.size())));
+    offset += live.size();
+  }
+  if (signals && offset != out.attn.size()) {
+    return InternalError("the runner returned " + std::to_string(out.attn.size()) +
+                         " signals for " + std::to_string(offset) + " live tokens");
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::vector<std::optional<PolicyStep::GroupVictimLists>>> PolicyStep::Run(
+    const std::vector<Planned>& planned, const std::vector<model::RunnerInput>& inputs,
+    const std::vector<model::RunnerOutput>& outputs) {
+  std::vector<std::optional<GroupVictimLists>> victims(planned.size());
+  if (!evictor_) return victims;
+  std::vector<size_t> observed;  // Indices into planned.
+  for (size_t i = 0; i < planned.size(); ++i) {
+    const SeqState& s = seqs_[planned[i].index];
+    if (s.num_computed + planned[i].n != static_cast<int64_t>(s.tokens.size())) continue;
+    observed.push_back(i);
+    evictor_->Track(s.seq);  // Known before the calls that may run concurrently.
+  }
+  std::vector<Status> status(observed.size());
+  auto work = [&](int64_t k) {
+    const size_t i = observed[k];
+    const SeqState& s = seqs_[planned[i].index];
+    const SeqId seq = s.seq;
+    // A query-agnostic question is observed (every live token, its chunks included) and never
+    // evicts: the next eviction comes at a decode step, when the policy's schedule says.
+    if (InQuestion(s)) {
+      status[k] = Observe(seq, /*observed=*/false, inputs[i], outputs[i]);
+      return;
+    }
+    status[k] = Observe(seq, s.observed, inputs[i], outputs[i]);
+    if (!status[k].ok()) return;
+    StatusOr<GroupVictimLists> v = evictor_->GroupVictims(seq);
+    if (!v.ok()) {
+      status[k] = v.status();
+      return;
+    }
+    victims[i] = *std::move(v);
+  };
+  const int64_t n = static_cast<int64_t>(observed.size());
+  // Small steps stay on this thread: waking the team costs more than their work.
+  size_t tokens = 0;
+  for (size_t i : observed) {  // A step without signals of an observed sequence is O(new).
+    if (inputs[i].want_signals || !seqs_[planned[i].index].observed) {
+      tokens += inputs[i].context_slots.size();
+    }
+  }
+  if (team_ != nullptr && tokens >= kTeamMinTokens) {
+    team_->ParallelFor(n, work);
+  } else {
+    for (int64_t k = 0; k < n; ++k) work(k);
+  }
+  for (const Status& s : status) VTOKEN_RETURN_IF_ERROR(s);
+  return victims;
+}
+
+}  // namespace vtoken::engine
