@@ -292,6 +292,14 @@ Status CrossCheck(const toml::table& root, const ConfigSource& source, Experimen
     return InvalidArgumentError(f + ": reclaim: " + valid.message());
   }
   if (Status valid = engine::ValidateWorkloadOptions(c.workload); !valid.ok()) {
+    // A field that is a key of the file's is blamed on its line: "x.toml:7: key 'workload.rate'
+    // = 0: must be > 0".
+    const std::string field = engine::WorkloadOptionField(valid);
+    const std::string key = "workload." + field;
+    if (!field.empty() && FindConfigKey(key) != nullptr) {
+      const std::string what = valid.message().substr(("workload option " + field + " ").size());
+      return source.KeyError(key, Find(root, key), what);
+    }
     return InvalidArgumentError(f + ": " + valid.message());
   }
   if (std::find(c.modes.begin(), c.modes.end(), Mode::kNative) == c.modes.end() ||
@@ -319,8 +327,8 @@ Status Parse(const toml::table& root, const ConfigSource& source, bool check_swe
   if (sweep != nullptr && !sweep->is_table())
     return source.KeyError("sweep", sweep, "must be a table");
   c.has_sweep_table = sweep != nullptr;
-  VTOKEN_RETURN_IF_ERROR(ParseSweep(c.has_sweep_table ? sweep->as_table() : nullptr, source,
-                                    check_sweep_points, c));
+  VTOKEN_RETURN_IF_ERROR(
+      ParseSweep(c.has_sweep_table ? sweep->as_table() : nullptr, source, check_sweep_points, c));
   return CrossCheck(root, source, c);
 }
 

@@ -31,6 +31,14 @@ Status WorkloadOptionError(const std::string& field, const std::string& value,
   return InvalidArgumentError("workload option " + field + " = " + value + ": " + why);
 }
 
+std::string WorkloadOptionField(const Status& status) {
+  const std::string prefix = "workload option ";
+  const std::string& m = status.message();
+  if (status.code() != StatusCode::kInvalidArgument || m.rfind(prefix, 0) != 0) return "";
+  const size_t end = m.find(" = ", prefix.size());
+  return end == std::string::npos ? "" : m.substr(prefix.size(), end - prefix.size());
+}
+
 TaskOptions TaskOptionsOf(const WorkloadOptions& o) {
   return {.task = o.task,
           .context_tokens = o.context_tokens,

@@ -119,6 +119,10 @@ enum class WorkloadStream : uint64_t { kLengths = 1, kPrompts = 2, kArrivals = 3
 Status WorkloadOptionError(const std::string& field, const std::string& value,
                            const std::string& why);
 
+// The field a WorkloadOptionError names ("input_max"), or "" for any other status: a caller that
+// knows where the field came from (a config file's line) can say so.
+std::string WorkloadOptionField(const Status& status);
+
 // The task generator's options of kind task (task, context_tokens, filler, corpus_path).
 TaskOptions TaskOptionsOf(const WorkloadOptions& options);
 

@@ -102,5 +102,17 @@ TEST(WorkloadOptionsTest, InvalidFieldsAreNamed) {
   }
 }
 
+// The field an error names, for a caller that can say where it came from (a config's line).
+TEST(WorkloadOptionFieldTest, NamesTheFieldOfAWorkloadOptionErrorOnly) {
+  WorkloadOptions o;
+  o.input_min = 100;
+  o.input_max = 50;
+  EXPECT_EQ(WorkloadOptionField(ValidateWorkloadOptions(o)), "input_max");
+  EXPECT_EQ(WorkloadOptionField(WorkloadOptionError("rate", "0", "must be > 0")), "rate");
+  EXPECT_EQ(WorkloadOptionField(Status::Ok()), "");
+  EXPECT_EQ(WorkloadOptionField(InvalidArgumentError("num_blocks must be >= 1")), "");
+  EXPECT_EQ(WorkloadOptionField(NotFoundError("workload option x = 1: y")), "");
+}
+
 }  // namespace
 }  // namespace vtoken::engine
