@@ -12,7 +12,9 @@
 #include <utility>
 
 #include "lib/engine/rng.h"
-#include "lib/engine/workload.h"
+#include "lib/engine/task_filler.h"
+#include "lib/engine/task_words.h"
+#include "lib/engine/workload_options.h"
 
 namespace vtoken::engine {
 namespace {
@@ -24,147 +26,6 @@ constexpr uint64_t kCorpusStream = 0x7a5d;
 
 constexpr int64_t kMinContextTokens = 128;
 constexpr int64_t kMinHaystackTokens = 32;
-
-// Filler of the passkey task (as in the Landmark Attention and RULER passkey tests): sentences
-// that carry no information, repeated.
-constexpr const char* kRepeatSentences[] = {" The grass is green.", " The sky is blue.",
-                                            " The sun is yellow.", " Here we go.",
-                                            " There and back again."};
-
-constexpr const char* kAdjectives[] = {
-    "amber",  "ancient", "bitter",  "bold",   "brave",  "bright",  "broken", "calm",
-    "clever", "cold",    "curious", "dark",   "deep",   "distant", "dry",    "eager",
-    "early",  "empty",   "fancy",   "fast",   "fierce", "gentle",  "giant",  "golden",
-    "green",  "hidden",  "hollow",  "humble", "icy",    "jolly",   "kind",   "lazy",
-    "little", "lonely",  "loud",    "lucky",  "mighty", "misty",   "narrow", "noble",
-    "odd",    "old",     "pale",    "plain",  "proud",  "quick",   "quiet",  "rapid",
-    "rough",  "round",   "rusty",   "sharp",  "shiny",  "silent",  "silver", "slow",
-    "small",  "smooth",  "soft",    "steep",  "sweet",  "tall",    "tiny",   "wild"};
-constexpr const char* kNouns[] = {
-    "anchor", "apple",    "arrow",   "badger",   "banner",  "barrel",  "basket", "beacon",
-    "bridge", "bucket",   "button",  "candle",   "canyon",  "castle",  "cellar", "chimney",
-    "cloud",  "comet",    "compass", "cottage",  "crystal", "desert",  "dragon", "engine",
-    "falcon", "feather",  "forest",  "fountain", "garden",  "glacier", "hammer", "harbor",
-    "helmet", "island",   "jacket",  "kettle",   "ladder",  "lantern", "meadow", "mirror",
-    "monkey", "mountain", "needle",  "orchard",  "otter",   "paddle",  "parrot", "pebble",
-    "pepper", "pillow",   "planet",  "pocket",   "rabbit",  "river",   "saddle", "shadow",
-    "signal", "spider",   "tunnel",  "turtle",   "valley",  "violin",  "wagon",  "window"};
-
-Status BadOption(const std::string& field, const std::string& value, const std::string& why) {
-  return InvalidArgumentError("workload option " + field + " = " + value + ": " + why);
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-// A random number with exactly `digits` digits (no leading zero).
-std::string RandomNumber(Rng& rng, int digits) {
-  int64_t lo = 1;
-  for (int i = 1; i < digits; ++i) lo *= 10;
-  return std::to_string(rng.UniformInt(lo, lo * 10 - 1));
-}
-
-// A distinct adjective-noun key per call.
-class KeyDrawer {
- public:
-  explicit KeyDrawer(Rng& rng) : rng_(rng) {}
-  std::string Next() {
-    constexpr int64_t kA = std::size(kAdjectives), kN = std::size(kNouns);
-    while (true) {
-      const std::string key = std::string(kAdjectives[rng_.UniformInt(0, kA - 1)]) + "-" +
-                              kNouns[rng_.UniformInt(0, kN - 1)];
-      if (used_.insert(key).second) return key;
-    }
-  }
-
- private:
-  Rng& rng_;
-  std::set<std::string> used_;
-};
-
-// `n` distinct pronounceable pseudo-words of 2 or 3 consonant-vowel syllables.
-std::vector<std::string> PseudoWords(Rng& rng, int64_t n) {
-  static constexpr char kC[] = "bdfgklmnprstvz";
-  static constexpr char kV[] = "aeiou";
-  std::set<std::string> seen;
-  std::vector<std::string> words;
-  while (static_cast<int64_t>(words.size()) < n) {
-    std::string w;
-    const int64_t syllables = rng.UniformInt(2, 3);
-    for (int64_t s = 0; s < syllables; ++s) {
-      w += kC[rng.UniformInt(0, std::size(kC) - 2)];
-      w += kV[rng.UniformInt(0, std::size(kV) - 2)];
-    }
-    if (seen.insert(w).second) words.push_back(std::move(w));
-  }
-  return words;
-}
-
-template <typename T>
-void Shuffle(Rng& rng, std::vector<T>& v) {
-  for (int64_t i = static_cast<int64_t>(v.size()) - 1; i > 0; --i) {
-    std::swap(v[i], v[rng.UniformInt(0, i)]);
-  }
-}
-
-// The haystack's filler: an endless sequence of units, each starting with a space.
-class Filler {
- public:
-  virtual ~Filler() = default;
-  virtual std::string Unit(int64_t i) const = 0;
-};
-
-class RepeatFiller final : public Filler {
- public:
-  std::string Unit(int64_t i) const override {
-    return kRepeatSentences[i % static_cast<int64_t>(std::size(kRepeatSentences))];
-  }
-};
-
-// Words of a text file from a random line on, wrapping around. Leading verse numbers and lines
-// of fewer than 3 words (chapter headings) are dropped, so the only numbers are the needles'.
-class CorpusFiller final : public Filler {
- public:
-  static StatusOr<std::unique_ptr<CorpusFiller>> Read(const std::string& path, Rng& rng) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return NotFoundError("workload.corpus " + path + ": cannot read the file");
-    std::vector<std::vector<std::string>> lines;
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream words(line);
-      std::vector<std::string> kept;
-      std::string w;
-      while (words >> w) {
-        if (kept.empty() && std::all_of(w.begin(), w.end(), [](char c) {
-              return std::isdigit(static_cast<unsigned char>(c)) || c == ':';
-            })) {
-          continue;
-        }
-        kept.push_back(" " + w);
-      }
-      if (kept.size() >= 3) lines.push_back(std::move(kept));
-    }
-    if (lines.empty()) {
-      return DataLossError("workload.corpus " + path + ": no line of 3 or more words");
-    }
-    auto filler = std::make_unique<CorpusFiller>();
-    const int64_t start = rng.UniformInt(0, static_cast<int64_t>(lines.size()) - 1);
-    for (int64_t k = 0; k < static_cast<int64_t>(lines.size()); ++k) {
-      const auto& l = lines[(start + k) % lines.size()];
-      filler->words_.insert(filler->words_.end(), l.begin(), l.end());
-    }
-    return filler;
-  }
-  std::string Unit(int64_t i) const override {
-    return words_[static_cast<size_t>(i) % words_.size()];
-  }
-
- private:
-  std::vector<std::string> words_;
-};
 
 // What a task puts in its haystack for a given number of filler units: the units in order
 // (needles included), the expected answer, and where the target needle is.
@@ -266,18 +127,19 @@ Status ValidateTaskOptions(const TaskOptions& o) {
   if (std::find(names.begin(), names.end(), o.task) == names.end()) {
     std::string list;
     for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-    return BadOption("task", "\"" + o.task + "\"", "unknown task (known: " + list + ")");
+    return WorkloadOptionError("task", "\"" + o.task + "\"", "unknown task (known: " + list + ")");
   }
   if (o.filler != "repeat" && o.filler != "corpus") {
-    return BadOption("filler", "\"" + o.filler + "\"", "must be \"repeat\" or \"corpus\"");
+    return WorkloadOptionError("filler", "\"" + o.filler + "\"",
+                               "must be \"repeat\" or \"corpus\"");
   }
   if (o.filler == "corpus" && o.corpus_path.empty()) {
-    return BadOption("filler", "\"corpus\"", "needs workload.corpus (a text file)");
+    return WorkloadOptionError("filler", "\"corpus\"", "needs workload.corpus (a text file)");
   }
   if (o.context_tokens < kMinContextTokens || o.context_tokens > kMaxRequestTokens) {
-    return BadOption("context_tokens", std::to_string(o.context_tokens),
-                     "must be in [" + std::to_string(kMinContextTokens) + ", " +
-                         std::to_string(kMaxRequestTokens) + "]");
+    return WorkloadOptionError("context_tokens", std::to_string(o.context_tokens),
+                               "must be in [" + std::to_string(kMinContextTokens) + ", " +
+                                   std::to_string(kMaxRequestTokens) + "]");
   }
   return Status::Ok();
 }
@@ -286,7 +148,7 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
                                         uint64_t seed, int64_t index, double depth) {
   VTOKEN_RETURN_IF_ERROR(ValidateTaskOptions(o));
   if (!(depth >= 0.0 && depth <= 1.0)) {
-    return BadOption("depths", std::to_string(depth), "every depth must be in [0, 1]");
+    return WorkloadOptionError("depths", std::to_string(depth), "every depth must be in [0, 1]");
   }
   const uint64_t instance_seed = seed ^ (static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull);
   // The haystack's filler: a corpus only for the needle tasks that ask for it.
@@ -406,7 +268,13 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
       Shuffle(rng, entries);
       Body body;
       for (size_t i = 0; i < entries.size(); ++i) {
-        body.units.push_back(" " + std::to_string(i + 1) + ". " + entries[i]);
+        // Appended, not " " + ...: GCC 12 warns falsely (-Wrestrict) on operator+(const char*,
+        // std::string&&) here.
+        std::string unit = " ";
+        unit += std::to_string(i + 1);
+        unit += ". ";
+        unit += entries[i];
+        body.units.push_back(std::move(unit));
       }
       body.expected.assign(words.begin(), words.begin() + kCommon);
       return body;
@@ -468,12 +336,12 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
   const int64_t fixed = build(0).total;
   const int64_t target = o.context_tokens;
   if (target - fixed < kMinHaystackTokens) {
-    return BadOption("context_tokens", std::to_string(target),
-                     "too small for task " + task +
-                         ": its instruction, question and needles "
-                         "take " +
-                         std::to_string(fixed) + " tokens, and the haystack needs " +
-                         std::to_string(kMinHaystackTokens) + " more");
+    return WorkloadOptionError("context_tokens", std::to_string(target),
+                               "too small for task " + task +
+                                   ": its instruction, question and needles "
+                                   "take " +
+                                   std::to_string(fixed) + " tokens, and the haystack needs " +
+                                   std::to_string(kMinHaystackTokens) + " more");
   }
   // Largest n with total(n) <= target, by doubling then bisection (total grows with n).
   int64_t lo = 0, hi = 1;
@@ -523,18 +391,6 @@ StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& o, const model::Token
                      : 0.0;
   }
   return t;
-}
-
-double ScoreTaskOutput(TaskScoring scoring, const std::vector<std::string>& expected,
-                       std::string_view output) {
-  if (expected.empty()) return 0.0;
-  const std::string out = Lower(output);
-  int64_t found = 0;
-  for (const std::string& e : expected) {
-    if (out.find(Lower(e)) != std::string::npos) ++found;
-  }
-  if (scoring == TaskScoring::kPart) return found > 0 ? 1.0 : 0.0;
-  return static_cast<double>(found) / static_cast<double>(expected.size());
 }
 
 }  // namespace vtoken::engine

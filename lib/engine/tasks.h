@@ -23,6 +23,9 @@
 // tokens on. A needle at depth d starts after about d of the haystack's tokens (within one
 // haystack unit).
 //
+// The haystack's filler: task_filler.h; keys, numbers and pseudo-words: task_words.h; scoring:
+// task_scoring.h.
+//
 // Thread-safe: pure functions.
 #pragma once
 
@@ -33,6 +36,7 @@
 #include <vector>
 
 #include "lib/core/status.h"
+#include "lib/engine/task_scoring.h"
 #include "lib/model/io/tokenizer.h"
 
 namespace vtoken::engine {
@@ -48,12 +52,6 @@ enum class TaskProtocol {
 };
 const char* TaskProtocolName(TaskProtocol p);
 StatusOr<TaskProtocol> ParseTaskProtocol(std::string_view name);
-
-// How a task is scored from the expected strings (case-insensitive substring matches).
-enum class TaskScoring {
-  kAll,   // the share of the expected strings the output contains (RULER's string_match_all)
-  kPart,  // 1 if the output contains any of them (RULER's string_match_part)
-};
 
 struct TaskOptions {
   std::string task = "passkey";  // one of TaskNames()
@@ -102,9 +100,5 @@ Status ValidateTaskOptions(const TaskOptions& options);
 StatusOr<TaskInstance> MakeTaskInstance(const TaskOptions& options,
                                         const model::Tokenizer& tokenizer, uint64_t seed,
                                         int64_t index, double depth);
-
-// The score in [0, 1] of `output` against `expected` under `scoring`.
-double ScoreTaskOutput(TaskScoring scoring, const std::vector<std::string>& expected,
-                       std::string_view output);
 
 }  // namespace vtoken::engine
