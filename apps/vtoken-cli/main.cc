@@ -7,7 +7,7 @@
 #include <exception>
 #include <string>
 
-#include "apps/vtoken-cli/command.h"
+#include "apps/vtoken-cli/commands/command.h"
 
 int main(int argc, char** argv) {
   // glibc returning large buffers to the OS after every torch op causes page-fault storms on

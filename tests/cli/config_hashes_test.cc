@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/vtoken-cli/experiment_config.h"
-#include "apps/vtoken-cli/sweep_grid.h"
+#include "apps/vtoken-cli/config/experiment_config.h"
+#include "apps/vtoken-cli/config/sweep_grid.h"
 #include "tests/cli/cli_test_util.h"
 
 namespace vtoken::cli {

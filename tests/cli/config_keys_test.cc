@@ -1,7 +1,7 @@
-// The config key table (apps/vtoken-cli/config_keys.h): docs/EXPERIMENTS.md's key reference is
+// The config key table (apps/vtoken-cli/config/config_keys.h): docs/EXPERIMENTS.md's key reference is
 // its output, and config errors name the file, the key, the line or the --set, the range, and
 // the nearest key of a typo.
-#include "apps/vtoken-cli/config_keys.h"
+#include "apps/vtoken-cli/config/config_keys.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/vtoken-cli/config_sweep.h"
-#include "apps/vtoken-cli/experiment_config.h"
+#include "apps/vtoken-cli/config/config_sweep.h"
+#include "apps/vtoken-cli/config/experiment_config.h"
 #include "tests/cli/cli_test_util.h"
 
 namespace vtoken::cli {

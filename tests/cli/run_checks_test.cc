@@ -1,9 +1,9 @@
-// CheckRunMemory (apps/vtoken-cli/run_checks.h), the preflight `run` makes before anything is
+// CheckRunMemory (apps/vtoken-cli/run/run_checks.h), the preflight `run` makes before anything is
 // loaded: on the host the KV store, pool metadata, weights and requests against host memory; on
 // a GPU the KV store and weights against the device's free bytes and the rest against the host,
 // each refusal naming the key to change and where it did not fit. Memory sizes are injected, so
 // the GPU cases run here without a GPU.
-#include "apps/vtoken-cli/run_checks.h"
+#include "apps/vtoken-cli/run/run_checks.h"
 
 #include <gtest/gtest.h>
 

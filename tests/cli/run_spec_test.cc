@@ -1,7 +1,7 @@
-// The run spec (apps/vtoken-cli/run_spec.h): what a run runs, built once from engine options
+// The run spec (apps/vtoken-cli/run/run_spec.h): what a run runs, built once from engine options
 // that count blocks of every layer and head, or from a parsed experiment config, which it
 // leaves as the user gave it.
-#include "apps/vtoken-cli/run_spec.h"
+#include "apps/vtoken-cli/run/run_spec.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <fstream>
 #include <string>
 
-#include "apps/vtoken-cli/experiment_config.h"
-#include "apps/vtoken-cli/run_checks.h"
+#include "apps/vtoken-cli/config/experiment_config.h"
+#include "apps/vtoken-cli/run/run_checks.h"
 #include "tests/cli/cli_test_util.h"
 
 namespace vtoken::cli {

@@ -1,7 +1,7 @@
-// TableWriter (apps/vtoken-cli/table_writer.h): `export`'s CSV (RFC 4180 quoting, shortest
+// TableWriter (apps/vtoken-cli/commands/table_writer.h): `export`'s CSV (RFC 4180 quoting, shortest
 // round-trip numbers, empty fields for no value) and JSON lines (typed values, null for no value,
 // invalid UTF-8 replaced), and ConfigCell's typing of config values.
-#include "apps/vtoken-cli/table_writer.h"
+#include "apps/vtoken-cli/commands/table_writer.h"
 
 #include <gtest/gtest.h>
 

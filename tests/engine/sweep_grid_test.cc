@@ -1,6 +1,6 @@
 // Sweep grid expansion, shards and the progress line of `vtoken-cli sweep`
-// (apps/vtoken-cli/sweep_grid.h, header-only).
-#include "apps/vtoken-cli/sweep_grid.h"
+// (apps/vtoken-cli/config/sweep_grid.h, header-only).
+#include "apps/vtoken-cli/config/sweep_grid.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "apps/vtoken-cli/experiment_config.h"
+#include "apps/vtoken-cli/config/experiment_config.h"
 #include "tests/fuzz/fuzz_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
