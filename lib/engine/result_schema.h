@@ -27,8 +27,9 @@
 namespace vtoken::engine {
 
 // PRAGMA user_version of a database this build writes. 1: c87a9c5 and before. 2: the task
-// columns of requests (task ... score), runs.run_lock.
-inline constexpr int kResultSchemaVersion = 3;
+// columns of requests (task ... score), runs.run_lock. 3: requests.live_per_group. 4:
+// requests.score_partial.
+inline constexpr int kResultSchemaVersion = 4;
 
 // One column of the table of `Record`.
 template <typename Record>
@@ -239,6 +240,9 @@ struct RequestRecord : RequestMetrics {
   // layer ([n, ...] at layer granularity, [[n per KV head], ...] at head granularity): what the
   // budget allocation kept where. nullopt at token granularity.
   std::optional<std::string> live_per_group;
+  // Task requests: the share of the expected answer's characters the output has in place
+  // (PartialTaskScore); nullopt for a workload without tasks.
+  std::optional<double> score_partial;
 };
 
 // One row of `outputs`: what a request generated.
@@ -356,6 +360,8 @@ inline constexpr Column<RequestRecord> kRequestColumns[] = {
                                                    "mean NLL of forced tokens"),
     Field<&RequestRecord::live_per_group, RequestRecord>(
         "live_per_group", "TEXT", 3, "live tokens per KV group at finish, JSON per layer"),
+    Field<&RequestRecord::score_partial, RequestRecord>("score_partial", "REAL", 4,
+                                                        "share of the answer's characters found"),
 };
 static_assert(VersionsAscend<RequestRecord>(kRequestColumns));
 inline constexpr Table<RequestRecord> kRequestTable{

@@ -20,4 +20,12 @@ enum class TaskScoring {
 double ScoreTaskOutput(TaskScoring scoring, const std::vector<std::string>& expected,
                        std::string_view output);
 
+// Partial credit in [0, 1]: for each expected string, the share of its characters that the
+// output has in place at the best alignment (case-insensitive; a passkey 71432 answered 71482
+// scores 0.8, a digit dropped shifts the rest and scores less); the mean over the expected
+// strings under kAll, the best under kPart. 1 wherever ScoreTaskOutput finds the string; 0 when
+// `expected` is empty.
+double PartialTaskScore(TaskScoring scoring, const std::vector<std::string>& expected,
+                        std::string_view output);
+
 }  // namespace vtoken::engine

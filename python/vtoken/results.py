@@ -20,7 +20,7 @@ from vtoken import _core
 
 # The schema versions this reader reads: lib/engine/result_schema.h's kResultSchemaVersion and
 # the older ones (result_schema_test checks that this is that constant).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 RUN_COLUMNS = ["run_id", "status", "mode", "policy", "model", "workload", "sweep", "created",
                "finished", "git_sha", "error"]

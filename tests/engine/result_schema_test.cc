@@ -76,9 +76,12 @@ class ResultSchemaTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   std::string Path(const std::string& name) const { return (dir_ / name).string(); }
   // A copy of the schema-1 fixture (opening the committed file would change it).
-  std::string V1Copy() const {
-    const std::string path = Path("v1.db");
-    fs::copy_file(SourceDir() / "tests/fixtures/results_v1.db", path);
+  std::string V1Copy() const { return FixtureCopy("results_v1.db"); }
+
+  // A copy of tests/fixtures/NAME in the scratch directory.
+  std::string FixtureCopy(const std::string& name) const {
+    const std::string path = Path(name);
+    fs::copy_file(SourceDir() / "tests/fixtures" / name, path);
     return path;
   }
 
@@ -189,6 +192,69 @@ TEST_F(ResultSchemaTest, SchemaOneFileOpensMigratesAndTakesNewRows) {
   EXPECT_EQ(back.depth, 0.25);
   EXPECT_EQ(back.expected, R"(["68314"])");
   EXPECT_EQ(store->GetRun(id)->run_lock, 1);
+}
+
+// tests/fixtures/results_v3.db: `vtoken-cli run` of sim:llama-3.1-8b at layer granularity (64
+// blocks, budget_tokens 48, 3 requests, native and vtoken) written by the schema-3 build of
+// 83bbb10, before requests.score_partial: a writer adds the column and every stored value reads
+// back the same.
+TEST_F(ResultSchemaTest, SchemaThreeFileOpensMigratesAndKeepsItsRows) {
+  const std::string path = FixtureCopy("results_v3.db");
+  std::vector<RunRecord> runs_before;
+  std::vector<std::vector<RequestRecord>> requests_before;
+  std::vector<std::vector<StepRecord>> steps_before;
+  {
+    auto store = ResultStore::OpenReadOnly(path);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ(store->schema_version(), 3);
+    runs_before = store->ListRuns().value();
+    ASSERT_EQ(runs_before.size(), 2u);
+    for (const RunRecord& r : runs_before) {
+      EXPECT_EQ(r.status, "completed");
+      requests_before.push_back(store->GetRequests(r.id).value());
+      steps_before.push_back(store->GetSteps(r.id).value());
+      ASSERT_EQ(requests_before.back().size(), 3u);
+      EXPECT_FALSE(steps_before.back().empty());
+      EXPECT_TRUE(requests_before.back()[0].live_per_group.has_value());  // schema 3's column
+      EXPECT_FALSE(requests_before.back()[0].score_partial.has_value());
+    }
+  }
+  EXPECT_EQ(FileColumns(path, "requests"), Declared(kRequestTable, 3));
+
+  auto store = ResultStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ(store->schema_version(), kResultSchemaVersion);
+  EXPECT_EQ(FileColumns(path, "requests"), Declared(kRequestTable, kResultSchemaVersion));
+  const std::vector<RunRecord> runs_after = store->ListRuns().value();
+  ASSERT_EQ(runs_after.size(), runs_before.size());
+  for (size_t i = 0; i < runs_after.size(); ++i) {
+    for (const auto& c : kRunTable.columns) {
+      EXPECT_TRUE(Same(c.get(runs_after[i]), c.get(runs_before[i]))) << c.name;
+    }
+    const auto requests = store->GetRequests(runs_after[i].id).value();
+    const auto steps = store->GetSteps(runs_after[i].id).value();
+    ASSERT_EQ(requests.size(), requests_before[i].size());
+    ASSERT_EQ(steps.size(), steps_before[i].size());
+    for (size_t q = 0; q < requests.size(); ++q) {
+      for (const auto& c : kRequestTable.columns) {
+        EXPECT_TRUE(Same(c.get(requests[q]), c.get(requests_before[i][q]))) << c.name;
+      }
+    }
+    for (size_t k = 0; k < steps.size(); ++k) {
+      for (const auto& c : kStepTable.columns) {
+        EXPECT_TRUE(Same(c.get(steps[k]), c.get(steps_before[i][k]))) << c.name;
+      }
+    }
+  }
+  RunRecord run = runs_before[1];
+  run.config_hash = "hash-new";
+  const int64_t id = store->BeginRun(run).value();
+  RequestRecord q;
+  q.request_id = 0;
+  q.score = 0;
+  q.score_partial = 0.8;
+  ASSERT_TRUE(store->CompleteRun(id, {.steps = {}, .requests = {q}, .outputs = {}}, {}).ok());
+  EXPECT_EQ(store->GetRequests(id)->at(0).score_partial, 0.8);
 }
 
 TEST_F(ResultSchemaTest, SchemaOneFileMergesIntoANewOne) {

@@ -361,6 +361,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       rec_i.expected = nlohmann::json(t.expected).dump();
       if (sim_runner != nullptr) continue;  // random ids: no score
       rec_i.score = engine::ScoreTaskOutput(t.scoring, t.expected, texts[i]);
+      rec_i.score_partial = engine::PartialTaskScore(t.scoring, t.expected, texts[i]);
       scores.push_back(*rec_i.score);
     }
     // Teacher-forced requests: perplexity over every scored token of the run.
