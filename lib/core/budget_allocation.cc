@@ -10,9 +10,12 @@ namespace vtoken {
 
 const char* BudgetAllocationName(BudgetAllocation allocation) {
   switch (allocation) {
-    case BudgetAllocation::kUniform: return "uniform";
-    case BudgetAllocation::kPyramid: return "pyramid";
-    case BudgetAllocation::kAdaptive: return "adaptive";
+    case BudgetAllocation::kUniform:
+      return "uniform";
+    case BudgetAllocation::kPyramid:
+      return "pyramid";
+    case BudgetAllocation::kAdaptive:
+      return "adaptive";
   }
   return "unknown";
 }
@@ -85,13 +88,16 @@ std::vector<int64_t> AdaptiveKeepCounts(std::span<const HeadCandidates> heads,
     std::vector<double> norm;
     for (float x : s) {
       const double uniform = 1.0 / static_cast<double>(s.size());
-      norm.push_back(std::isnan(x) ? -kInf : !std::isfinite(x) ? x : sum > 0 ? (x - lo) / sum
-                                                                           : uniform);
+      norm.push_back(std::isnan(x)       ? -kInf
+                     : !std::isfinite(x) ? x
+                     : sum > 0           ? (x - lo) / sum
+                                         : uniform);
     }
     std::sort(norm.begin(), norm.end(), std::greater<>());
     keep[h] = std::clamp<int64_t>(heads[h].min_keep, 0, static_cast<int64_t>(norm.size()));
     left -= heads[h].kept + keep[h];
-    for (size_t i = static_cast<size_t>(keep[h]); i < norm.size(); ++i) pool.push_back({norm[i], h});
+    for (size_t i = static_cast<size_t>(keep[h]); i < norm.size(); ++i)
+      pool.push_back({norm[i], h});
   }
   left = std::clamp<int64_t>(left, 0, static_cast<int64_t>(pool.size()));
   // Ties go to the head listed first (stable).

@@ -32,7 +32,8 @@ Status CheckAllocationFits(BudgetAllocation allocation, Granularity granularity)
 // b_max - (b_max - b_min) * l / (num_layers - 1) with b_min = budget / beta and
 // b_max = 2 * budget - b_min: each floored (at least 1), the tokens the floors lost given one
 // each to the first layers (and any the minimum of 1 added taken off the largest), so the budgets
-// are non-increasing and sum to exactly num_layers * budget. REQUIRES: budget >= 1, num_layers >= 1, beta >= 1.
+// are non-increasing and sum to exactly num_layers * budget. REQUIRES: budget >= 1, num_layers >=
+// 1, beta >= 1.
 std::vector<int64_t> PyramidBudgets(int64_t budget, int32_t num_layers, double beta);
 
 // One head's part of an adaptive (AdaKV) allocation.

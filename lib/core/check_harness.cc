@@ -224,8 +224,7 @@ void CheckHarness::VerifySeq(SeqId seq, bool require_no_pending) {
   for (int32_t g = 0; g < options_.num_groups; ++g) {
     const auto& ref = reference_.at(seq)[g];
     const TokenTable& table = cache_.table(seq, g);
-    const std::string where =
-        options_.num_groups > 1 ? name + " group " + std::to_string(g) : name;
+    const std::string where = options_.num_groups > 1 ? name + " group " + std::to_string(g) : name;
     if (table.num_live() != static_cast<int64_t>(ref.size())) {
       Violation(where + " has " + std::to_string(table.num_live()) +
                 " live tokens, reference has " + std::to_string(ref.size()));

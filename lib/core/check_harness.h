@@ -1,9 +1,10 @@
 // CheckHarness: a model-based verifier for the virtualization layer. It applies operations
 // (add / fork / free sequences, append tokens, evict, reclaim, poll, read) to a real
 // VirtualKvCache + HostKvStore + CopyEngine + Reclaimer, and to a naive reference: per sequence
-// and KV group, a map of logical token -> the content its KV bytes must hold. After every operation it checks the
-// cache's invariants and that every live token whose slot is not awaiting a copy holds its
-// reference bytes; around every relocation it compares per-token KV hashes before and after.
+// and KV group, a map of logical token -> the content its KV bytes must hold. After every operation
+// it checks the cache's invariants and that every live token whose slot is not awaiting a copy
+// holds its reference bytes; around every relocation it compares per-token KV hashes before and
+// after.
 //
 // The same harness serves `vtoken-cli check`, the randomized tests and the libFuzzer target:
 // operations are chosen from caller-supplied random words, so a fuzzer's bytes drive it too.
@@ -27,12 +28,12 @@ namespace vtoken {
 class EvictionDriver;  // Chooses victims; defined by the policy layer (policy.h).
 
 struct CheckOptions {
-  uint64_t seed = 1;               // Seeds every random choice.
-  int64_t steps = 20000;           // Operations to run (RunCheck).
+  uint64_t seed = 1;      // Seeds every random choice.
+  int64_t steps = 20000;  // Operations to run (RunCheck).
   Mode mode = Mode::kVtoken;
   BlockPoolOptions pool{.num_blocks = 64, .block_size = 16, .headroom_blocks = 8};
-  int32_t num_layers = 2;          // KV rows per slot in the HostKvStore.
-  int64_t bytes_per_token = 32;    // Per row, K and V together.
+  int32_t num_layers = 2;        // KV rows per slot in the HostKvStore.
+  int64_t bytes_per_token = 32;  // Per row, K and V together.
   // KV groups per sequence (cache.granularity): each group has its own liveness and slots; the
   // reference holds, per group, logical token -> content, and a slot of group g holds the
   // content's rows g * num_layers ... (g + 1) * num_layers - 1. In [1, kMaxKvGroups].
@@ -56,13 +57,13 @@ struct CheckReport {
   int64_t evictions = 0;
   int64_t appended_tokens = 0;
   int64_t forks = 0;
-  int64_t pool_exhausted = 0;    // Appends refused for lack of blocks (the seq was then freed).
-  int64_t relocations = 0;       // Non-empty reclaim plans executed.
+  int64_t pool_exhausted = 0;  // Appends refused for lack of blocks (the seq was then freed).
+  int64_t relocations = 0;     // Non-empty reclaim plans executed.
   int64_t tokens_moved = 0;
   int64_t blocks_reclaimed = 0;  // Source minus destination blocks over all relocations.
   int64_t hash_checks = 0;       // Relocated tokens whose KV hash was compared before/after.
   int64_t invariant_checks = 0;
-  int64_t tokens_verified = 0;   // Live-token byte comparisons against the reference.
+  int64_t tokens_verified = 0;  // Live-token byte comparisons against the reference.
   int64_t fence_waits = 0;
   int64_t violations = 0;
   std::vector<std::string> first_violations;  // Up to 10 messages.

@@ -67,8 +67,8 @@ class ReclaimPlanner {
   };
   // Appends histogram `index`'s candidate blocks that hold at most `max_live` live tokens, as
   // (live, block), in any order.
-  using CandidateLister =
-      std::function<void(size_t index, int32_t max_live, std::vector<std::pair<int32_t, BlockId>>&)>;
+  using CandidateLister = std::function<void(size_t index, int32_t max_live,
+                                             std::vector<std::pair<int32_t, BlockId>>&)>;
   // Plan() from what a cache can give without a snapshot (VirtualKvCache::PlanReclaim): `pool`
   // with the pool-level fields (VirtualKvCache::PoolSnapshot), the histograms (sorted by
   // (seq, group)) over `counts`, and the lister. The same plan as Plan() on the cache's

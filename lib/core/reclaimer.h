@@ -23,15 +23,15 @@ namespace vtoken {
 
 // Reclamation cost counters (docs/METRICS.md).
 struct ReclaimStats {
-  int64_t plans = 0;          // Non-empty plans executed.
-  int64_t moves = 0;          // Tokens relocated.
-  int64_t bytes = 0;          // KV bytes submitted for copying.
-  int64_t blocks_freed = 0;   // Source blocks minus destination blocks over all plans.
-  int64_t fence_waits = 0;    // Reads that had to wait for a copy (on the host or the device).
-  int64_t device_fences = 0;  // Of those, fences the copy engine put on the device queue.
+  int64_t plans = 0;             // Non-empty plans executed.
+  int64_t moves = 0;             // Tokens relocated.
+  int64_t bytes = 0;             // KV bytes submitted for copying.
+  int64_t blocks_freed = 0;      // Source blocks minus destination blocks over all plans.
+  int64_t fence_waits = 0;       // Reads that had to wait for a copy (on the host or the device).
+  int64_t device_fences = 0;     // Of those, fences the copy engine put on the device queue.
   int64_t host_fence_waits = 0;  // Of those, fences that blocked the host until the copy was done.
-  double planner_seconds = 0;  // Snapshot + Plan CPU time.
-  double fence_seconds = 0;    // Time spent blocked in fences and drains.
+  double planner_seconds = 0;    // Snapshot + Plan CPU time.
+  double fence_seconds = 0;      // Time spent blocked in fences and drains.
 };
 
 // Hooks for verification (`vtoken-cli check`): called around each relocation's copies.

@@ -59,7 +59,7 @@ inline Status InternalError(std::string m) { return Status(StatusCode::kInternal
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : rep_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  StatusOr(T value) : rep_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   StatusOr(Status status) : rep_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(rep_).ok() && "StatusOr built from an OK status");
   }
@@ -84,17 +84,17 @@ class [[nodiscard]] StatusOr {
 }  // namespace vtoken
 
 // Propagates a non-OK Status from an expression returning Status.
-#define VTOKEN_RETURN_IF_ERROR(expr)            \
-  do {                                          \
-    ::vtoken::Status _vtoken_status = (expr);   \
+#define VTOKEN_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::vtoken::Status _vtoken_status = (expr);        \
     if (!_vtoken_status.ok()) return _vtoken_status; \
   } while (0)
 
 #define VTOKEN_CONCAT_INNER(a, b) a##b
 #define VTOKEN_CONCAT(a, b) VTOKEN_CONCAT_INNER(a, b)
 // Assigns the value of a StatusOr expression to `lhs`, or returns its error.
-#define VTOKEN_ASSIGN_OR_RETURN(lhs, expr)                                    \
-  auto VTOKEN_CONCAT(_vtoken_or_, __LINE__) = (expr);                          \
-  if (!VTOKEN_CONCAT(_vtoken_or_, __LINE__).ok())                              \
-    return VTOKEN_CONCAT(_vtoken_or_, __LINE__).status();                      \
+#define VTOKEN_ASSIGN_OR_RETURN(lhs, expr)                \
+  auto VTOKEN_CONCAT(_vtoken_or_, __LINE__) = (expr);     \
+  if (!VTOKEN_CONCAT(_vtoken_or_, __LINE__).ok())         \
+    return VTOKEN_CONCAT(_vtoken_or_, __LINE__).status(); \
   lhs = std::move(VTOKEN_CONCAT(_vtoken_or_, __LINE__)).value()

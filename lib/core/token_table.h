@@ -115,8 +115,8 @@ class TokenTable {
   static constexpr int kFewDead = 4;
   int32_t few_dead_[kFewDead] = {};
   std::vector<BlockId> blocks_;
-  std::vector<int32_t> block_live_;                 // Live count of blocks_[i].
-  FlatBlockMap held_;                               // Block -> its position in blocks_.
+  std::vector<int32_t> block_live_;  // Live count of blocks_[i].
+  FlatBlockMap held_;                // Block -> its position in blocks_.
   int64_t num_live_ = 0;
   BlockId tail_block_ = kNoBlock;
   int32_t tail_used_ = 0;

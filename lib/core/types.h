@@ -12,7 +12,7 @@
 namespace vtoken {
 
 using SeqId = int32_t;
-using TokenId = int64_t;   // Logical token id within its sequence.
+using TokenId = int64_t;  // Logical token id within its sequence.
 using BlockId = int32_t;
 using SlotIndex = int64_t;
 

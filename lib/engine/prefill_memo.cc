@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,15 +12,12 @@
 #include <filesystem>
 #include <functional>
 
-#include <xxhash.h>
-
 namespace vtoken::engine {
 namespace {
 
-uint64_t KeyHash(const std::string& partition, int64_t parent,
-                 const std::vector<int32_t>& tokens) {
-  const uint64_t seed = XXH3_64bits_withSeed(partition.data(), partition.size(),
-                                             static_cast<uint64_t>(parent));
+uint64_t KeyHash(const std::string& partition, int64_t parent, const std::vector<int32_t>& tokens) {
+  const uint64_t seed =
+      XXH3_64bits_withSeed(partition.data(), partition.size(), static_cast<uint64_t>(parent));
   return XXH3_64bits_withSeed(tokens.data(), tokens.size() * sizeof(int32_t), seed);
 }
 
@@ -53,8 +51,8 @@ int64_t PrefillMemo::Find(const std::string& partition, int64_t parent,
   return -1;
 }
 
-int64_t PrefillMemo::Add(const std::string& partition, int64_t parent,
-                         std::vector<int32_t> tokens, const std::vector<std::byte>& kv) {
+int64_t PrefillMemo::Add(const std::string& partition, int64_t parent, std::vector<int32_t> tokens,
+                         const std::vector<std::byte>& kv) {
   if (full_) return -1;
   const int64_t size = static_cast<int64_t>(kv.size());
   if (stats_.bytes_stored + size > max_bytes_) {
@@ -138,8 +136,8 @@ bool MemoRunner::Eligible(const model::RunnerInput& in, int64_t* parent) {
   for (int32_t g = 0; g < groups; ++g) {  // Every earlier token live: nothing evicted yet.
     const auto [begin, end] = model::ContextRange(in, g);
     if (end - begin != start) return leave();
-    if (start > 0 && (in.context_positions[begin] != 0 ||
-                      in.context_positions[end - 1] != start - 1)) {
+    if (start > 0 &&
+        (in.context_positions[begin] != 0 || in.context_positions[end - 1] != start - 1)) {
       return leave();
     }
   }
@@ -201,8 +199,8 @@ StatusOr<std::vector<model::RunnerOutput>> MemoRunner::Forward(
     VTOKEN_ASSIGN_OR_RETURN(const PrefillMemo::KvView view, memo_.MapKv(e));
     VTOKEN_RETURN_IF_ERROR(inner_.WriteKv(in.write_slots, view.bytes()));
     results[i] = *std::move(out);
-    track_[in.request] = {
-        .entry = id, .next = in.positions.front() + static_cast<int64_t>(in.tokens.size())};
+    track_[in.request] = {.entry = id,
+                          .next = in.positions.front() + static_cast<int64_t>(in.tokens.size())};
     ++memo_.stats_.chunks_restored;
     memo_.stats_.tokens_restored += static_cast<int64_t>(in.tokens.size());
   }

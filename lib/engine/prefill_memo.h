@@ -43,8 +43,8 @@ struct PrefillMemoStats {
   int64_t tokens_restored = 0;
   int64_t chunks_computed = 0;  // eligible chunks the model computed (then stored when room)
   int64_t tokens_computed = 0;
-  int64_t kv_mismatches = 0;    // recomputed chunks whose K/V differ from the stored bytes
-  int64_t bytes_stored = 0;     // KV bytes in the file
+  int64_t kv_mismatches = 0;  // recomputed chunks whose K/V differ from the stored bytes
+  int64_t bytes_stored = 0;   // KV bytes in the file
 };
 
 class PrefillMemo {

@@ -1,5 +1,5 @@
-// The config key table (apps/vtoken-cli/config/config_keys.h): docs/EXPERIMENTS.md's key reference is
-// its output, and config errors name the file, the key, the line or the --set, the range, and
+// The config key table (apps/vtoken-cli/config/config_keys.h): docs/EXPERIMENTS.md's key reference
+// is its output, and config errors name the file, the key, the line or the --set, the range, and
 // the nearest key of a typo.
 #include "apps/vtoken-cli/config/config_keys.h"
 

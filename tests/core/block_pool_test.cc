@@ -33,12 +33,10 @@ TEST(BlockPoolTest, HeadroomIsReservedForTheReclaimer) {
   EXPECT_EQ(pool.num_allocatable_blocks(), 2);
   ASSERT_TRUE(pool.Allocate(0, AllocClass::kNormal).ok());
   ASSERT_TRUE(pool.Allocate(0, AllocClass::kNormal).ok());
-  EXPECT_EQ(pool.Allocate(0, AllocClass::kNormal).status().code(),
-            StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool.Allocate(0, AllocClass::kNormal).status().code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(pool.Allocate(0, AllocClass::kReclaim).ok());
   EXPECT_TRUE(pool.Allocate(0, AllocClass::kReclaim).ok());
-  EXPECT_EQ(pool.Allocate(0, AllocClass::kReclaim).status().code(),
-            StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool.Allocate(0, AllocClass::kReclaim).status().code(), StatusCode::kResourceExhausted);
 }
 
 TEST(BlockPoolTest, SharedBlockFreedAfterLastReference) {
@@ -60,8 +58,7 @@ TEST(BlockPoolTest, PinnedBlockIsNotReusedUntilUnpinned) {
   pool.Pin(b);
   pool.Release(b);
   EXPECT_FALSE(pool.is_free(b));
-  EXPECT_EQ(pool.Allocate(1, AllocClass::kReclaim).status().code(),
-            StatusCode::kResourceExhausted);
+  EXPECT_EQ(pool.Allocate(1, AllocClass::kReclaim).status().code(), StatusCode::kResourceExhausted);
   EXPECT_TRUE(pool.CheckInvariants().ok());
   pool.Unpin(b);
   EXPECT_TRUE(pool.is_free(b));

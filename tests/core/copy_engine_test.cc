@@ -9,7 +9,8 @@ namespace {
 
 void Fill(HostKvStore& store) {
   for (int32_t layer = 0; layer < store.num_layers(); ++layer) {
-    for (SlotIndex s = 0; s < store.num_slots(); ++s) FillContent(s + 1, layer, store.Token(layer, s));
+    for (SlotIndex s = 0; s < store.num_slots(); ++s)
+      FillContent(s + 1, layer, store.Token(layer, s));
   }
 }
 

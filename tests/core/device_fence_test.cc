@@ -94,8 +94,8 @@ class StreamCopyEngine final : public CopyEngine {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return gate_open_; });
       store_.CopySlots(copies);
-      bytes_ += static_cast<int64_t>(copies.size()) * store_.num_layers() *
-                store_.bytes_per_token();
+      bytes_ +=
+          static_cast<int64_t>(copies.size()) * store_.num_layers() * store_.bytes_per_token();
       completed_ = ticket;
       cv_.notify_all();
     });
@@ -125,7 +125,8 @@ class StreamCopyEngine final : public CopyEngine {
   // Blocks until the consumer either ran everything queued or stalls in a fence: then a read
   // queued after the fence cannot have run before the copy.
   void WaitConsumerIdleOrStalled() {
-    while (!consumer_.Idle() && !stalled_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (!consumer_.Idle() && !stalled_)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 
   void OpenGate() {
@@ -158,9 +159,9 @@ constexpr int64_t kTokens = 64;
 struct Fixture {
   Fixture()
       : store(2, 64 * kBlockSize, 16),
-        cache(CacheOptions{.mode = Mode::kVtoken,
-                           .pool = {.num_blocks = 64, .block_size = kBlockSize,
-                                    .headroom_blocks = 4}}) {
+        cache(CacheOptions{
+            .mode = Mode::kVtoken,
+            .pool = {.num_blocks = 64, .block_size = kBlockSize, .headroom_blocks = 4}}) {
     for (int32_t layer = 0; layer < store.num_layers(); ++layer) {
       for (SlotIndex s = 0; s < store.num_slots(); ++s) {
         FillContent(1000 + s, layer, store.Token(layer, s));

@@ -36,7 +36,8 @@ TEST(MemoryBudgetTest, FormatBytesPicksTheUnit) {
 
 TEST(MemoryBudgetTest, CheckMemoryNamesWhatAndBothSizes) {
   EXPECT_TRUE(CheckMemory(1000, "x", 1000).ok());
-  const Status s = CheckMemory(int64_t{3} << 30, "engine.num_blocks = 9: the KV store", int64_t{1} << 30);
+  const Status s =
+      CheckMemory(int64_t{3} << 30, "engine.num_blocks = 9: the KV store", int64_t{1} << 30);
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
   EXPECT_EQ(s.message(),
             "engine.num_blocks = 9: the KV store needs 3.0 GiB, more than the 1.0 GiB of memory "

@@ -51,13 +51,14 @@ TEST_P(ModelBasedTest, RandomOperationsKeepInvariantsAndBytes) {
   EXPECT_EQ(r->invariant_checks, c.steps + 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ops, ModelBasedTest,
-    ::testing::Values(Config{"sync_bs16", 16, 24, false, 50000},
-                      Config{"async_bs3", 3, 120, true, 50000},
-                      Config{"sync_bs1", 1, 360, false, 50000},
-                      Config{"async_bs64", 64, 12, true, 50000}),
-    [](const ::testing::TestParamInfo<Config>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Ops, ModelBasedTest,
+                         ::testing::Values(Config{"sync_bs16", 16, 24, false, 50000},
+                                           Config{"async_bs3", 3, 120, true, 50000},
+                                           Config{"sync_bs1", 1, 360, false, 50000},
+                                           Config{"async_bs64", 64, 12, true, 50000}),
+                         [](const ::testing::TestParamInfo<Config>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // The same operation trace against naive and vtoken caches: after a full reclaim pass vtoken never
 // holds more blocks than naive, and every sequence without shared blocks holds at most

@@ -1,7 +1,6 @@
 // PolicyEvictor: options, budget, protection, timing, tie-breaking, input validation, and state
 // that follows its token through a relocation.
 #include "lib/core/policy_evictor.h"
-#include "tests/core/policy_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -19,6 +18,7 @@
 #include "lib/core/policy_registry.h"
 #include "lib/core/reclaimer.h"
 #include "lib/core/virtual_kv_cache.h"
+#include "tests/core/policy_test_util.h"
 
 namespace vtoken {
 namespace {

@@ -45,8 +45,11 @@ TEST(PolicySignalsTest, EveryPolicyScoresTheSameWithOnlyTheSignalsItDeclares) {
         const float attn = uniform(rng) / kTokens;
         attn_sum[i] += attn;
         const float norm = 1.0f + 4.0f * uniform(rng);
-        full[i] = {.position = static_cast<TokenId>(i), .age = step, .attn = attn,
-                   .attn_sum = attn_sum[i], .key_norm = norm,
+        full[i] = {.position = static_cast<TokenId>(i),
+                   .age = step,
+                   .attn = attn,
+                   .attn_sum = attn_sum[i],
+                   .key_norm = norm,
                    .state = std::span<float>(full_state).subspan(i * state_size, state_size)};
         only[i] = full[i];
         if (!(declared & kAttnSignal)) only[i].attn = 0;

@@ -13,8 +13,7 @@
 namespace vtoken::testing_util {
 
 // The evictor for `policy`, or nullptr after recording a test failure.
-inline std::unique_ptr<PolicyEvictor> Make(const std::string& policy,
-                                           const EvictorOptions& options,
+inline std::unique_ptr<PolicyEvictor> Make(const std::string& policy, const EvictorOptions& options,
                                            const RawParams& params = {}) {
   StatusOr<std::unique_ptr<PolicyEvictor>> e = PolicyEvictor::Create(policy, params, options);
   EXPECT_TRUE(e.ok()) << e.status().ToString();

@@ -36,19 +36,18 @@ CacheSnapshot Snap(std::vector<SeqSnapshot> seqs, int32_t free_blocks, int32_t n
 const ReclaimOptions kAlways{.trigger = ReclaimOptions::Trigger::kAlways};
 
 TEST(ReclaimPlannerTest, RejectsInvalidOptions) {
-  EXPECT_EQ(ValidateReclaimOptions({.frag_threshold = 1.0}).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateReclaimOptions({.frag_threshold = 1.0}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateReclaimOptions({.low_watermark = 0}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(ValidateReclaimOptions({.max_moves_per_step = 0}).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateReclaimOptions({.max_moves_per_step = 0}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseTrigger("sometimes").status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ReclaimPlannerTest, PicksSparsestPrivateSettledBlocksAndCarriesTheVersion) {
   CacheSnapshot snap = Snap({{.seq = 3,
                               .blocks = {Block(0, 8), Block(1, 1), Block(2, 2), Block(3, 1, 2),
-                                         Block(4, 1, 1, /*tail=*/true), Block(5, 1, 1, false,
-                                                                              /*busy=*/true),
+                                         Block(4, 1, 1, /*tail=*/true),
+                                         Block(5, 1, 1, false,
+                                               /*busy=*/true),
                                          Block(6, 3)}}},
                             /*free_blocks=*/10);
   ReclaimPlan plan = ReclaimPlanner(kAlways).Plan(snap);
@@ -139,7 +138,8 @@ ReclaimPlan ReferencePlan(const CacheSnapshot& snap, int64_t max_moves) {
   for (const SeqSnapshot& seq : snap.seqs) {
     Pick p{&seq, {}, 0};
     for (const BlockSnapshot& b : seq.blocks) {
-      if (b.refcount == 1 && !b.is_tail && !b.busy && b.live < bs) p.cands.emplace_back(b.live, b.block);
+      if (b.refcount == 1 && !b.is_tail && !b.busy && b.live < bs)
+        p.cands.emplace_back(b.live, b.block);
     }
     std::sort(p.cands.begin(), p.cands.end());
     const auto [k, moves] = best(p.cands, INT64_MAX, INT64_MAX);
@@ -159,8 +159,11 @@ ReclaimPlan ReferencePlan(const CacheSnapshot& snap, int64_t max_moves) {
     if (moves_left <= 0 || dst_left <= 0) break;
     const auto [k, moves] = best(p.cands, moves_left, dst_left);
     if (k == 0) continue;
-    SeqPlan sp{.seq = p.seq->seq, .src_blocks = {}, .num_moves = moves,
-               .num_dst_blocks = static_cast<int32_t>((moves + bs - 1) / bs), .group = p.seq->group};
+    SeqPlan sp{.seq = p.seq->seq,
+               .src_blocks = {},
+               .num_moves = moves,
+               .num_dst_blocks = static_cast<int32_t>((moves + bs - 1) / bs),
+               .group = p.seq->group};
     for (int64_t i = 0; i < k; ++i) sp.src_blocks.push_back(p.cands[i].second);
     moves_left -= moves;
     dst_left -= sp.num_dst_blocks;
@@ -192,14 +195,16 @@ TEST(ReclaimPlannerTest, HistogramPlanEqualsThePlainReference) {
     BlockId next = 0;
     const int seqs = 1 + static_cast<int>(rng() % 6);
     for (int s = 0; s < seqs; ++s) {
-      SeqSnapshot seq{.seq = static_cast<SeqId>(s / 2), .num_live = 0, .blocks = {},
-                      .group = s % 2};
+      SeqSnapshot seq{
+          .seq = static_cast<SeqId>(s / 2), .num_live = 0, .blocks = {}, .group = s % 2};
       const int n = static_cast<int>(rng() % 40);
       const int32_t skew = 1 + static_cast<int32_t>(rng() % 4);  // Sparser blocks with skew.
       for (int i = 0; i < n; ++i) {
         const int32_t live = static_cast<int32_t>(rng() % (snap.block_size + 1)) / skew;
-        seq.blocks.push_back({.block = next, .live = live,
-                              .refcount = rng() % 10 == 0 ? 2 : 1, .is_tail = i == n - 1,
+        seq.blocks.push_back({.block = next,
+                              .live = live,
+                              .refcount = rng() % 10 == 0 ? 2 : 1,
+                              .is_tail = i == n - 1,
                               .busy = rng() % 12 == 0});
         next += 1 + static_cast<BlockId>(rng() % 3);
         seq.num_live += live;
@@ -209,9 +214,9 @@ TEST(ReclaimPlannerTest, HistogramPlanEqualsThePlainReference) {
       snap.seqs.push_back(std::move(seq));
     }
     const int64_t max_moves = rng() % 2 ? int64_t{1} << 40 : 1 + static_cast<int64_t>(rng() % 120);
-    const ReclaimPlan got =
-        ReclaimPlanner({.trigger = ReclaimOptions::Trigger::kAlways, .max_moves_per_step = max_moves})
-            .Plan(snap);
+    const ReclaimPlan got = ReclaimPlanner({.trigger = ReclaimOptions::Trigger::kAlways,
+                                            .max_moves_per_step = max_moves})
+                                .Plan(snap);
     const ReclaimPlan want = ReferencePlan(snap, max_moves);
     ASSERT_EQ(got.num_moves, want.num_moves) << "trial " << trial;
     ASSERT_EQ(got.num_src_blocks, want.num_src_blocks) << "trial " << trial;

@@ -155,9 +155,9 @@ TEST(PrefillMemoTest, RunsThroughTheMemoEqualSeparateRunsAndComputeEachPromptOnc
     Mode mode;
     std::string policy;
   };
-  const Config configs[] = {{Mode::kNative, "h2o"},        {Mode::kNaive, "h2o"},
-                            {Mode::kVtoken, "h2o"},        {Mode::kNaive, "knorm"},
-                            {Mode::kVtoken, "snapkv"},     {Mode::kNaive, "streaming_llm"},
+  const Config configs[] = {{Mode::kNative, "h2o"},         {Mode::kNaive, "h2o"},
+                            {Mode::kVtoken, "h2o"},         {Mode::kNaive, "knorm"},
+                            {Mode::kVtoken, "snapkv"},      {Mode::kNaive, "streaming_llm"},
                             {Mode::kVtoken, "scissorhands"}};
   for (size_t c = 0; c < std::size(configs); ++c) {
     const EngineOptions o = Options(configs[c].mode, configs[c].policy, 60);
@@ -203,8 +203,8 @@ TEST(PrefillMemoTest, PreemptedRequestsAndAFullMemoStillEqualSeparateRuns) {
       MemoRunner runner(inner, **memo, "fake");
       StatusOr<EngineResult> memoized = RunEngine(o, runner, requests);
       ASSERT_TRUE(memoized.ok()) << memoized.status().ToString();
-      ExpectSameRun(*separate, *memoized, std::string(ModeName(mode)) + " max_bytes " +
-                                               std::to_string(max_bytes));
+      ExpectSameRun(*separate, *memoized,
+                    std::string(ModeName(mode)) + " max_bytes " + std::to_string(max_bytes));
       if (mode == Mode::kNative) EXPECT_GT(separate->preemptions, 0);
     }
     EXPECT_LE((*memo)->stats().bytes_stored, max_bytes);

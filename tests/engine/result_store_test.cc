@@ -443,16 +443,16 @@ TEST_F(ResultStoreTest, RunGivenUpByItsLiveWriterIsMarkedOnTheNextOpen) {
   ASSERT_TRUE(store.ok());
   const int64_t id = store->BeginRun(MakeRun("h")).value();
   // A trigger makes every write to the run fail, as a full disk would.
-  RawQuery(path, "CREATE TRIGGER full BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, "
-                 "'database or disk is full'); END");
+  RawQuery(path,
+           "CREATE TRIGGER full BEFORE UPDATE ON runs BEGIN SELECT RAISE(ABORT, "
+           "'database or disk is full'); END");
   EXPECT_FALSE(store->FailRun(id, "out of memory").ok());
   RawQuery(path, "DROP TRIGGER full");
   auto again = ResultStore::Open(path);  // same live process, but the run is no one's now
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->GetRun(id)->status, "interrupted");
-  EXPECT_EQ(again->GetRun(id)->error,
-            "process " + std::to_string(::getpid()) +
-                " stopped writing the run without finishing it");
+  EXPECT_EQ(again->GetRun(id)->error, "process " + std::to_string(::getpid()) +
+                                          " stopped writing the run without finishing it");
 }
 
 TEST_F(ResultStoreTest, MergeOfASourceWithACorruptPageNamesTheSource) {
@@ -547,8 +547,7 @@ TEST_F(ResultStoreTest, ReadOnlyOpenShowsADeadRunAsInterruptedWithoutMarkingIt) 
     auto run = store->GetRun(dead);
     ASSERT_TRUE(run.ok());
     EXPECT_EQ(run->status, "interrupted");
-    EXPECT_EQ(run->error,
-              "process " + std::to_string(child) + " exited without finishing the run");
+    EXPECT_EQ(run->error, "process " + std::to_string(child) + " exited without finishing the run");
     auto interrupted = store->ListRuns({.ids = {}, .sweep = "", .status = "interrupted"});
     ASSERT_TRUE(interrupted.ok());
     ASSERT_EQ(interrupted->size(), 1u);
@@ -570,9 +569,9 @@ TEST_F(ResultStoreTest, ReadOnlyOpenRefusesFilesThatAreNotResultDatabases) {
   RawQuery(empty, "CREATE TABLE t (x)");
   auto store = ResultStore::OpenReadOnly(empty);
   EXPECT_EQ(store.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store.status().message(),
-            "result db " + empty + ": schema version 0, expected 1.." +
-                std::to_string(kResultSchemaVersion) + " (not a vtoken result database)");
+  EXPECT_EQ(store.status().message(), "result db " + empty + ": schema version 0, expected 1.." +
+                                          std::to_string(kResultSchemaVersion) +
+                                          " (not a vtoken result database)");
   const std::string text = Path("text.db");
   { std::ofstream(text) << "this is a text file, not a database, and it is long enough\n"; }
   EXPECT_EQ(ResultStore::OpenReadOnly(text).status().code(), StatusCode::kDataLoss);

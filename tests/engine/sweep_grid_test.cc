@@ -35,9 +35,9 @@ TEST(ExpandGridTest, KeysSortedValuesInOrderLastKeyFastest) {
 
 TEST(ExpandGridTest, AnAxisSetsItsOtherKeysToTheSameValue) {
   // [sweep] seeds = [1, 2]: seed and workload.seed move together.
-  const std::vector<SweepPoint> points = ExpandGrid(
-      {{.key = "seed", .values = {"1", "2"}, .also = {"workload.seed"}},
-       {.key = "policy.name", .values = {"'h2o'"}, .also = {}}});
+  const std::vector<SweepPoint> points =
+      ExpandGrid({{.key = "seed", .values = {"1", "2"}, .also = {"workload.seed"}},
+                  {.key = "policy.name", .values = {"'h2o'"}, .also = {}}});
   ASSERT_EQ(points.size(), 2u);
   EXPECT_EQ(points[0].overrides,
             (std::vector<std::string>{"policy.name='h2o'", "seed=1", "workload.seed=1"}));
@@ -73,16 +73,22 @@ TEST(ExpandSweepTest, ExcludesMatchingPointsAndAppendsAddedOnesPerSeed) {
       {.key = "cache.granularity", .values = {"'token'", "'head'"}},
       {.key = "policy.budget_allocation", .values = {"'uniform'", "'pyramid'"}},
       {.key = "seed", .values = {"1", "2"}, .also = {"workload.seed"}}};
-  const std::vector<SweepPoint> points = ExpandSweep(
-      axes, {{"cache.granularity='token'", "policy.budget_allocation='pyramid'"}},
-      {{"cache.granularity='layer'"}});
+  const std::vector<SweepPoint> points =
+      ExpandSweep(axes, {{"cache.granularity='token'", "policy.budget_allocation='pyramid'"}},
+                  {{"cache.granularity='layer'"}});
   const std::vector<std::vector<std::string>> expected = {
-      {"cache.granularity='token'", "policy.budget_allocation='uniform'", "seed=1", "workload.seed=1"},
-      {"cache.granularity='token'", "policy.budget_allocation='uniform'", "seed=2", "workload.seed=2"},
-      {"cache.granularity='head'", "policy.budget_allocation='uniform'", "seed=1", "workload.seed=1"},
-      {"cache.granularity='head'", "policy.budget_allocation='uniform'", "seed=2", "workload.seed=2"},
-      {"cache.granularity='head'", "policy.budget_allocation='pyramid'", "seed=1", "workload.seed=1"},
-      {"cache.granularity='head'", "policy.budget_allocation='pyramid'", "seed=2", "workload.seed=2"},
+      {"cache.granularity='token'", "policy.budget_allocation='uniform'", "seed=1",
+       "workload.seed=1"},
+      {"cache.granularity='token'", "policy.budget_allocation='uniform'", "seed=2",
+       "workload.seed=2"},
+      {"cache.granularity='head'", "policy.budget_allocation='uniform'", "seed=1",
+       "workload.seed=1"},
+      {"cache.granularity='head'", "policy.budget_allocation='uniform'", "seed=2",
+       "workload.seed=2"},
+      {"cache.granularity='head'", "policy.budget_allocation='pyramid'", "seed=1",
+       "workload.seed=1"},
+      {"cache.granularity='head'", "policy.budget_allocation='pyramid'", "seed=2",
+       "workload.seed=2"},
       {"cache.granularity='layer'", "seed=1", "workload.seed=1"},
       {"cache.granularity='layer'", "seed=2", "workload.seed=2"},
   };
@@ -95,8 +101,9 @@ TEST(ExpandSweepTest, WithoutExclusionsOrAdditionsIsTheGrid) {
   EXPECT_EQ(Overrides(ExpandSweep(axes, {}, {})), Overrides(ExpandGrid(axes)));
   // An exclusion of one key drops every point with that value; an added point without axes is
   // one point.
-  EXPECT_EQ(Overrides(ExpandSweep(axes, {{"b=3"}}, {{"a=9", "b=9"}})),
-            (std::vector<std::vector<std::string>>{{"a=1", "b=4"}, {"a=2", "b=4"}, {"a=9", "b=9"}}));
+  EXPECT_EQ(
+      Overrides(ExpandSweep(axes, {{"b=3"}}, {{"a=9", "b=9"}})),
+      (std::vector<std::vector<std::string>>{{"a=1", "b=4"}, {"a=2", "b=4"}, {"a=9", "b=9"}}));
 }
 
 TEST(ShardTest, ParsesIndexAndCount) {

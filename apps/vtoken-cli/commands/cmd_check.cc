@@ -8,9 +8,9 @@
 
 #include "apps/vtoken-cli/commands/cli_checks.h"
 #include "apps/vtoken-cli/commands/command.h"
-#include "apps/vtoken-cli/config/config_keys.h"
 #include "apps/vtoken-cli/commands/key_flags.h"
 #include "apps/vtoken-cli/commands/model_check.h"
+#include "apps/vtoken-cli/config/config_keys.h"
 #include "lib/core/budget_allocation.h"
 #include "lib/core/check_harness.h"
 #include "lib/core/memory_budget.h"

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "apps/vtoken-cli/commands/command.h"
-#include "apps/vtoken-cli/config/run_config.h"
 #include "apps/vtoken-cli/commands/table_writer.h"
+#include "apps/vtoken-cli/config/run_config.h"
 #include "lib/engine/result_store.h"
 #include "lib/engine/rouge.h"
 #include "lib/engine/stats.h"

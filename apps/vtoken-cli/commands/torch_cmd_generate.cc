@@ -14,8 +14,8 @@
 
 #include "apps/vtoken-cli/commands/cli_checks.h"
 #include "apps/vtoken-cli/commands/command.h"
-#include "apps/vtoken-cli/config/config_keys.h"
 #include "apps/vtoken-cli/commands/key_flags.h"
+#include "apps/vtoken-cli/config/config_keys.h"
 #include "apps/vtoken-cli/run/model_threads.h"
 #include "apps/vtoken-cli/run/run_spec.h"
 #include "lib/core/memory_budget.h"

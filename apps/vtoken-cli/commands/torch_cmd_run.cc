@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "apps/vtoken-cli/commands/command.h"
+#include "apps/vtoken-cli/commands/memo_flags.h"
 #include "apps/vtoken-cli/config/experiment_config.h"
 #include "apps/vtoken-cli/run/interrupt.h"
-#include "apps/vtoken-cli/commands/memo_flags.h"
 #include "apps/vtoken-cli/run/run_experiment.h"
 
 namespace vtoken::cli {

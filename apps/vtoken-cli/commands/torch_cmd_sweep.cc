@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "apps/vtoken-cli/commands/command.h"
-#include "apps/vtoken-cli/config/experiment_config.h"
-#include "apps/vtoken-cli/run/interrupt.h"
 #include "apps/vtoken-cli/commands/memo_flags.h"
+#include "apps/vtoken-cli/config/experiment_config.h"
+#include "apps/vtoken-cli/config/sweep_grid.h"
+#include "apps/vtoken-cli/run/interrupt.h"
 #include "apps/vtoken-cli/run/run_checks.h"
 #include "apps/vtoken-cli/run/run_experiment.h"
-#include "apps/vtoken-cli/config/sweep_grid.h"
 #include "lib/core/policy_registry.h"
 #include "lib/engine/result_store.h"
 
