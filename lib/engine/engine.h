@@ -40,7 +40,7 @@
 #include "lib/core/types.h"
 #include "lib/engine/result_store.h"
 #include "lib/engine/workload.h"
-#include "lib/model/runner.h"
+#include "lib/runner/model_runner.h"
 
 namespace vtoken::engine {
 

@@ -17,7 +17,7 @@
 #include "lib/core/virtual_kv_cache.h"
 #include "lib/engine/sequence_state.h"
 #include "lib/engine/task_team.h"
-#include "lib/model/runner.h"
+#include "lib/runner/model_runner.h"
 
 namespace vtoken::engine {
 

@@ -14,7 +14,7 @@
 //
 // The outputs: a chunk that samples keeps one output per (score_token, signals asked); a miss that
 // asks for signals or samples is computed with both signals (attention and key norms), and a later
-// request gets the ones it asked for, the others left at zero (runner.h's contract). When an
+// request gets the ones it asked for, the others left at zero (model_runner.h's contract). When an
 // output is missing for a chunk whose K/V the memo holds, the chunk is recomputed and its K/V
 // compared with the stored bytes: a difference (the model is not batch-invariant) is counted in
 // stats().kv_mismatches.
@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "lib/core/status.h"
-#include "lib/model/runner.h"
+#include "lib/runner/model_runner.h"
 
 namespace vtoken::engine {
 

@@ -12,7 +12,7 @@
 #include "lib/core/reclaimer.h"
 #include "lib/core/virtual_kv_cache.h"
 #include "lib/engine/engine.h"
-#include "lib/model/runner.h"
+#include "lib/runner/model_runner.h"
 
 namespace vtoken::engine {
 

@@ -55,7 +55,7 @@ enum class LogitsOut : uint8_t {
 
 // One sequence's part of a paged step. With G = the KvTensors store's num_kv_groups() (1 at token
 // granularity) the slot lists are per KV group and group-major, as RunnerInput documents
-// (lib/model/runner.h); at G == 1 they are plain lists.
+// (lib/runner/model_runner.h); at G == 1 they are plain lists.
 struct PagedSeqInput {
   std::vector<int32_t> tokens;     // New tokens: a prefill chunk, or 1 for decode.
   std::vector<int64_t> positions;  // RoPE positions of the new tokens.
@@ -91,7 +91,7 @@ struct PagedSeqView {
   SampleDraw draw{};
 };
 
-// A view of `in`, any struct with PagedSeqInput's fields (PagedSeqInput, runner.h's
+// A view of `in`, any struct with PagedSeqInput's fields (PagedSeqInput, model_runner.h's
 // RunnerInput, which has no `logits` and `draw`: the view then asks for kFull), valid while it
 // is.
 template <class Input>

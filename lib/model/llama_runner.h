@@ -18,10 +18,10 @@
 
 #include "lib/model/kv_tensors.h"
 #include "lib/model/llama.h"
-#include "lib/model/runner.h"
 #include "lib/model/sampler.h"
 #include "lib/model/static_decode.h"
 #include "lib/model/torch_copy_engine.h"
+#include "lib/runner/model_runner.h"
 
 namespace vtoken::model {
 
@@ -52,7 +52,7 @@ struct LlamaRunnerOptions {
   // TorchCopyEngine: relocation copies on a worker thread. (CudaCopyEngine's copies are always
   // asynchronous, on its copy stream.)
   bool async_copies = false;
-  // What a slot holds (lib/core/types.h); Forward then takes per-group slot lists (runner.h).
+  // What a slot holds (lib/core/types.h); Forward then takes per-group slot lists (model_runner.h).
   Granularity granularity = Granularity::kToken;
   // kStatic / kCudaGraphs allocate one KV slot past num_slots (KvTensorsOptions::scratch_slots)
   // for the padding rows; num_slots() and Forward's slot checks stay the pool's.

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "lib/model/runner.h"
+#include "lib/runner/model_runner.h"
 #include "lib/sim/signal_source.h"
 
 namespace vtoken::sim {

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "lib/model/io/hf_config.h"
-#include "lib/model/runner.h"
+#include "lib/runner/model_runner.h"
 #include "lib/sim/cost_model.h"
 #include "lib/sim/signal_source.h"
 

@@ -71,10 +71,22 @@ TEST(LayeringTest, CoreIncludesOnlyStdXxhashAndItself) {
   }
 }
 
+// lib/runner: the model runner interface the engine and the simulator drive (and LlamaRunner
+// implements) sits below all three, on the standard library and lib/core alone.
+TEST(LayeringTest, RunnerInterfaceIncludesOnlyStdAndCore) {
+  const auto includes = Includes(SourceDir() / "lib/runner");
+  ASSERT_FALSE(includes.empty()) << "lib/runner not found under " << SourceDir();
+  for (const auto& [file, header] : includes) {
+    const bool core = header.rfind("lib/core/", 0) == 0;
+    const bool std_header = header.find('.') == std::string::npos;
+    EXPECT_TRUE(core || std_header) << file << " includes " << header;
+  }
+}
+
 TEST(LayeringTest, FrameworkHeadersStayInTheirLayers) {
   const std::vector<std::string> torch = {"torch/", "ATen/", "c10/"};
   const std::vector<std::string> cuda = {"cuda", "cub/", "thrust/"};
-  for (const char* dir : {"lib/core", "lib/engine", "policies", "lib/model/io"}) {
+  for (const char* dir : {"lib/core", "lib/runner", "lib/engine", "policies", "lib/model/io"}) {
     for (const auto& [file, header] : Includes(SourceDir() / dir)) {
       EXPECT_FALSE(Forbidden(header, torch)) << file << " includes " << header;
       EXPECT_FALSE(Forbidden(header, cuda)) << file << " includes " << header;

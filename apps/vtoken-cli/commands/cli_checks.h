@@ -1,12 +1,10 @@
-// CLI11 validators whose errors say what a flag accepts ("--max-tokens: must be >= 1, got 0")
-// instead of CLI11's "Value 0 not in range 0.000000 to 1797693134862315...". Numbers must
-// parse completely and be finite.
+// A CLI11 validator whose errors say what a flag accepts ("--max-tokens: must be an integer >= 1,
+// got 0") instead of CLI11's "Value 0 not in range ...", for flags that mirror no config key
+// (those take their check from the key table: key_flags.h). Numbers must parse completely.
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 
 namespace vtoken::cli {
@@ -31,27 +29,6 @@ inline CLI::Validator IntIn(int64_t lo, int64_t hi = INT64_MAX) {
       hi == INT64_MAX ? "INT>=" + std::to_string(lo)
                       : "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
       "IntIn");
-}
-
-// A finite number in [lo, hi] (`lo_open`: in (lo, hi]).
-inline CLI::Validator NumberIn(double lo, double hi, bool lo_open = false) {
-  char range[96];
-  std::snprintf(range, sizeof(range), "%s%g, %g]", lo_open ? "(" : "[", lo, hi);
-  const std::string what = std::string("must be a number in ") + range;
-  return CLI::Validator(
-      [lo, hi, lo_open, what](std::string& text) -> std::string {
-        size_t used = 0;
-        double v = 0;
-        try {
-          v = std::stod(text, &used);
-        } catch (const std::exception&) {
-          return what + ", got '" + text + "'";
-        }
-        const bool ok =
-            used == text.size() && std::isfinite(v) && v <= hi && (lo_open ? v > lo : v >= lo);
-        return ok ? "" : what + ", got " + text;
-      },
-      std::string("NUMBER in ") + range, "NumberIn");
 }
 
 }  // namespace vtoken::cli

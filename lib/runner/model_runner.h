@@ -1,6 +1,8 @@
 // ModelRunner: what the engine needs from a model, without torch types, so lib/engine stays
-// torch-free and testable with a scripted fake. The libtorch implementation is LlamaRunner
-// (lib/model/llama_runner.h); it owns the model, its paged KV tensors and their copy engine.
+// torch-free and testable with a scripted fake. It lives below the engine, the simulator and the
+// model (lib/runner: the standard library and lib/core only). The libtorch implementation is
+// LlamaRunner (lib/model/llama_runner.h); it owns the model, its paged KV tensors and their copy
+// engine; the simulated one is SimRunner (lib/sim/sim_runner.h).
 //
 // Slots come from the core (VirtualKvCache::SyncNewTokens / LiveSlots); a runner only reads and
 // writes KV rows at the slots it is given. Not thread-safe: called from the scheduler thread.
