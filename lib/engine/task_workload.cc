@@ -22,7 +22,7 @@ StatusOr<std::vector<Request>> TaskRequests(const WorkloadOptions& o,
                             MakeTaskInstance(TaskOptionsOf(o), tokenizer, o.seed, i, depth));
     Request r;
     r.id = i;
-    r.max_tokens = t.max_tokens;
+    r.max_tokens = o.answer_tokens > 0 ? o.answer_tokens : t.max_tokens;
     r.prompt_tokens = before;
     r.prompt_tokens.insert(r.prompt_tokens.end(), t.context_ids.begin(), t.context_ids.end());
     std::vector<int32_t>& question =

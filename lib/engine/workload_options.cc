@@ -194,7 +194,7 @@ int64_t WorkloadBytes(const WorkloadOptions& o) {
   }
   if (IsTask(o)) {
     input = o.context_tokens + 64;  // the chat template around it
-    output = 128;
+    output = std::max<int64_t>(128, o.answer_tokens);
   } else if (IsPerplexity(o)) {
     input = 1;
     output = o.context_tokens;

@@ -87,6 +87,8 @@ struct WorkloadOptions {
   std::vector<double> depths = {0.0, 0.25, 0.5, 0.75, 1.0};
   std::string filler = "repeat";
   TaskProtocol protocol = TaskProtocol::kQuestionAware;
+  // task: tokens each request may generate; 0 = the task's own (TaskInstance::max_tokens).
+  int64_t answer_tokens = 0;
 
   // Wrap every prompt as a user turn of the model's chat template (config key workload.chat),
   // so an instruct model answers instead of continuing the text. The caller renders the template

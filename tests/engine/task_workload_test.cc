@@ -40,6 +40,21 @@ TEST(TasksTest, TaskWorkloadCyclesDepthsAndCarriesTheAnswer) {
   }
 }
 
+// workload.answer_tokens: every request's generation limit, instead of the task's own.
+TEST(TasksTest, AnswerTokensReplacesTheTasksOwnLimit) {
+  const model::Tokenizer tok = ByteTokenizer();
+  WorkloadOptions o = TaskWorkload();
+  o.answer_tokens = 96;
+  const std::vector<Request> requests = GenerateWorkload(o, &tok, 256).value();
+  const std::vector<Request> own = GenerateWorkload(TaskWorkload(), &tok, 256).value();
+  ASSERT_EQ(requests.size(), own.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    EXPECT_EQ(requests[i].max_tokens, 96);
+    EXPECT_EQ(own[i].max_tokens, 24);
+    EXPECT_EQ(requests[i].prompt_tokens, own[i].prompt_tokens);  // the instance is the same
+  }
+}
+
 TEST(TasksTest, QueryAgnosticMovesTheQuestionAndTheTemplateEndAfterTheContext) {
   const model::Tokenizer tok = ByteTokenizer();
   WorkloadOptions o = TaskWorkload();

@@ -280,6 +280,14 @@ std::vector<ConfigKey> MakeKeys() {
           .Doc("kind `task`: the niah haystack, `repeat` (filler sentences) or `corpus` (text of "
                "`workload.corpus` from a random line, verse numbers and headings dropped); passkey "
                "and variable tracking always repeat"),
+      Field(
+          "workload.answer_tokens",
+          [](ExperimentConfig & c) -> auto& { return c.workload.answer_tokens; })
+          .Unit("tokens")
+          .Range(0, engine::kMaxRequestTokens)
+          .Record(kSet)
+          .Doc("kind `task`: tokens each request may generate; 0 = the task's own limit (enough "
+               "for its answer and a short sentence; a list task's answer can need more)"),
       Custom(
           "workload.protocol", KeyType::kString,
           [](const ExperimentConfig& c) -> KeyValue {
