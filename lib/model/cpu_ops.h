@@ -1,4 +1,4 @@
-// CPU fp32 building blocks of the fused paged step (llama_paged.cc), on raw memory.
+// CPU fp32 building blocks of the fused paged step (llama_paged_cpu.cc), on raw memory.
 //
 // CpuLinear: y = x W^T (+ bias) (+ y) for the rows of a decode batch, on raw fp32 memory, with W
 // row-major [out_features, in_features] as checkpoints store it. It computes 4-row x 4-output

@@ -1,4 +1,4 @@
-// CpuPool: a fixed team of threads for the fused CPU step (llama_paged.cc). ParallelFor(n, fn)
+// CpuPool: a fixed team of threads for the fused CPU step (llama_paged_cpu.cc). ParallelFor(n, fn)
 // cuts [0, n) into one contiguous share per thread, runs the first share on the calling thread
 // and the others on the workers, and returns when every share is done.
 //

@@ -212,7 +212,7 @@ class LlamaModel {
     torch::Tensor post_norm, gate, up, down;
   };
 
-  // A paged step's batch in CSR form (llama_paged.cc): per sequence its query rows; per
+  // A paged step's batch in CSR form (llama_paged_batch.cc): per sequence its query rows; per
   // (sequence s, group g), unit u = s * num_groups + g, its keys [key_offsets[u],
   // key_offsets[u + 1]) (the group's context, then the new tokens), with the signal accumulators
   // summed over layers.

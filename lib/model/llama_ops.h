@@ -1,5 +1,5 @@
 // Torch building blocks shared by LlamaModel's dense forward (llama.cc) and its paged step
-// (llama_paged.cc). Internal to lib/model.
+// (llama_paged*.cc). Internal to lib/model.
 #pragma once
 
 #include <torch/torch.h>
@@ -30,6 +30,11 @@ inline torch::Tensor ApplyRope(const torch::Tensor& x, const torch::Tensor& cos,
                                const torch::Tensor& sin) {
   return x * cos + RotateHalf(x) * sin;
 }
+
+// A prefill chunk of at least this many new tokens is attended with BLAS (gather + bmm) on both
+// paged paths: a fused kernel's per-query loop (CpuPagedAttention, lib/cuda's) wins for decode,
+// GEMMs win for long query blocks (BM_PrefillFusedVsReference in bench/torch_model_bench.cc).
+inline constexpr int64_t kBlasAttentionMinQueries = 16;
 
 // Token ids below 2^24 are exact in fp32 (Llama 3's vocabulary has 128,256): a step's argmax
 // can come back in the fp32 buffer its signals come back in.

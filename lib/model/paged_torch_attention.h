@@ -1,5 +1,6 @@
 // The torch-ops attention of a paged step over per-(sequence, KV group) key lists: the reference
-// path of LlamaModel::ForwardPaged and its BLAS path for long prefill chunks (llama_paged.cc).
+// path of LlamaModel::ForwardPaged (llama_paged_torch.cc) and the fused CPU path's BLAS path for
+// long prefill chunks (llama_paged_cpu.cc).
 // A batch is CSR-shaped as LlamaModel::PagedBatch: unit u = s * num_groups + g (sequence s, KV
 // group g) owns keys [key_offsets[u], key_offsets[u + 1]), the group's live context then the new
 // tokens. Internal to lib/model.
