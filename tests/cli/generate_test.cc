@@ -125,6 +125,21 @@ TEST_F(GenerateTest, PolicyParamReachesThePolicy) {
   EXPECT_NE(bad.err.find("recent_ratio"), std::string::npos) << bad.err;
 }
 
+// --evict-interval mirrors policy.evict_interval: evict after prefill, then every N decode steps.
+TEST_F(GenerateTest, EvictIntervalSpacesTheEvictions) {
+  const nlohmann::json every = Json({"--policy", "h2o", "--budget-tokens", "12"});
+  const nlohmann::json once =
+      Json({"--policy", "h2o", "--budget-tokens", "12", "--evict-interval", "100000"});
+  EXPECT_GT(once["evictions"].get<int64_t>(), 0);  // after prefill
+  EXPECT_LT(once["evictions"].get<int64_t>(), every["evictions"].get<int64_t>());
+  const CliResult bad =
+      Generate({"--policy", "h2o", "--budget-tokens", "12", "--evict-interval", "0"});
+  EXPECT_EQ(bad.exit_code, 2);  // refused while parsing the flags
+  EXPECT_NE(bad.err.find("--evict-interval: must be an integer in [1, 2147483647], got 0"),
+            std::string::npos)
+      << bad.err;
+}
+
 // The flags that mirror config keys are spelled as the keys are (--budget-tokens, --num-sink,
 // --num-recent); the old spellings give the same run and a one-line note that they are deprecated.
 TEST_F(GenerateTest, OldFlagSpellingsStillWorkAndSaySo) {

@@ -19,6 +19,7 @@
 #include "apps/vtoken-cli/run/model_threads.h"
 #include "apps/vtoken-cli/run/run_spec.h"
 #include "lib/core/memory_budget.h"
+#include "lib/core/policy_evictor.h"
 #include "lib/core/policy_registry.h"
 #include "lib/engine/engine.h"
 #include "lib/engine/workload.h"
@@ -41,6 +42,7 @@ struct GenerateArgs {
   int64_t budget = 0;
   int64_t num_sink = 4;
   int64_t num_recent = -1;  // -1: min(32, (budget - sink) / 2)
+  int64_t evict_interval = EvictorOptions{}.evict_interval;
   std::string drop;
   std::string mode;
   std::string output = "text";
@@ -190,6 +192,7 @@ int RunGenerate(const GenerateArgs& a) {
     o.evictor.num_recent = a.num_recent >= 0
                                ? a.num_recent
                                : std::min<int64_t>(32, (a.budget - o.evictor.num_sink) / 2);
+    o.evictor.evict_interval = a.evict_interval;
   }
   // The pool above counts blocks of every layer and head; a layer / head run splits it into
   // blocks of one KV group (the same bytes).
@@ -300,6 +303,8 @@ CLI::App* SetupGenerate(CLI::App& app) {
       ->capture_default_str();
   AddKeyFlag(*cmd, "policy.num_recent", a->num_recent, "With --policy: ", {"--recent"})
       ->description("With --policy: last tokens never evicted (default min(32, budget/2))");
+  AddKeyFlag(*cmd, "policy.evict_interval", a->evict_interval, "With --policy: ")
+      ->capture_default_str();
   cmd->add_option("--drop", a->drop,
                   "Evict exactly these positions (comma-separated; BOS is 0) right after "
                   "prefill, RoPE positions kept; instead of --policy/--budget");
