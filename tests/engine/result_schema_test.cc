@@ -64,6 +64,45 @@ std::vector<std::string> Declared(const Table<Record>& table, int version) {
   return out;
 }
 
+// What a file holds of some runs: their records, requests and steps.
+struct Rows {
+  std::vector<RunRecord> runs;
+  std::vector<std::vector<RequestRecord>> requests;  // per run in `runs`
+  std::vector<std::vector<StepRecord>> steps;
+};
+
+Rows ReadRows(const ResultStore& store, const std::vector<int64_t>& ids) {
+  Rows rows;
+  for (int64_t id : ids) {
+    rows.runs.push_back(store.GetRun(id).value());
+    rows.requests.push_back(store.GetRequests(id).value());
+    rows.steps.push_back(store.GetSteps(id).value());
+  }
+  return rows;
+}
+
+// Every declared column of every row the same (NaN equal to NaN, a NULL to a NULL).
+void ExpectSameRows(const Rows& a, const Rows& b) {
+  ASSERT_EQ(a.runs.size(), b.runs.size());
+  for (size_t i = 0; i < a.runs.size(); ++i) {
+    for (const auto& c : kRunTable.columns) {
+      EXPECT_TRUE(Same(c.get(a.runs[i]), c.get(b.runs[i]))) << "run " << i << " " << c.name;
+    }
+    ASSERT_EQ(a.requests[i].size(), b.requests[i].size());
+    for (size_t q = 0; q < a.requests[i].size(); ++q) {
+      for (const auto& c : kRequestTable.columns) {
+        EXPECT_TRUE(Same(c.get(a.requests[i][q]), c.get(b.requests[i][q]))) << c.name;
+      }
+    }
+    ASSERT_EQ(a.steps[i].size(), b.steps[i].size());
+    for (size_t k = 0; k < a.steps[i].size(); ++k) {
+      for (const auto& c : kStepTable.columns) {
+        EXPECT_TRUE(Same(c.get(a.steps[i][k]), c.get(b.steps[i][k]))) << c.name;
+      }
+    }
+  }
+}
+
 class ResultSchemaTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -119,8 +158,7 @@ TEST_F(ResultSchemaTest, SchemaOneFileOpensMigratesAndTakesNewRows) {
   const std::string path = V1Copy();
   // Read-only: read as it is, the later columns NULL, the file untouched.
   std::vector<RunRecord> runs_before;
-  std::vector<std::vector<RequestRecord>> requests_before;
-  std::vector<std::vector<StepRecord>> steps_before;
+  Rows rows_before;
   {
     auto store = ResultStore::OpenReadOnly(path);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -132,14 +170,11 @@ TEST_F(ResultSchemaTest, SchemaOneFileOpensMigratesAndTakesNewRows) {
     EXPECT_EQ(runs_before[2].status, "failed");
     EXPECT_EQ(runs_before[2].error, "out of blocks");
     EXPECT_FALSE(runs_before[0].run_lock.has_value());
-    for (int64_t id : {1, 2}) {
-      requests_before.push_back(store->GetRequests(id).value());
-      steps_before.push_back(store->GetSteps(id).value());
-    }
-    ASSERT_EQ(requests_before[0].size(), 2u);
-    EXPECT_EQ(requests_before[0][1].prompt_tokens, 231);
-    EXPECT_TRUE(std::isnan(requests_before[0][1].tpot_s));  // stored NaN reads NaN
-    EXPECT_FALSE(requests_before[0][0].task.has_value());
+    rows_before = ReadRows(*store, {1, 2});
+    ASSERT_EQ(rows_before.requests[0].size(), 2u);
+    EXPECT_EQ(rows_before.requests[0][1].prompt_tokens, 231);
+    EXPECT_TRUE(std::isnan(rows_before.requests[0][1].tpot_s));  // stored NaN reads NaN
+    EXPECT_FALSE(rows_before.requests[0][0].task.has_value());
     EXPECT_EQ(store->GetOutputs(2)->at(1).token_ids, (std::vector<int32_t>{1, 2, 3, 1}));
     EXPECT_EQ(store->GetSummary(2)->values.at("throughput_tok_s"), 101);
   }
@@ -159,22 +194,7 @@ TEST_F(ResultSchemaTest, SchemaOneFileOpensMigratesAndTakesNewRows) {
           << "run " << i << " " << c.name;
     }
   }
-  for (int64_t id : {1, 2}) {
-    const auto requests = store->GetRequests(id).value();
-    const auto steps = store->GetSteps(id).value();
-    ASSERT_EQ(requests.size(), requests_before[id - 1].size());
-    ASSERT_EQ(steps.size(), steps_before[id - 1].size());
-    for (size_t q = 0; q < requests.size(); ++q) {
-      for (const auto& c : kRequestTable.columns) {
-        EXPECT_TRUE(Same(c.get(requests[q]), c.get(requests_before[id - 1][q]))) << c.name;
-      }
-    }
-    for (size_t k = 0; k < steps.size(); ++k) {
-      for (const auto& c : kStepTable.columns) {
-        EXPECT_TRUE(Same(c.get(steps[k]), c.get(steps_before[id - 1][k]))) << c.name;
-      }
-    }
-  }
+  ExpectSameRows(ReadRows(*store, {1, 2}), rows_before);
   RunRecord run = runs_before[1];
   run.config_hash = "hash-new";
   const int64_t id = store->BeginRun(run).value();
@@ -200,24 +220,19 @@ TEST_F(ResultSchemaTest, SchemaOneFileOpensMigratesAndTakesNewRows) {
 // back the same.
 TEST_F(ResultSchemaTest, SchemaThreeFileOpensMigratesAndKeepsItsRows) {
   const std::string path = FixtureCopy("results_v3.db");
-  std::vector<RunRecord> runs_before;
-  std::vector<std::vector<RequestRecord>> requests_before;
-  std::vector<std::vector<StepRecord>> steps_before;
+  Rows before;
   {
     auto store = ResultStore::OpenReadOnly(path);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     EXPECT_EQ(store->schema_version(), 3);
-    runs_before = store->ListRuns().value();
-    ASSERT_EQ(runs_before.size(), 2u);
-    for (const RunRecord& r : runs_before) {
-      EXPECT_EQ(r.status, "completed");
-      requests_before.push_back(store->GetRequests(r.id).value());
-      steps_before.push_back(store->GetSteps(r.id).value());
-      ASSERT_EQ(requests_before.back().size(), 3u);
-      EXPECT_FALSE(steps_before.back().empty());
-      EXPECT_TRUE(requests_before.back()[0].live_per_group.has_value());  // schema 3's column
-      EXPECT_FALSE(requests_before.back()[0].score_partial.has_value());
-    }
+    before = ReadRows(*store, {1, 2});
+  }
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(before.runs[i].status, "completed");
+    ASSERT_EQ(before.requests[i].size(), 3u);
+    EXPECT_FALSE(before.steps[i].empty());
+    EXPECT_TRUE(before.requests[i][0].live_per_group.has_value());  // schema 3's column
+    EXPECT_FALSE(before.requests[i][0].score_partial.has_value());
   }
   EXPECT_EQ(FileColumns(path, "requests"), Declared(kRequestTable, 3));
 
@@ -225,28 +240,9 @@ TEST_F(ResultSchemaTest, SchemaThreeFileOpensMigratesAndKeepsItsRows) {
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   EXPECT_EQ(store->schema_version(), kResultSchemaVersion);
   EXPECT_EQ(FileColumns(path, "requests"), Declared(kRequestTable, kResultSchemaVersion));
-  const std::vector<RunRecord> runs_after = store->ListRuns().value();
-  ASSERT_EQ(runs_after.size(), runs_before.size());
-  for (size_t i = 0; i < runs_after.size(); ++i) {
-    for (const auto& c : kRunTable.columns) {
-      EXPECT_TRUE(Same(c.get(runs_after[i]), c.get(runs_before[i]))) << c.name;
-    }
-    const auto requests = store->GetRequests(runs_after[i].id).value();
-    const auto steps = store->GetSteps(runs_after[i].id).value();
-    ASSERT_EQ(requests.size(), requests_before[i].size());
-    ASSERT_EQ(steps.size(), steps_before[i].size());
-    for (size_t q = 0; q < requests.size(); ++q) {
-      for (const auto& c : kRequestTable.columns) {
-        EXPECT_TRUE(Same(c.get(requests[q]), c.get(requests_before[i][q]))) << c.name;
-      }
-    }
-    for (size_t k = 0; k < steps.size(); ++k) {
-      for (const auto& c : kStepTable.columns) {
-        EXPECT_TRUE(Same(c.get(steps[k]), c.get(steps_before[i][k]))) << c.name;
-      }
-    }
-  }
-  RunRecord run = runs_before[1];
+  EXPECT_EQ(store->ListRuns()->size(), 2u);
+  ExpectSameRows(ReadRows(*store, {1, 2}), before);
+  RunRecord run = before.runs[1];
   run.config_hash = "hash-new";
   const int64_t id = store->BeginRun(run).value();
   RequestRecord q;

@@ -37,15 +37,21 @@ struct CheckArgs {
   std::string dtype = "float32";
 };
 
+// --granularity as a Granularity; errors name the flag.
+StatusOr<Granularity> GranularityFlag(const std::string& text) {
+  StatusOr<Granularity> g = ParseGranularity(text);
+  if (!g.ok()) return InvalidArgumentError("--granularity: " + g.status().message());
+  return g;
+}
+
 int RunModelCheckCommand(const CheckArgs& args, bool max_prompt_given) {
   if (ModelCheckHook() == nullptr) {
     std::fprintf(stderr, "vtoken-cli: error: --model needs a build with libtorch\n");
     return 2;
   }
-  StatusOr<Granularity> granularity = ParseGranularity(args.granularity);
+  StatusOr<Granularity> granularity = GranularityFlag(args.granularity);
   if (!granularity.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: --granularity: %s\n",
-                 granularity.status().message().c_str());
+    PrintError(granularity.status());
     return 2;
   }
   ModelCheckArgs m;
@@ -94,10 +100,9 @@ int RunCheckCommand(CheckArgs& args) {
     PrintError(trigger.status());
     return 2;
   }
-  StatusOr<Granularity> granularity = ParseGranularity(args.granularity);
+  StatusOr<Granularity> granularity = GranularityFlag(args.granularity);
   if (!granularity.ok()) {
-    std::fprintf(stderr, "vtoken-cli: error: --granularity: %s\n",
-                 granularity.status().message().c_str());
+    PrintError(granularity.status());
     return 2;
   }
   StatusOr<BudgetAllocation> allocation = ParseBudgetAllocation(args.allocation);

@@ -417,11 +417,7 @@ CLI::App* SetupExport(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"csv", "jsonl"}));
   cmd->add_option("--out", a->out, "Output file (default: stdout)");
-  cmd->callback([a] {
-    Status s = Export(*a);
-    if (!s.ok()) PrintError(s);
-    SetExitCode(s.ok() ? 0 : 1);
-  });
+  cmd->callback([a] { FinishWith(Export(*a)); });
   return cmd;
 }
 

@@ -430,11 +430,7 @@ CLI::App* SetupReport(CLI::App& app) {
                   "Directory for the figures (default: figures/NAME beside the database, e.g. "
                   "results/figures/NAME)");
   cmd->add_flag("--no-figures", a->no_figures, "Print the tables only; do not run plot.py");
-  cmd->callback([a] {
-    Status s = Report(a->db, a->sweep, a->out, !a->no_figures);
-    if (!s.ok()) PrintError(s);
-    SetExitCode(s.ok() ? 0 : 1);
-  });
+  cmd->callback([a] { FinishWith(Report(a->db, a->sweep, a->out, !a->no_figures)); });
   return cmd;
 }
 

@@ -29,6 +29,11 @@ void PrintError(const Status& status) {
   std::fprintf(stderr, "vtoken-cli: error: %s\n", status.message().c_str());
 }
 
+void FinishWith(const Status& status) {
+  if (!status.ok()) PrintError(status);
+  SetExitCode(status.ok() ? 0 : 1);
+}
+
 ModelCheckFn& ModelCheckHook() {
   static ModelCheckFn hook = nullptr;
   return hook;

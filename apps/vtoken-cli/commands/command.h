@@ -29,6 +29,9 @@ bool RegisterCommand(std::string name, CommandSetup setup);
 // Prints "vtoken-cli: error: MESSAGE" (the status's message, one line) on stderr.
 void PrintError(const Status& status);
 
+// A command's end: PrintError when `status` is not OK, and exit code 0 or 1.
+void FinishWith(const Status& status);
+
 // The exit code main() returns after the selected subcommand ran.
 void SetExitCode(int code);
 int ExitCode();
