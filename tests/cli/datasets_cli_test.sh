@@ -54,7 +54,7 @@ grep -q 'workload: 2 of 3 prompts longer than workload.max_total_tokens allows (
   || fail "ShareGPT: not 2 requests"
 [[ "$(sqlite3 "$TMP/sg.db" "select count(*) from summary where name='rouge_l_vs_reference' and value >= 0")" == 2 ]] \
   || fail "ShareGPT: no ROUGE-L against the gpt turns"
-expect_error "truncate = start: expected end or middle" run "$TMP/d.toml" \
+expect_error "key 'workload.truncate' = start: expected end or middle" run "$TMP/d.toml" \
   --set workload.jsonl="'$TMP/lb.jsonl'" --set workload.truncate=start
 
 finish datasets_cli

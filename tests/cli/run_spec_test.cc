@@ -95,8 +95,8 @@ class ExperimentSpecTest : public ::testing::Test {
 // The parsed config is not rewritten: runs record the user's num_blocks and run the split one.
 TEST_F(ExperimentSpecTest, RecordsTheConfigAsGivenAndRunsTheSplitPool) {
   StatusOr<ExperimentConfig> c =
-      Load("model = \"" + SourceDir() +
-           "/models/vt-tiny-gqa\"\nmodes = [\"native\", \"vtoken\"]\nseed = 7\n"
+      Load("modes = [\"native\", \"vtoken\"]\nseed = 7\n[model]\npath = \"" + SourceDir() +
+           "/models/vt-tiny-gqa\"\n"
            "[engine]\nnum_blocks = 64\nblock_size = 8\n[cache]\ngranularity = \"layer\"\n"
            "[policy]\nname = \"h2o\"\nkeep_ratio = 0.5\n");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -126,9 +126,9 @@ TEST_F(ExperimentSpecTest, RecordsTheConfigAsGivenAndRunsTheSplitPool) {
 
 TEST_F(ExperimentSpecTest, APerplexityWorkloadNeedsAnAbsoluteBudget) {
   StatusOr<ExperimentConfig> c =
-      Load("model = \"" + SourceDir() +
-           "/models/vt-tiny\"\nmodes = [\"vtoken\"]\n[workload]\nkind = "
-           "\"perplexity\"\n[policy]\nname = \"h2o\"\nkeep_ratio = 0.5\n");
+      Load("modes = [\"vtoken\"]\n[model]\npath = \"" + SourceDir() +
+           "/models/vt-tiny\"\n[workload]\nkind = \"perplexity\"\n[policy]\nname = \"h2o\"\n"
+           "keep_ratio = 0.5\n");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   StatusOr<ExperimentSpec> spec = BuildExperimentSpec(*c, NoGpu);
   EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);

@@ -125,10 +125,10 @@ grep -q "| 0.750 ± 0.387 |" "$TMP/vt_report.md" || fail "accuracy interval: $(g
 
 # Bad task settings: one line, no database.
 expect_error "unknown task (known: passkey," run "$TMP/t.toml" --set workload.task='"needle"'
-expect_error "context_tokens = 64: must be in \[128," run "$TMP/t.toml" \
+expect_error "key 'workload.context_tokens' = 64: must be in \[128," run "$TMP/t.toml" \
   --set workload.context_tokens=64
 expect_error "the model's context is 8192" run "$TMP/t.toml" --set workload.context_tokens=9000
-expect_error "depths = 2: must be in \[0, 1\]" run "$TMP/t.toml" --set 'workload.depths=[0.5, 2]'
+expect_error "key 'workload.depths' = 2: must be in \[0, 1\]" run "$TMP/t.toml" --set 'workload.depths=[0.5, 2]'
 expect_error "needs admission reserve" run "$TMP/t.toml" --set engine.admission='"greedy"' \
   --set workload.protocol='"query_agnostic"'
 expect_error "protocol" run "$TMP/t.toml" --set workload.protocol='"sideways"'

@@ -2,6 +2,7 @@
 // compatible.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
