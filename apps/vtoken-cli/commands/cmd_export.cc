@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "apps/vtoken-cli/commands/command.h"
+#include "apps/vtoken-cli/commands/known_sweeps.h"
 #include "apps/vtoken-cli/commands/table_writer.h"
 #include "apps/vtoken-cli/config/run_config.h"
 #include "lib/engine/result_store.h"
@@ -127,15 +128,9 @@ StatusOr<std::vector<engine::RunRecord>> SelectRuns(const engine::ResultStore& s
   VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> runs,
                           store.ListRuns({.ids = {}, .sweep = a.sweep, .status = ""}));
   if (a.sweep.empty() || !runs.empty()) return runs;
-  VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> all, store.ListRuns({}));
-  std::set<std::string> sweeps;
-  for (const engine::RunRecord& r : all) {
-    if (!r.sweep.empty()) sweeps.insert(r.sweep);
-  }
-  std::string known;
-  for (const std::string& s : sweeps) known += (known.empty() ? "" : ", ") + s;
+  VTOKEN_ASSIGN_OR_RETURN(const std::string known, KnownSweepsText(store));
   return NotFoundError("result db " + store.path() + " has no runs of sweep '" + a.sweep + "'" +
-                       (known.empty() ? " (it has no sweeps)" : " (sweeps: " + known + ")"));
+                       known);
 }
 
 Status ExportRuns(const engine::ResultStore& store, const std::vector<engine::RunRecord>& runs,

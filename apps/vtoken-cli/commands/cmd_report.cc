@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "apps/vtoken-cli/commands/command.h"
+#include "apps/vtoken-cli/commands/known_sweeps.h"
 #include "apps/vtoken-cli/config/run_config.h"
 #include "lib/engine/result_store.h"
 #include "lib/engine/stats.h"
@@ -355,15 +356,8 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
     runs.push_back(std::move(r));
   }
   if (runs.empty()) {
-    VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RunRecord> all, store.ListRuns({}));
-    std::set<std::string> sweeps;
-    for (const engine::RunRecord& r : all) {
-      if (!r.sweep.empty()) sweeps.insert(r.sweep);
-    }
-    std::string known;
-    for (const std::string& s : sweeps) known += (known.empty() ? "" : ", ") + s;
-    return NotFoundError("no completed runs of sweep '" + sweep + "' in " + db +
-                         (known.empty() ? " (it has no sweeps)" : " (sweeps: " + known + ")"));
+    VTOKEN_ASSIGN_OR_RETURN(const std::string known, KnownSweepsText(store));
+    return NotFoundError("no completed runs of sweep '" + sweep + "' in " + db + known);
   }
   // A sweep with `[sweep] seeds` is reported per point (the mean over its seeds and the 95%
   // confidence interval); the frontiers then use the means.
