@@ -3,10 +3,11 @@
 # the default build on Debian's libtorch 1.13 (docs/GPU.md, "Building against a PyTorch 2.x
 # wheel"). Fetches the wheel (scripts/torch-wheel.sh), configures build/torch<MAJOR.MINOR> (preset
 # torch2.11 for 2.11.0, else the same settings with that version's folder), builds every target
-# that the default build builds except the Python module (torch-free, tested there), and runs the
+# that the default build builds except the Python module and the tests of the torch-free code
+# (VTOKEN_TORCH_FREE_TESTS=OFF: tests/core, engine, sim and the fuzz replays, which the default
+# build and scripts/asan.sh build and run, and which do not depend on the libtorch), and runs the
 # tests that exercise libtorch: labels model, kernel_emu and cli (the vtoken-cli binary links it),
-# not slow. The torch-free labels (core, engine, sim, fuzz, python, scripts) ran in the default
-# build and do not depend on the libtorch. Each test computes on one thread (OMP_NUM_THREADS=1):
+# not slow. Each test computes on one thread (OMP_NUM_THREADS=1):
 # two tests at once on two cores, each with two threads that spin between calls, took 150 s where
 # one thread each took 95 s (the SmolLM2 tests); tests that check thread counts set their own.
 #
@@ -28,7 +29,7 @@ scripts/torch-wheel.sh "$version" >/dev/null
 say "configure $build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVTOKEN_WITH_CUDA=OFF \
   "-DVTOKEN_TORCH_CPU_PREFIX=$PWD/.cache/torch/$version/torch" \
-  -DCMAKE_DISABLE_FIND_PACKAGE_pybind11=ON >"$build.configure.log" 2>&1 ||
+  -DCMAKE_DISABLE_FIND_PACKAGE_pybind11=ON -DVTOKEN_TORCH_FREE_TESTS=OFF >"$build.configure.log" 2>&1 ||
   { echo "torch2-check: error: configure failed (see $build.configure.log)" >&2; exit 1; }
 say "build (-j $jobs)"
 cmake --build "$build" -j "$jobs"
