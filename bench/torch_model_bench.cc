@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <numeric>
@@ -28,8 +29,10 @@
 
 #include "bench/decode_inputs.h"
 #include "lib/model/blas_info.h"
+#include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_threads.h"
 #include "lib/model/kv_tensors.h"
+#include "lib/model/io/model_files.h"
 #include "lib/model/llama.h"
 #include "lib/model/sampler.h"
 #include "lib/model/torch_copy_engine.h"
@@ -488,6 +491,94 @@ BENCHMARK(BM_LlamaCppShapes)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
+// SmolLM2-135M-Instruct, the real model (scripts/fetch-model.sh smollm2-135m; its Q4_1 GGUF
+// dequantized to fp32 on load), or synthetic weights of its shape when the file is not there
+// (labelled so in the `smollm2_weights` context line): 30 layers, hidden 576, 9 query and 3 KV
+// heads of 64, FFN 1536, vocabulary 49,152, tied embeddings.
+const StatusOr<LlamaModel>& SmolLm2() {
+  static const StatusOr<LlamaModel> model = []() -> StatusOr<LlamaModel> {
+    StatusOr<std::string> path = ResolveModelPath("smollm2-135m");
+    if (path.ok()) return LlamaModel::FromGguf(*path);
+    ModelConfig c;
+    c.vocab_size = 49152;
+    c.hidden_size = 576;
+    c.intermediate_size = 1536;
+    c.num_hidden_layers = 30;
+    c.num_attention_heads = 9;
+    c.num_key_value_heads = 3;
+    c.head_dim = 64;
+    c.max_position_embeddings = 8192;
+    c.rms_norm_eps = 1e-5;
+    c.rope_theta = 100000.0;
+    c.tie_word_embeddings = true;
+    return LlamaModel::RandomInit(c, /*seed=*/1);
+  }();
+  return model;
+}
+
+std::string SmolLm2Weights() {
+  StatusOr<std::string> path = ResolveModelPath("smollm2-135m");
+  return path.ok() ? "real: " + *path + " (Q4_1, dequantized to fp32)"
+                   : "synthetic (random weights of SmolLM2-135M's shape)";
+}
+
+// llama.cpp's benchmark shapes on SmolLM2 (docs/PERFORMANCE.md, "Against llama.cpp"): native
+// mode, contiguous slots, no signals, on every CPU, wall time; tok_s counts new tokens.
+//   batch = 0: a prefill of `context` tokens from an empty cache (llama-bench -p 512 / 2048);
+//   batch > 0: `batch` sequences whose KV already holds `context` tokens (noise), then 16 decode
+//              steps (llama-batched-bench's TG at that prompt length, -ntg 16).
+void BM_SmolLm2Shapes(benchmark::State& state) {
+  const int64_t batch = state.range(0), context = state.range(1);
+  if (!SmolLm2().ok()) return state.SkipWithError(SmolLm2().status().ToString().c_str());
+  const LlamaModel& model = *SmolLm2();
+  const int64_t vocab = model.config().vocab_size;
+  constexpr int64_t kSteps = 16;
+  const int64_t seqs = std::max<int64_t>(batch, 1), per_seq = context + (batch > 0 ? kSteps : 0);
+  std::optional<KvTensors> kv = FilledKv(model, seqs * per_seq, state);
+  if (!kv) return;
+  std::vector<std::vector<PagedSeqInput>> steps;
+  if (batch == 0) {
+    steps.push_back({PrefillInput(context, vocab, /*want_signals=*/false)});
+  } else {
+    for (int64_t t = 0; t < kSteps; ++t) {
+      std::vector<PagedSeqInput> step(static_cast<size_t>(batch));
+      for (int64_t s = 0; s < batch; ++s) {
+        PagedSeqInput& in = step[s];
+        const int64_t ctx = context + t;
+        in.context_slots.resize(static_cast<size_t>(ctx));
+        std::iota(in.context_slots.begin(), in.context_slots.end(), s * per_seq);
+        in.write_slots = {s * per_seq + ctx};
+        in.tokens = {static_cast<int32_t>((s * 7919 + t * 31 + 1) % vocab)};
+        in.positions = {ctx};
+        in.want_signals = false;
+      }
+      steps.push_back(std::move(step));
+    }
+  }
+  const int before = torch::get_num_threads();
+  StatusOr<int> threads = SetCpuThreads(0);
+  if (!threads.ok()) return state.SkipWithError(threads.status().ToString().c_str());
+  for (auto _ : state) {
+    const double begin = WallSeconds();
+    for (const std::vector<PagedSeqInput>& step : steps) {
+      auto out = model.ForwardPaged(step, *kv);
+      benchmark::DoNotOptimize(out);
+      if (!out.ok()) return state.SkipWithError(out.status().ToString().c_str());
+    }
+    state.SetIterationTime(WallSeconds() - begin);
+  }
+  (void)SetCpuThreads(before);
+  state.counters["threads"] = *threads;
+  state.counters["tok_s"] =
+      benchmark::Counter(static_cast<double>(batch == 0 ? context : batch * kSteps),
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_SmolLm2Shapes)
+    ->ArgNames({"batch", "context"})
+    ->ArgsProduct({{0, 1, 8, 32}, {512, 2048}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseManualTime();
+
 // One layer's attention for one decode query of vt-tiny (3 query heads sharing 1 KV head of 64
 // channels), as ForwardPaged computes it per sequence: gather K/V rows, scores, softmax, values.
 torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
@@ -694,6 +785,17 @@ int main(int argc, char** argv) {
     setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/1);
     execv("/proc/self/exe", argv);  // Only returns on failure; then run with the default policy.
   }
+  // VTOKEN_CPU_ISA (baseline, avx2, avx512) runs the CPU kernels on a lower level than the CPU's
+  // best (lib/model/cpu_isa.h); the context line names the one in use.
+  if (vtoken::Status isa = vtoken::model::ApplyCpuIsaEnvironment(); !isa.ok()) {
+    std::fprintf(stderr, "torch_model_bench: error: %s\n", isa.message().c_str());
+    return 2;
+  }
+  benchmark::AddCustomContext(
+      "cpu_isa", std::string(vtoken::model::CpuIsaName(vtoken::model::ActiveCpuIsa())) +
+                     " (host: " + std::string(vtoken::model::CpuIsaName(vtoken::model::HostCpuIsa())) +
+                     ")");
+  benchmark::AddCustomContext("smollm2_weights", vtoken::model::SmolLm2Weights());
   benchmark::AddCustomContext("torch_threads", std::to_string(torch::get_num_threads()));
   benchmark::AddCustomContext("blas", vtoken::model::BlasDescription());
   const char* wait_policy = std::getenv("OMP_WAIT_POLICY");

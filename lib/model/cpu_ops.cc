@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 
+#include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_simd.h"
 
 namespace vtoken::model {
@@ -11,44 +12,74 @@ namespace {
 using simd::Dot;
 using simd::Exp;
 using simd::kLanes;
+using simd::Lanes16;
 using simd::Load16;
-using simd::Reduce16;
 using simd::V16;
+using simd::V4;
+using simd::V8;
+
+// The shape of CpuLinear's tile for native vector N: kRows rows of x by kOutputs rows of W, so
+// that its kRows * kOutputs * Lanes16<N>::kParts accumulators, the kRows x vectors and one W
+// vector fit the instruction set's registers with no spill in the inner loop (check with
+// `objdump -d`: no load or store relative to %rsp or %rbp between the loop's FMAs).
+template <typename N>
+struct LinearTile;
+template <>
+struct LinearTile<V16> {  // AVX-512, 32 registers: 16 accumulators + 4 + 1.
+  static constexpr int kRows = 4, kOutputs = 4;
+};
+template <>
+struct LinearTile<V8> {  // AVX2, 16 registers: 12 accumulators + 2 + 1.
+  static constexpr int kRows = 2, kOutputs = 3;
+};
+template <>
+struct LinearTile<V4> {  // SSE2, 16 registers: 8 accumulators + 1 + 1.
+  static constexpr int kRows = 1, kOutputs = 2;
+};
 
 // out[r][o] = x_r . w_o for a tile of R rows of x and O rows of W, k long. Each pair's sum is
-// built in the same order whatever the tile's shape (lane l sums elements l, l + 16, ...; the
-// lanes then add up as Reduce16's tree; the tail last), so an output does not depend on which
-// tile, and so which thread, computed it.
-template <int R, int O>
+// built in the same order whatever the tile's shape and the instruction set (lane l of Lanes16
+// sums elements l, l + 16, ...; the lanes then add up as Reduce16's tree; the tail last), so an
+// output does not depend on which tile, and so which thread, computed it.
+template <typename N, int R, int O>
 VTOKEN_INLINE void DotTile(const float* x, const float* w, int64_t k, float (&out)[R][O]) {
-  V16 acc[R][O];
+  using L = Lanes16<N>;
+  N acc[R][O][L::kParts];
   for (int r = 0; r < R; ++r) {
-    for (int o = 0; o < O; ++o) acc[r][o] = V16{};
+    for (int o = 0; o < O; ++o) {
+      for (int p = 0; p < L::kParts; ++p) acc[r][o][p] = N{};
+    }
   }
   int64_t i = 0;
   for (; i + kLanes <= k; i += kLanes) {
-    V16 xv[R], wv[O];
-    for (int r = 0; r < R; ++r) xv[r] = Load16(x + r * k + i);
-    for (int o = 0; o < O; ++o) wv[o] = Load16(w + o * k + i);
-    for (int r = 0; r < R; ++r) {
-      for (int o = 0; o < O; ++o) acc[r][o] += xv[r] * wv[o];
+    for (int p = 0; p < L::kParts; ++p) {
+      const int64_t at = i + p * L::kWidth;
+      N xv[R];
+      for (int r = 0; r < R; ++r) __builtin_memcpy(&xv[r], x + r * k + at, sizeof(N));
+      for (int o = 0; o < O; ++o) {
+        N wv;
+        __builtin_memcpy(&wv, w + o * k + at, sizeof(N));
+        for (int r = 0; r < R; ++r) acc[r][o][p] += xv[r] * wv;
+      }
     }
   }
   for (int r = 0; r < R; ++r) {
     for (int o = 0; o < O; ++o) {
-      float sum = Reduce16(acc[r][o]);
-      for (int64_t j = i; j < k; ++j) sum += x[r * k + j] * w[o * k + j];
+      L lanes;
+      for (int p = 0; p < L::kParts; ++p) lanes.part[p] = acc[r][o][p];
+      float sum = lanes.Reduce();
+      for (int64_t j = i; j < k; ++j) sum = L::TailMulAdd(sum, x[r * k + j], w[o * k + j]);
       out[r][o] = sum;
     }
   }
 }
 
 // Rows [r0, r0 + R) x outputs [o0, o0 + O) of y.
-template <int R, int O>
+template <typename N, int R, int O>
 VTOKEN_INLINE void Tile(const CpuLinearArgs& a, int64_t r0, int64_t o0) {
   const int64_t k = a.in_features;
   float out[R][O];
-  DotTile<R, O>(a.x + r0 * k, a.w + o0 * k, k, out);
+  DotTile<N, R, O>(a.x + r0 * k, a.w + o0 * k, k, out);
   for (int r = 0; r < R; ++r) {
     float* y = a.y + (r0 + r) * a.out_features + o0;
     for (int o = 0; o < O; ++o) {
@@ -58,36 +89,47 @@ VTOKEN_INLINE void Tile(const CpuLinearArgs& a, int64_t r0, int64_t o0) {
   }
 }
 
-template <int O>
-VTOKEN_INLINE void OutputBlock(const CpuLinearArgs& a, int64_t o0) {
-  int64_t r = 0;
-  for (; r + 4 <= a.rows; r += 4) Tile<4, O>(a, r, o0);
-  switch (a.rows - r) {
-    case 3:
-      Tile<3, O>(a, r, o0);
-      break;
-    case 2:
-      Tile<2, O>(a, r, o0);
-      break;
-    case 1:
-      Tile<1, O>(a, r, o0);
-      break;
-    default:
-      break;
+// The last rows from r on, fewer than a tile's: one tile of exactly that many.
+template <typename N, int R, int O>
+VTOKEN_INLINE void RowTail(const CpuLinearArgs& a, int64_t r, int64_t o0) {
+  if constexpr (R >= 1) {
+    if (a.rows - r == R) return Tile<N, R, O>(a, r, o0);
+    RowTail<N, R - 1, O>(a, r, o0);
   }
 }
 
-// Outputs in blocks of 4; in each block, rows in tiles of 4: a block's 4 weight rows are read
-// from memory once and from L1 for every row tile after the first.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void Rows(
-    const CpuLinearArgs& a, int64_t o_begin, int64_t o_end) {
-  int64_t o = o_begin;
-  for (; o + 4 <= o_end; o += 4) {
-    if (o + 4 < o_end) __builtin_prefetch(a.w + (o + 4) * a.in_features);
-    OutputBlock<4>(a, o);
-  }
-  for (; o < o_end; ++o) OutputBlock<1>(a, o);
+template <typename N, int O>
+VTOKEN_INLINE void OutputBlock(const CpuLinearArgs& a, int64_t o0) {
+  constexpr int R = LinearTile<N>::kRows;
+  int64_t r = 0;
+  for (; r + R <= a.rows; r += R) Tile<N, R, O>(a, r, o0);
+  RowTail<N, R - 1, O>(a, r, o0);
 }
+
+// Outputs in blocks of kOutputs; in each block, rows in tiles of kRows: a block's weight rows are
+// read from memory once and from L1 for every row tile after the first.
+template <typename N>
+VTOKEN_INLINE void RowsOn(const CpuLinearArgs& a, int64_t o_begin, int64_t o_end) {
+  constexpr int O = LinearTile<N>::kOutputs;
+  int64_t o = o_begin;
+  for (; o + O <= o_end; o += O) {
+    if (o + O < o_end) __builtin_prefetch(a.w + (o + O) * a.in_features);
+    OutputBlock<N, O>(a, o);
+  }
+  for (; o < o_end; ++o) OutputBlock<N, 1>(a, o);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) void RowsAvx512(const CpuLinearArgs& a, int64_t b,
+                                                          int64_t e) {
+  RowsOn<V16>(a, b, e);
+}
+__attribute__((target("arch=x86-64-v3"))) void RowsAvx2(const CpuLinearArgs& a, int64_t b,
+                                                        int64_t e) {
+  RowsOn<V8>(a, b, e);
+}
+#endif
+void RowsBaseline(const CpuLinearArgs& a, int64_t b, int64_t e) { RowsOn<V4>(a, b, e); }
 
 __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void RmsRows(
     const float* x, const float* w, float* y, int64_t rows, int64_t width, float eps) {
@@ -143,7 +185,16 @@ void CpuRmsNorm(const float* x, const float* weight, float* y, int64_t rows, int
 void CpuSiluMul(float* gate, const float* up, int64_t n) { SiluMul(gate, up, n); }
 
 void CpuLinear(const CpuLinearArgs& args, int64_t o_begin, int64_t o_end) {
-  Rows(args, o_begin, o_end);
+  switch (ActiveCpuIsa()) {
+#if defined(__x86_64__)
+    case CpuIsa::kAvx512:
+      return RowsAvx512(args, o_begin, o_end);
+    case CpuIsa::kAvx2:
+      return RowsAvx2(args, o_begin, o_end);
+#endif
+    default:
+      return RowsBaseline(args, o_begin, o_end);
+  }
 }
 
 }  // namespace vtoken::model

@@ -1,16 +1,19 @@
 // CPU fp32 building blocks of the fused paged step (llama_paged_cpu.cc), on raw memory.
 //
 // CpuLinear: y = x W^T (+ bias) (+ y) for the rows of a decode batch, on raw fp32 memory, with W
-// row-major [out_features, in_features] as checkpoints store it. It computes 4-row x 4-output
-// tiles in vector registers: a block of 4 weight rows is read from memory once and from L1 for
-// every further row tile, where a BLAS GEMM spends most of its time packing W for a matrix it
+// row-major [out_features, in_features] as checkpoints store it. It computes tiles of rows x
+// outputs in vector registers, shaped for the instruction set it runs on (cpu_isa.h; AVX-512:
+// 4 x 4, AVX2: 2 x 3, SSE2: 1 x 2): a block of weight rows is read from memory once and from L1
+// for every further row tile, where a BLAS GEMM spends most of its time packing W for a matrix it
 // multiplies only a few times (measured in docs/PERFORMANCE.md). Each output is summed in one
-// fixed order whatever tile computes it, so splitting the outputs over threads changes no bit.
+// fixed order whatever tile and instruction set compute it, so splitting the outputs over
+// threads changes no bit, nor does AVX2 against AVX-512 (the baseline has no FMA).
 // Prefill chunks (more than kCpuLinearMaxRows rows) belong to BLAS.
 //
 // Each call computes output features [o_begin, o_end); calls on disjoint ranges may run in
-// parallel (the fused step splits them over its CpuPool). Everything here is vectorized by
-// function multiversioning (x86-64-v4 / v3 / baseline).
+// parallel (the fused step splits them over its CpuPool). CpuLinear runs on ActiveCpuIsa();
+// the other functions here are vectorized by function multiversioning (x86-64-v4 / v3 /
+// baseline).
 #pragma once
 
 #include <cstdint>

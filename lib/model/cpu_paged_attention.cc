@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lib/core/policy.h"
+#include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_pool.h"
 #include "lib/model/cpu_simd.h"
 
@@ -14,12 +15,11 @@ namespace {
 
 using simd::Exp;
 using simd::kLanes;
-using simd::Load16;
+using simd::Lanes16;
 using simd::Max;
-using simd::Reduce16;
-using simd::Store16;
-using simd::Sum;
 using simd::V16;
+using simd::V4;
+using simd::V8;
 
 // Slots are scattered: fetch the rows a few keys ahead so that their cache misses overlap.
 constexpr int64_t kPrefetchAhead = 8;
@@ -28,29 +28,45 @@ VTOKEN_INLINE void PrefetchRow(const float* row, int64_t floats) {
   for (int64_t off = 0; off < floats * 4; off += 64) __builtin_prefetch(p + off);
 }
 
-// a . b: 16 lanes, Reduce16's tree, then the tail.
+// a . b: 16 lanes (in native vectors N, cpu_simd.h's Lanes16), Reduce16's tree, then the tail.
+template <typename N>
 VTOKEN_INLINE float DotRow(const float* a, const float* b, int64_t n) {
-  V16 acc{};
+  using L = Lanes16<N>;
+  L acc = L::Zero();
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) acc += Load16(a + i) * Load16(b + i);
-  float s = Reduce16(acc);
-  for (; i < n; ++i) s += a[i] * b[i];
+  for (; i + kLanes <= n; i += kLanes) acc.MulAdd(L::Load(a + i), L::Load(b + i));
+  float s = acc.Reduce();
+  for (; i < n; ++i) s = L::TailMulAdd(s, a[i], b[i]);
+  return s;
+}
+
+// The sum of a[0..n) in DotRow's order (not `omp simd`'s, which follows the vector width), so
+// that AVX2 and AVX-512 give the same bits.
+template <typename N>
+VTOKEN_INLINE float SumRow(const float* a, int64_t n) {
+  using L = Lanes16<N>;
+  L acc = L::Zero();
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) acc.Add(L::Load(a + i));
+  float s = acc.Reduce();
+  for (; i < n; ++i) s += a[i];
   return s;
 }
 
 // y += p[0] x[0] + ... + p[K-1] x[K-1], each element summed in that order: y is loaded and
 // stored once per K rows instead of once per row.
-template <int K>
+template <typename N, int K>
 VTOKEN_INLINE void AxpyRows(const float* p, const float* const* x, float* y, int64_t n) {
+  using L = Lanes16<N>;
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    V16 acc = Load16(y + i);
-    for (int r = 0; r < K; ++r) acc += p[r] * Load16(x[r] + i);
-    Store16(y + i, acc);
+    L acc = L::Load(y + i);
+    for (int r = 0; r < K; ++r) acc.MulAdd(p[r], L::Load(x[r] + i));
+    acc.Store(y + i);
   }
   for (; i < n; ++i) {
     float acc = y[i];
-    for (int r = 0; r < K; ++r) acc += p[r] * x[r][i];
+    for (int r = 0; r < K; ++r) acc = L::TailMulAdd(acc, p[r], x[r][i]);
     y[i] = acc;
   }
 }
@@ -130,8 +146,9 @@ void BuildPlan(const CpuAttentionBatch& b, int64_t seq_begin, int64_t seq_end, W
 // One unit: keys [c * C, (c + 1) * C) of one (sequence, KV head) range, for each query row and
 // each query head of the group: m = the largest score, l = sum exp(score - m), acc = sum exp(score
 // - m) v; and, for the signal rows, the exp(score - m) values themselves; and the keys' norms.
-__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void AttendChunk(
-    const CpuAttentionBatch& b, Workspace& ws, int64_t unit) {
+// On native vectors N (cpu_isa.h): AttendChunk below picks them.
+template <typename N>
+VTOKEN_INLINE void AttendChunkOn(const CpuAttentionBatch& b, Workspace& ws, int64_t unit) {
   thread_local std::vector<float> scratch;  // [group][C]
   const int64_t kvh = b.num_kv_heads, group = b.num_heads / kvh, hd = b.head_dim;
   const int64_t kv_row = b.slot_stride, q_row = b.num_heads * hd, part_row = 2 + hd;
@@ -166,7 +183,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
       if (j + kPrefetchAhead < jb) PrefetchRow(kg + slots[j + kPrefetchAhead] * kv_row, hd);
       const float* kj = kg + slots[j] * kv_row;
       for (int64_t h = 0; h < group; ++h)
-        sc[h * C + (j - ja)] = b.scale * DotRow(qi + h * hd, kj, hd);
+        sc[h * C + (j - ja)] = b.scale * DotRow<N>(qi + h * hd, kj, hd);
     }
     for (int64_t h = 0; h < group; ++h) {
       float* row = sc + h * C;
@@ -174,7 +191,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
       for (int64_t j = 0; j < len; ++j) row[j] = Exp(row[j] - m);
       float* ph = part + h * part_row;
       ph[0] = m;
-      ph[1] = Sum(row, len);
+      ph[1] = SumRow<N>(row, len);
       std::fill(ph + 2, ph + part_row, 0.0f);
     }
     int64_t j = ja;
@@ -185,13 +202,13 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
       const float* rows[4] = {vg + slots[j] * kv_row, vg + slots[j + 1] * kv_row,
                               vg + slots[j + 2] * kv_row, vg + slots[j + 3] * kv_row};
       for (int64_t h = 0; h < group; ++h) {
-        AxpyRows<4>(sc + h * C + (j - ja), rows, part + h * part_row + 2, hd);
+        AxpyRows<N, 4>(sc + h * C + (j - ja), rows, part + h * part_row + 2, hd);
       }
     }
     for (; j < jb; ++j) {
       const float* rows[1] = {vg + slots[j] * kv_row};
       for (int64_t h = 0; h < group; ++h) {
-        AxpyRows<1>(sc + h * C + (j - ja), rows, part + h * part_row + 2, hd);
+        AxpyRows<N, 1>(sc + h * C + (j - ja), rows, part + h * part_row + 2, hd);
       }
     }
     if (hp.scores >= 0 && i >= first_signal) {
@@ -206,8 +223,32 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     const float inv_heads = 1.0f / static_cast<float>(b.norm_heads);
     for (int64_t jj = a; jj < e; ++jj) {
       const float* kj = kg + slots[jj] * kv_row;
-      norms[jj] = std::sqrt(DotRow(kj, kj, hd)) * inv_heads;
+      norms[jj] = std::sqrt(DotRow<N>(kj, kj, hd)) * inv_heads;
     }
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) void AttendChunkAvx512(const CpuAttentionBatch& b,
+                                                                 Workspace& ws, int64_t unit) {
+  AttendChunkOn<V16>(b, ws, unit);
+}
+__attribute__((target("arch=x86-64-v3"))) void AttendChunkAvx2(const CpuAttentionBatch& b,
+                                                               Workspace& ws, int64_t unit) {
+  AttendChunkOn<V8>(b, ws, unit);
+}
+#endif
+
+void AttendChunk(const CpuAttentionBatch& b, Workspace& ws, int64_t unit) {
+  switch (ActiveCpuIsa()) {
+#if defined(__x86_64__)
+    case CpuIsa::kAvx512:
+      return AttendChunkAvx512(b, ws, unit);
+    case CpuIsa::kAvx2:
+      return AttendChunkAvx2(b, ws, unit);
+#endif
+    default:
+      return AttendChunkOn<V4>(b, ws, unit);
   }
 }
 

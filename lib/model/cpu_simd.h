@@ -1,5 +1,6 @@
 // Inline fp32 helpers shared by the CPU kernels (cpu_paged_attention.cc, cpu_ops.cc). They are
-// always inlined, so each target clone of a kernel compiles them for its own instruction set;
+// always inlined, so each instruction-set version of a kernel (cpu_isa.h) compiles them for its
+// own instruction set;
 // reductions vectorize through `omp simd` (the kernels' files are built with -fopenmp-simd, no
 // OpenMP runtime), the rest as plain loops. Internal to lib/model.
 #pragma once
@@ -29,14 +30,75 @@ VTOKEN_INLINE V16 Load16(const float* p) {
 VTOKEN_INLINE void Store16(float* p, V16 v) { __builtin_memcpy(p, &v, sizeof(v)); }
 
 // The 16 lanes' sum as a tree: halves, then quarters, then pairs (a few vector adds instead of a
-// chain of 15 dependent scalar ones).
-VTOKEN_INLINE float Reduce16(V16 a) {
-  const V8 b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
-               __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
-  const V4 c =
-      __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
-  return (c[0] + c[2]) + (c[1] + c[3]);
+// chain of 15 dependent scalar ones). Reduce8 and Reduce4 are its last steps.
+VTOKEN_INLINE float Reduce4(V4 c) { return (c[0] + c[2]) + (c[1] + c[3]); }
+
+VTOKEN_INLINE float Reduce8(V8 b) {
+  return Reduce4(__builtin_shufflevector(b, b, 0, 1, 2, 3) +
+                 __builtin_shufflevector(b, b, 4, 5, 6, 7));
 }
+
+VTOKEN_INLINE float Reduce16(V16 a) {
+  return Reduce8(__builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+                 __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15));
+}
+
+// Sixteen lanes in the registers of one instruction set: N is the native vector (V16 on AVX-512,
+// V8 on AVX2, V4 on SSE2) and a Lanes16<N> is kParts of them, lane l in part l / kWidth. Its
+// operations are V16's lane for lane and its Reduce is Reduce16's tree, so a kernel written on
+// Lanes16<N> sums in the same order for every N. (GCC lowers V16 arithmetic on AVX2 through
+// the stack: a store and a load around every operation, docs/PERFORMANCE.md.)
+template <typename N>
+struct Lanes16 {
+  static constexpr int kParts = static_cast<int>(sizeof(V16) / sizeof(N));
+  static constexpr int kWidth = 16 / kParts;
+  N part[kParts];
+
+  VTOKEN_INLINE static Lanes16 Zero() {
+    Lanes16 v;
+    for (int p = 0; p < kParts; ++p) v.part[p] = N{};
+    return v;
+  }
+  VTOKEN_INLINE static Lanes16 Load(const float* at) {
+    Lanes16 v;
+    for (int p = 0; p < kParts; ++p) __builtin_memcpy(&v.part[p], at + p * kWidth, sizeof(N));
+    return v;
+  }
+  VTOKEN_INLINE void Store(float* at) const {
+    for (int p = 0; p < kParts; ++p) __builtin_memcpy(at + p * kWidth, &part[p], sizeof(N));
+  }
+  VTOKEN_INLINE void Add(const Lanes16& a) {
+    for (int p = 0; p < kParts; ++p) part[p] += a.part[p];
+  }
+  // this += a * b, lane by lane (one FMA per part where the target has FMA).
+  VTOKEN_INLINE void MulAdd(const Lanes16& a, const Lanes16& b) {
+    for (int p = 0; p < kParts; ++p) part[p] += a.part[p] * b.part[p];
+  }
+  VTOKEN_INLINE void MulAdd(float a, const Lanes16& b) {
+    for (int p = 0; p < kParts; ++p) part[p] += a * b.part[p];
+  }
+  // sum + a * b for the scalar tails past the last 16 lanes, as one fused multiply-add on the
+  // levels with FMA: left to itself, GCC turns an AVX-512 tail loop into a vector multiply and
+  // an in-order sum, which rounds differently from AVX2's scalar FMAs.
+  VTOKEN_INLINE static float TailMulAdd(float sum, float a, float b) {
+    if constexpr (kParts == 4) {
+      return sum + a * b;  // SSE2: no FMA.
+    } else {
+      return __builtin_fmaf(a, b, sum);
+    }
+  }
+  // Reduce16's sum of the 16 lanes.
+  VTOKEN_INLINE float Reduce() const {
+    if constexpr (kParts == 1) {
+      return Reduce16(part[0]);
+    } else if constexpr (kParts == 2) {
+      return Reduce8(part[0] + part[1]);
+    } else {
+      static_assert(kParts == 4, "Lanes16 holds 1, 2 or 4 parts");
+      return Reduce4((part[0] + part[2]) + (part[1] + part[3]));
+    }
+  }
+};
 
 VTOKEN_INLINE float Dot(const float* a, const float* b, int64_t n) {
   float s = 0;

@@ -2,7 +2,8 @@
 // random batches of long and short key ranges (chunk boundaries included), several query rows,
 // GQA, token- and head-granularity slot layouts, sliding windows, skipped sequences and every
 // signal bit, against a double-precision reference written out here; and the same bits whether
-// one thread computes the batch or a pool of 1, 2 or 3 threads splits it chunk by chunk.
+// one thread computes the batch or a pool of 1, 2 or 3 threads splits it chunk by chunk, on
+// every instruction-set level the CPU has (cpu_isa.h), and the same bits on AVX2 as on AVX-512.
 #include "lib/model/cpu_paged_attention.h"
 
 #include <gtest/gtest.h>
@@ -11,14 +12,26 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <optional>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "lib/core/policy.h"
+#include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_pool.h"
 
 namespace vtoken::model {
 namespace {
+
+// Every instruction-set level this CPU runs, lowest first (cpu_isa.h).
+std::vector<CpuIsa> IsasOfThisHost() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (static_cast<int>(isa) <= static_cast<int>(HostCpuIsa())) isas.push_back(isa);
+  }
+  return isas;
+}
 
 struct SeqSpec {
   int64_t rows = 1;
@@ -230,23 +243,37 @@ TEST(CpuPagedAttentionTest, MatchesADoubleReferenceAndAnySplitGivesTheSameBits) 
     }
     std::vector<float> o(p.q.size()), a(p.num_keys()), nrm(p.num_keys());
     ASSERT_EQ(CpuAttentionUnits(p.Batch(o.data(), a.data(), nrm.data())), units);
-    const Result serial = Attend(p, nullptr);
-    for (CpuPool* pool : {&one, &two, &three}) {
-      SCOPED_TRACE(std::to_string(pool->num_threads()) + " threads");
-      const Result split = Attend(p, pool);
-      ASSERT_EQ(split.out, serial.out);
-      ASSERT_EQ(split.attn, serial.attn);
-      ASSERT_EQ(split.norm, serial.norm);
-    }
     const Result want = Reference(p);
-    for (size_t i = 0; i < want.out.size(); ++i) {
-      ASSERT_NEAR(serial.out[i], want.out[i], 2e-5f * (1.0f + std::abs(want.out[i])))
-          << "out " << i;
+    std::optional<Result> fma;  // The first FMA level's result: the others give the same bits.
+    for (CpuIsa isa : IsasOfThisHost()) {
+      SCOPED_TRACE(std::string(CpuIsaName(isa)));
+      ASSERT_TRUE(SetCpuIsa(isa).ok());
+      const Result serial = Attend(p, nullptr);
+      for (CpuPool* pool : {&one, &two, &three}) {
+        SCOPED_TRACE(std::to_string(pool->num_threads()) + " threads");
+        const Result split = Attend(p, pool);
+        ASSERT_EQ(split.out, serial.out);
+        ASSERT_EQ(split.attn, serial.attn);
+        ASSERT_EQ(split.norm, serial.norm);
+      }
+      for (size_t i = 0; i < want.out.size(); ++i) {
+        ASSERT_NEAR(serial.out[i], want.out[i], 2e-5f * (1.0f + std::abs(want.out[i])))
+            << "out " << i;
+      }
+      for (size_t j = 0; j < want.attn.size(); ++j) {
+        ASSERT_NEAR(serial.attn[j], want.attn[j], 2e-5f * (1.0f + want.attn[j])) << "attn " << j;
+        ASSERT_NEAR(serial.norm[j], want.norm[j], 2e-5f * (1.0f + want.norm[j])) << "norm " << j;
+      }
+      if (isa == CpuIsa::kBaseline) continue;
+      if (!fma) {
+        fma = serial;
+        continue;
+      }
+      ASSERT_EQ(serial.out, fma->out);
+      ASSERT_EQ(serial.attn, fma->attn);
+      ASSERT_EQ(serial.norm, fma->norm);
     }
-    for (size_t j = 0; j < want.attn.size(); ++j) {
-      ASSERT_NEAR(serial.attn[j], want.attn[j], 2e-5f * (1.0f + want.attn[j])) << "attn " << j;
-      ASSERT_NEAR(serial.norm[j], want.norm[j], 2e-5f * (1.0f + want.norm[j])) << "norm " << j;
-    }
+    ASSERT_TRUE(SetCpuIsa(HostCpuIsa()).ok());
   }
   // The cases did cut ranges into several chunks (else this test would not test the split).
   EXPECT_GT(multi_chunk, 20);

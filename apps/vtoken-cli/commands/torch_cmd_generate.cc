@@ -23,6 +23,7 @@
 #include "lib/core/policy_registry.h"
 #include "lib/engine/engine.h"
 #include "lib/engine/workload.h"
+#include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_threads.h"
 #include "lib/model/io/model_files.h"
 #include "lib/model/io/tokenizer.h"
@@ -125,6 +126,7 @@ int RunGenerate(const GenerateArgs& a) {
   }
   StatusOr<int> threads = model::SetCpuThreads(static_cast<int>(ModelThreads(a.threads)));
   if (!threads.ok()) return Fail("--" + threads.status().message());
+  if (Status isa = model::ApplyCpuIsaEnvironment(); !isa.ok()) return Fail(isa.message());
   StatusOr<Granularity> granularity = ParseGranularity(a.granularity);
   if (!granularity.ok()) return Fail("--granularity: " + granularity.status().message());
   StatusOr<model::ModelConfig> config = model::ReadModelConfig(a.model);

@@ -5,6 +5,7 @@
 
 #include "apps/vtoken-cli/run/model_threads.h"
 #include "apps/vtoken-cli/run/run_model.h"
+#include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_threads.h"
 #include "lib/model/io/model_files.h"
 #include "lib/model/torch_device.h"
@@ -87,6 +88,7 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
   }
   VTOKEN_RETURN_IF_ERROR(
       model::SetCpuThreads(static_cast<int>(ModelThreads(c.model_threads))).status());
+  VTOKEN_RETURN_IF_ERROR(model::ApplyCpuIsaEnvironment());  // VTOKEN_CPU_ISA (cpu_isa.h)
   const auto start = std::chrono::steady_clock::now();
   VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed, *options));
   const double load_s =
