@@ -31,8 +31,8 @@
 #include "lib/model/blas_info.h"
 #include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_threads.h"
-#include "lib/model/kv_tensors.h"
 #include "lib/model/io/model_files.h"
+#include "lib/model/kv_tensors.h"
 #include "lib/model/llama.h"
 #include "lib/model/sampler.h"
 #include "lib/model/torch_copy_engine.h"
@@ -792,9 +792,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   benchmark::AddCustomContext(
-      "cpu_isa", std::string(vtoken::model::CpuIsaName(vtoken::model::ActiveCpuIsa())) +
-                     " (host: " + std::string(vtoken::model::CpuIsaName(vtoken::model::HostCpuIsa())) +
-                     ")");
+      "cpu_isa",
+      std::string(vtoken::model::CpuIsaName(vtoken::model::ActiveCpuIsa())) +
+          " (host: " + std::string(vtoken::model::CpuIsaName(vtoken::model::HostCpuIsa())) + ")");
   benchmark::AddCustomContext("smollm2_weights", vtoken::model::SmolLm2Weights());
   benchmark::AddCustomContext("torch_threads", std::to_string(torch::get_num_threads()));
   benchmark::AddCustomContext("blas", vtoken::model::BlasDescription());

@@ -42,7 +42,7 @@ StatusOr<CpuIsa> ParseCpuIsa(std::string_view name) {
     if (name == CpuIsaName(isa)) return isa;
   }
   return InvalidArgumentError("CPU ISA '" + std::string(name) +
-                                 "': must be one of baseline, avx2, avx512");
+                              "': must be one of baseline, avx2, avx512");
 }
 
 CpuIsa HostCpuIsa() {
@@ -55,7 +55,7 @@ CpuIsa ActiveCpuIsa() { return static_cast<CpuIsa>(Active().load(std::memory_ord
 Status SetCpuIsa(CpuIsa isa) {
   if (static_cast<int>(isa) > static_cast<int>(HostCpuIsa())) {
     return InvalidArgumentError("CPU ISA " + std::string(CpuIsaName(isa)) + ": this CPU has " +
-                                   std::string(CpuIsaName(HostCpuIsa())) + " at most");
+                                std::string(CpuIsaName(HostCpuIsa())) + " at most");
   }
   Active().store(static_cast<int>(isa), std::memory_order_relaxed);
   return Status::Ok();

@@ -106,10 +106,31 @@ VTOKEN_INLINE void OutputBlock(const CpuLinearArgs& a, int64_t o0) {
   RowTail<N, R - 1, O>(a, r, o0);
 }
 
+// One row (batch-1 decode) streams W once, so memory bandwidth bounds it: tiles of 2 outputs,
+// each prefetching all of the next tile's weight rows (contiguous in W). On SmolLM2's decode
+// matrices, one thread, AVX-512 host: 17.4 GB/s against 11.7-14.0 for 4-output tiles that
+// prefetch one cache line ahead (both levels alike; docs/PERFORMANCE.md).
+template <typename N>
+VTOKEN_INLINE void OneRow(const CpuLinearArgs& a, int64_t o_begin, int64_t o_end) {
+  constexpr int O = 2;
+  const int64_t k = a.in_features;
+  const char* end = reinterpret_cast<const char*>(a.w + o_end * k);
+  int64_t o = o_begin;
+  for (; o + O <= o_end; o += O) {
+    const char* next = reinterpret_cast<const char*>(a.w + (o + O) * k);
+    for (int64_t at = 0; at < O * k * 4 && next + at < end; at += 64) {
+      __builtin_prefetch(next + at);
+    }
+    Tile<N, 1, O>(a, 0, o);
+  }
+  for (; o < o_end; ++o) Tile<N, 1, 1>(a, 0, o);
+}
+
 // Outputs in blocks of kOutputs; in each block, rows in tiles of kRows: a block's weight rows are
 // read from memory once and from L1 for every row tile after the first.
 template <typename N>
 VTOKEN_INLINE void RowsOn(const CpuLinearArgs& a, int64_t o_begin, int64_t o_end) {
+  if (a.rows == 1) return OneRow<N>(a, o_begin, o_end);
   constexpr int O = LinearTile<N>::kOutputs;
   int64_t o = o_begin;
   for (; o + O <= o_end; o += O) {

@@ -36,8 +36,13 @@ struct Linear {
   // y, computed over the output ranges [0, cut[0]), [cut[0], cut[1]), ..., [cut.back(), out).
   std::vector<float> Run(const std::vector<int64_t>& cuts) const {
     std::vector<float> y = y0;
-    CpuLinearArgs a{.x = x.data(), .w = w.data(), .bias = bias ? b.data() : nullptr,
-                    .y = y.data(), .rows = rows, .in_features = in, .out_features = out,
+    CpuLinearArgs a{.x = x.data(),
+                    .w = w.data(),
+                    .bias = bias ? b.data() : nullptr,
+                    .y = y.data(),
+                    .rows = rows,
+                    .in_features = in,
+                    .out_features = out,
                     .accumulate = accumulate};
     int64_t begin = 0;
     for (int64_t end : cuts) {
@@ -124,8 +129,8 @@ TEST(CpuIsaTest, ALevelAboveTheHostsIsRefusedAndTheEnvironmentIsApplied) {
   EXPECT_EQ(ActiveCpuIsa(), HostCpuIsa());
   if (HostCpuIsa() != CpuIsa::kAvx512) {
     const Status refused = SetCpuIsa(CpuIsa::kAvx512);
-    EXPECT_EQ(refused.message(), "CPU ISA avx512: this CPU has " +
-                                     std::string(CpuIsaName(HostCpuIsa())) + " at most");
+    EXPECT_EQ(refused.message(),
+              "CPU ISA avx512: this CPU has " + std::string(CpuIsaName(HostCpuIsa())) + " at most");
     EXPECT_EQ(ActiveCpuIsa(), HostCpuIsa());
   }
   ASSERT_EQ(setenv("VTOKEN_CPU_ISA", "baseline", 1), 0);

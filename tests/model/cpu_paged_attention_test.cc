@@ -13,8 +13,8 @@
 #include <cstdio>
 #include <numeric>
 #include <optional>
-#include <string>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "lib/core/policy.h"

@@ -7,6 +7,10 @@
 //   gguf_dequant_dump --types       per ggml type id with a layout, "id\tname\tblock\tbytes"
 //   gguf_dequant_dump --quantize TYPE
 //                                   reads float32s from stdin, writes QuantizeRow's bytes
+//   gguf_dequant_dump --f32 IN OUT  writes OUT: IN with every tensor dequantized to F32 and
+//                                   general.file_type 0 (ALL_F32), metadata otherwise as in IN
+//                                   (the F32 model of the llama.cpp comparison,
+//                                   scripts/llama-cpp-peer.sh)
 //
 // Exits 1 with the error on stderr when the file does not open or a call fails.
 #include <chrono>
@@ -14,6 +18,7 @@
 #include <cstring>
 #include <iostream>
 #include <iterator>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -86,13 +91,36 @@ int Dump(const std::string& path) {
   return std::fflush(stdout) == 0 ? 0 : Fail("write to stdout failed");
 }
 
+int ToF32(const std::string& in, const std::string& out) {
+  StatusOr<GgufFile> file = GgufFile::Open(in);
+  if (!file.ok()) return Fail(file.status().ToString());
+  std::vector<std::vector<float>> data;
+  std::vector<GgufTensorToWrite> tensors;
+  data.reserve(file->tensors().size());
+  for (const GgufTensor& t : file->tensors()) {
+    if (!CanDequantize(t.type)) {
+      return Fail(in + ": tensor " + t.name + ": type " +
+                  GgmlTypeInfo(static_cast<uint32_t>(t.type))->name + " cannot be dequantized");
+    }
+    data.emplace_back(static_cast<size_t>(t.num_elements()));
+    if (Status s = DequantizeTensor(t, data.back()); !s.ok()) return Fail(s.ToString());
+    tensors.push_back({t.name, GgmlType::kF32, t.dims, std::as_bytes(std::span(data.back()))});
+  }
+  GgufMetadata metadata = file->metadata();
+  metadata.Set("general.file_type", GgufValue::Uint32(0));
+  if (Status s = WriteGguf(out, metadata, tensors); !s.ok()) return Fail(s.ToString());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && args[0] == "--types") return DumpTypes();
   if (args.size() == 2 && args[0] == "--quantize") return Quantize(args[1]);
+  if (args.size() == 3 && args[0] == "--f32") return ToF32(args[1], args[2]);
   if (args.size() == 1 && args[0].rfind("--", 0) != 0) return Dump(args[0]);
-  std::fprintf(stderr, "usage: gguf_dequant_dump FILE | --types | --quantize TYPE\n");
+  std::fprintf(stderr,
+               "usage: gguf_dequant_dump FILE | --types | --quantize TYPE | --f32 IN OUT\n");
   return 2;
 }

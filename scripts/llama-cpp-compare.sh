@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# llama-cpp-compare.sh: the workbench's CPU step against llama.cpp on SmolLM2-135M-Instruct's
+# shapes, both on the same fp32 weights, in one run on this machine (docs/PERFORMANCE.md,
+# "Against llama.cpp on SmolLM2"). llama.cpp is a peer tool: built here from the source
+# distribution of llama-cpp-python on PyPI (which vendors it), never part of the repository.
+#
+#  1. The peer: `pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36` into
+#     .cache/peers (sha256 checked below), its vendor/llama.cpp built twice, Release with OpenMP:
+#     `native` (-DGGML_NATIVE=ON: every ISA this CPU has) and `avx2` (GGML_NATIVE=OFF, AVX2 + FMA
+#     + F16C, no AVX-512), the comparison for AVX2-only hosts. Kept once built.
+#  2. The model: the Q4_1 GGUF that scripts/fetch-model.sh fetched, every tensor dequantized to
+#     F32 (gguf_dequant_dump --f32): the weights our runtime computes with after loading it.
+#  3. ROUNDS rounds (default 3), each running in turn: ours at every ISA level this CPU has
+#     (VTOKEN_CPU_ISA=avx512 / avx2; bench/torch_model_bench --benchmark_filter=BM_SmolLm2Shapes:
+#     prefill 512 and 2,048; decode of batch 1, 8 and 32 at contexts 512 and 2,048, 16 steps) and
+#     each llama.cpp build (llama-bench -p 512,2048 -n 0; llama-batched-bench -npp 512,2048
+#     -ntg 16 -npl 1,8,32 with one KV stream per sequence, its default), all on THREADS threads
+#     (default: every CPU), KV cache f16 and flash attention auto (llama.cpp's defaults).
+#  4. A table of medians (tokens/s) and ratios, ours over llama.cpp at the same ISA level, to
+#     stdout and OUT/summary.md; every raw output under OUT (default build/llama-cpp-compare).
+#
+# Usage: scripts/llama-cpp-compare.sh [--rounds N] [--threads N] [--out DIR]
+# Needs the release build's bench/torch_model_bench and tests/gguf_dequant_dump (make build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+fail() { echo "llama-cpp-compare: error: $*" >&2; exit 1; }
+
+rounds=3 threads=$(nproc) out=build/llama-cpp-compare
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --rounds) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || fail "--rounds needs a count >= 1"; rounds=$2; shift 2 ;;
+    --threads) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || fail "--threads needs a count >= 1"; threads=$2; shift 2 ;;
+    --out) [[ -n ${2:-} ]] || fail "--out needs a directory"; out=$2; shift 2 ;;
+    *) fail "unknown argument '$1' (usage: scripts/llama-cpp-compare.sh [--rounds N] [--threads N] [--out DIR])" ;;
+  esac
+done
+
+version=0.3.36
+sdist_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+peers=${VTOKEN_CACHE_DIR:-$repo/.cache}/peers
+bench=$repo/build/release/bench/torch_model_bench
+dump=$repo/build/release/tests/gguf_dequant_dump
+[[ -x $bench && -x $dump ]] || fail "build/release has no bench/torch_model_bench or tests/gguf_dequant_dump (run make build)"
+bash scripts/fetch-model.sh smollm2-135m >/dev/null || fail "scripts/fetch-model.sh smollm2-135m failed"
+model_q=$(ls "$repo"/.cache/models/smollm2-135m/*.gguf 2>/dev/null | head -n1)
+[[ -f $model_q ]] || fail "no SmolLM2 GGUF in .cache/models/smollm2-135m"
+mkdir -p "$peers" "$out" || fail "cannot create $peers or $out"
+
+# 1. The peer's source and builds.
+src=$peers/llama_cpp_python-$version
+if [[ ! -d $src/vendor/llama.cpp ]]; then
+  tarball=$peers/llama_cpp_python-$version.tar.gz
+  if [[ ! -f $tarball ]]; then
+    python3 -m pip download --quiet --no-deps --no-binary :all: --progress-bar off -d "$peers" \
+      "llama-cpp-python==$version" >/dev/null 2>"$peers/pip.log" ||
+      fail "pip download llama-cpp-python==$version failed (see $peers/pip.log)"
+  fi
+  actual=$(sha256sum "$tarball" | cut -d' ' -f1)
+  [[ $actual == "$sdist_sha256" ]] || fail "$tarball: sha256 $actual, expected $sdist_sha256"
+  tar -C "$peers" -xzf "$tarball" || fail "cannot unpack $tarball"
+fi
+build_peer() {
+  local name=$1; shift
+  local dir=$peers/llama.cpp-$name
+  if [[ ! -x $dir/bin/llama-batched-bench || ! -x $dir/bin/llama-bench ]]; then
+    echo "llama-cpp-compare: building llama.cpp ($name) in $dir" >&2
+    cmake -S "$src/vendor/llama.cpp" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DGGML_OPENMP=ON \
+      -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF "$@" \
+      >"$dir.configure.log" 2>&1 || fail "configure of llama.cpp ($name) failed (see $dir.configure.log)"
+    cmake --build "$dir" -j "$(nproc)" --target llama-bench llama-batched-bench \
+      >"$dir.build.log" 2>&1 || fail "build of llama.cpp ($name) failed (see $dir.build.log)"
+  fi
+}
+build_peer native -DGGML_NATIVE=ON
+build_peer avx2 -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+  -DGGML_BMI2=ON -DGGML_AVX512=OFF
+
+# 2. The F32 model.
+model=$peers/smollm2-135m-f32.gguf
+if [[ ! -f $model || $model -ot $model_q ]]; then
+  "$dump" --f32 "$model_q" "$model" || fail "cannot write $model"
+fi
+
+# 3. The rounds. Our ISA levels: the host's best and every FMA level below it.
+levels=()
+for isa in avx512 avx2; do
+  VTOKEN_CPU_ISA=$isa "$bench" --benchmark_filter=NONE >/dev/null 2>&1 && levels+=("$isa")
+done
+[[ ${#levels[@]} -ge 1 ]] || fail "this CPU has neither AVX2 nor AVX-512: nothing to compare"
+peer_of() { [[ $1 == avx512 ]] && echo native || echo avx2; }
+for ((r = 1; r <= rounds; r++)); do
+  for isa in "${levels[@]}"; do
+    echo "llama-cpp-compare: round $r/$rounds: ours, $isa" >&2
+    VTOKEN_CPU_ISA=$isa taskset -c "0-$((threads - 1))" "$bench" --benchmark_filter=BM_SmolLm2Shapes \
+      --benchmark_min_time=0.5 --benchmark_format=json >"$out/ours-$isa-$r.json" 2>"$out/ours-$isa-$r.err" ||
+      fail "torch_model_bench failed (see $out/ours-$isa-$r.err)"
+    peer=$peers/llama.cpp-$(peer_of "$isa")/bin
+    echo "llama-cpp-compare: round $r/$rounds: llama.cpp, $(peer_of "$isa")" >&2
+    "$peer/llama-bench" -m "$model" -p 512,2048 -n 0 -t "$threads" -r 1 -o json \
+      >"$out/peer-$isa-$r-pp.json" 2>"$out/peer-$isa-$r-pp.err" ||
+      fail "llama-bench failed (see $out/peer-$isa-$r-pp.err)"
+    "$peer/llama-batched-bench" -m "$model" -c 67000 -b 2048 -ub 512 -npp 512,2048 -ntg 16 \
+      -npl 1,8,32 -t "$threads" --output-format jsonl \
+      >"$out/peer-$isa-$r-tg.jsonl" 2>"$out/peer-$isa-$r-tg.err" ||
+      fail "llama-batched-bench failed (see $out/peer-$isa-$r-tg.err)"
+  done
+done
+
+# 4. The table.
+python3 - "$out" "$rounds" "${levels[@]}" <<'EOF' | tee "$out/summary.md"
+import json, statistics, sys, glob
+out, rounds, levels = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def ours(isa):
+    rows = {}
+    for r in range(1, rounds + 1):
+        for b in json.load(open(f"{out}/ours-{isa}-{r}.json"))["benchmarks"]:
+            if b.get("run_type") == "aggregate" or "tok_s" not in b:
+                continue
+            parts = dict(p.split(":") for p in b["name"].split("/")[1:3])
+            rows.setdefault((int(parts["batch"]), int(parts["context"])), []).append(b["tok_s"])
+    return rows
+def peer(isa):
+    rows = {}
+    for r in range(1, rounds + 1):
+        for b in json.load(open(f"{out}/peer-{isa}-{r}-pp.json")):
+            rows.setdefault((0, int(b["n_prompt"])), []).append(b["avg_ts"])
+        for line in open(f"{out}/peer-{isa}-{r}-tg.jsonl"):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            b = json.loads(line)
+            if "speed_tg" in b:
+                rows.setdefault((int(b["pl"]), int(b["pp"])), []).append(b["speed_tg"])
+    return rows
+print(f"Tokens/s, medians of {rounds} rounds; batch 0 = prefill of `context` tokens, else decode "
+      "of `batch` sequences at that context (16 steps).\n")
+print("| ISA | case | llama.cpp | ours | ours / llama.cpp |")
+print("|---|---|---:|---:|---:|")
+for isa in levels:
+    o, p = ours(isa), peer(isa)
+    for key in sorted(o):
+        if key not in p:
+            continue
+        mo, mp = statistics.median(o[key]), statistics.median(p[key])
+        case = f"prefill {key[1]}" if key[0] == 0 else f"decode batch {key[0]}, context {key[1]}"
+        print(f"| {isa} | {case} | {mp:,.0f} | {mo:,.0f} | **{mo / mp:.2f}x** |")
+EOF
