@@ -42,7 +42,10 @@ struct SignalTensors {
 
 // Attention with torch ops: q [n, H, hd] over K/V [num_slots, kv_heads, hd] gathered at `gather`
 // (query head h reads KV head h / (H / kv_heads)); returns [n, H * hd] and, when `signals` is
-// non-null, adds the signals of the last num_signal queries to it.
+// non-null, adds the signals of the last num_signal queries to it. The queries are causal: row
+// i sees no key past keys - n + i (the mask may hide more). They are computed in blocks of
+// kAttendQueryRows rows, each over the keys its rows may see.
+inline constexpr int64_t kAttendQueryRows = 128;
 torch::Tensor AttendTorch(const torch::Tensor& q, const torch::Tensor& k_layer,
                           const torch::Tensor& v_layer, const torch::Tensor& gather,
                           const torch::Tensor& mask, int64_t kv_heads, torch::Dtype dtype,
