@@ -516,6 +516,16 @@ const StatusOr<LlamaModel>& SmolLm2() {
   return model;
 }
 
+// The real model with weights_as_stored (its Q4_1 blocks read by the decode kernels), or an
+// error when the file is not there (synthetic weights have no stored form).
+const StatusOr<LlamaModel>& SmolLm2Stored() {
+  static const StatusOr<LlamaModel> model = []() -> StatusOr<LlamaModel> {
+    VTOKEN_ASSIGN_OR_RETURN(const std::string path, ResolveModelPath("smollm2-135m"));
+    return LlamaModel::FromGguf(path, {.weights_as_stored = true});
+  }();
+  return model;
+}
+
 std::string SmolLm2Weights() {
   StatusOr<std::string> path = ResolveModelPath("smollm2-135m");
   return path.ok() ? "real: " + *path + " (Q4_1, dequantized to fp32)"
@@ -527,10 +537,13 @@ std::string SmolLm2Weights() {
 //   batch = 0: a prefill of `context` tokens from an empty cache (llama-bench -p 512 / 2048);
 //   batch > 0: `batch` sequences whose KV already holds `context` tokens (noise), then 16 decode
 //              steps (llama-batched-bench's TG at that prompt length, -ntg 16).
+// stored = 1: the real model with weights as stored (LlamaOptions::weights_as_stored), against
+// llama.cpp on the same Q4_1 file.
 void BM_SmolLm2Shapes(benchmark::State& state) {
   const int64_t batch = state.range(0), context = state.range(1);
-  if (!SmolLm2().ok()) return state.SkipWithError(SmolLm2().status().ToString().c_str());
-  const LlamaModel& model = *SmolLm2();
+  const StatusOr<LlamaModel>& loaded = state.range(2) != 0 ? SmolLm2Stored() : SmolLm2();
+  if (!loaded.ok()) return state.SkipWithError(loaded.status().ToString().c_str());
+  const LlamaModel& model = *loaded;
   const int64_t vocab = model.config().vocab_size;
   constexpr int64_t kSteps = 16;
   const int64_t seqs = std::max<int64_t>(batch, 1), per_seq = context + (batch > 0 ? kSteps : 0);
@@ -574,8 +587,9 @@ void BM_SmolLm2Shapes(benchmark::State& state) {
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_SmolLm2Shapes)
-    ->ArgNames({"batch", "context"})
-    ->ArgsProduct({{0, 1, 8, 32}, {512, 2048}})
+    ->ArgNames({"batch", "context", "stored"})
+    ->ArgsProduct({{0, 1, 8, 32}, {512, 2048}, {0}})
+    ->ArgsProduct({{1, 8}, {512}, {1}})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 

@@ -15,7 +15,9 @@
 #     prefill 512 and 2,048; decode of batch 1, 8 and 32 at contexts 512 and 2,048, 16 steps) and
 #     each llama.cpp build (llama-bench -p 512,2048 -n 0; llama-batched-bench -npp 512,2048
 #     -ntg 16 -npl 1,8,32 with one KV stream per sequence, its default), all on THREADS threads
-#     (default: every CPU), KV cache f16 and flash attention auto (llama.cpp's defaults).
+#     (default: every CPU), KV cache f16 and flash attention auto (llama.cpp's defaults). And the
+#     weights as stored: ours with model weights as_stored (BM_SmolLm2Shapes/.../stored:1, decode
+#     of batch 1 and 8 at context 512) against llama.cpp on the Q4_1 file itself.
 #  4. A table of medians (tokens/s) and ratios, ours over llama.cpp at the same ISA level, to
 #     stdout and OUT/summary.md; every raw output under OUT (default build/llama-cpp-compare).
 #
@@ -104,6 +106,10 @@ for ((r = 1; r <= rounds; r++)); do
       -npl 1,8,32 -t "$threads" --output-format jsonl \
       >"$out/peer-$isa-$r-tg.jsonl" 2>"$out/peer-$isa-$r-tg.err" ||
       fail "llama-batched-bench failed (see $out/peer-$isa-$r-tg.err)"
+    "$peer/llama-batched-bench" -m "$model_q" -c 5000 -b 2048 -ub 512 -npp 512 -ntg 16 \
+      -npl 1,8 -t "$threads" --output-format jsonl \
+      >"$out/peer-$isa-$r-q.jsonl" 2>"$out/peer-$isa-$r-q.err" ||
+      fail "llama-batched-bench on $model_q failed (see $out/peer-$isa-$r-q.err)"
   done
 done
 
@@ -117,32 +123,36 @@ def ours(isa):
         for b in json.load(open(f"{out}/ours-{isa}-{r}.json"))["benchmarks"]:
             if b.get("run_type") == "aggregate" or "tok_s" not in b:
                 continue
-            parts = dict(p.split(":") for p in b["name"].split("/")[1:3])
-            rows.setdefault((int(parts["batch"]), int(parts["context"])), []).append(b["tok_s"])
+            parts = dict(p.split(":") for p in b["name"].split("/")[1:4])
+            key = (int(parts["batch"]), int(parts["context"]), int(parts["stored"]))
+            rows.setdefault(key, []).append(b["tok_s"])
     return rows
 def peer(isa):
     rows = {}
     for r in range(1, rounds + 1):
         for b in json.load(open(f"{out}/peer-{isa}-{r}-pp.json")):
-            rows.setdefault((0, int(b["n_prompt"])), []).append(b["avg_ts"])
-        for line in open(f"{out}/peer-{isa}-{r}-tg.jsonl"):
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            b = json.loads(line)
-            if "speed_tg" in b:
-                rows.setdefault((int(b["pl"]), int(b["pp"])), []).append(b["speed_tg"])
+            rows.setdefault((0, int(b["n_prompt"]), 0), []).append(b["avg_ts"])
+        for name, stored in (("tg.jsonl", 0), ("q.jsonl", 1)):
+            for line in open(f"{out}/peer-{isa}-{r}-{name}"):
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                b = json.loads(line)
+                if "speed_tg" in b:
+                    rows.setdefault((int(b["pl"]), int(b["pp"]), stored), []).append(b["speed_tg"])
     return rows
 print(f"Tokens/s, medians of {rounds} rounds; batch 0 = prefill of `context` tokens, else decode "
-      "of `batch` sequences at that context (16 steps).\n")
-print("| ISA | case | llama.cpp | ours | ours / llama.cpp |")
-print("|---|---|---:|---:|---:|")
+      "of `batch` sequences at that context (16 steps). Weights: fp32 (llama.cpp: the F32 GGUF) "
+      "or Q4_1 as stored (ours: model.weights = as_stored; llama.cpp: the Q4_1 file).\n")
+print("| ISA | weights | case | llama.cpp | ours | ours / llama.cpp |")
+print("|---|---|---|---:|---:|---:|")
 for isa in levels:
     o, p = ours(isa), peer(isa)
-    for key in sorted(o):
+    for key in sorted(o, key=lambda k: (k[2], k[0] > 0, k[1], k[0])):
         if key not in p:
             continue
         mo, mp = statistics.median(o[key]), statistics.median(p[key])
         case = f"prefill {key[1]}" if key[0] == 0 else f"decode batch {key[0]}, context {key[1]}"
-        print(f"| {isa} | {case} | {mp:,.0f} | {mo:,.0f} | **{mo / mp:.2f}x** |")
+        weights = "Q4_1 as stored" if key[2] else "fp32"
+        print(f"| {isa} | {weights} | {case} | {mp:,.0f} | {mo:,.0f} | **{mo / mp:.2f}x** |")
 EOF

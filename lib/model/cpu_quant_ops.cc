@@ -359,4 +359,19 @@ void CpuQuantLinear(const CpuQuantLinearArgs& args, int64_t o_begin, int64_t o_e
   }
 }
 
+void CpuLinearOrStored(const CpuLinearArgs& args, const StoredWeight& stored, int64_t o_begin,
+                       int64_t o_end) {
+  if (!stored.defined()) return CpuLinear(args, o_begin, o_end);
+  const CpuQuantLinearArgs q{.x = args.x,
+                             .w = stored.bytes.data(),
+                             .type = stored.type,
+                             .bias = args.bias,
+                             .y = args.y,
+                             .rows = args.rows,
+                             .in_features = args.in_features,
+                             .out_features = args.out_features,
+                             .accumulate = args.accumulate};
+  CpuQuantLinear(q, o_begin, o_end);
+}
+
 }  // namespace vtoken::model

@@ -16,7 +16,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "lib/model/cpu_ops.h"
 #include "lib/model/io/gguf.h"
 
 namespace vtoken::model {
@@ -40,5 +42,21 @@ bool CpuQuantLinearSupports(GgmlType type);
 // REQUIRES: CpuQuantLinearSupports(args.type), args.in_features % 32 == 0,
 // 0 <= o_begin <= o_end <= args.out_features.
 void CpuQuantLinear(const CpuQuantLinearArgs& args, int64_t o_begin, int64_t o_end);
+
+// A linear weight [out_features, in_features] as a GGUF file stores it, rows in Hugging Face's
+// order (GgufCheckpoint::ReadStored), kept beside the fp32 weight for the decode-sized
+// projections of the fused CPU path (LlamaOptions::weights_as_stored). Undefined (no bytes) when
+// the model holds the weight in fp32 only.
+struct StoredWeight {
+  GgmlType type = GgmlType::kF32;
+  std::vector<std::byte> bytes;
+
+  bool defined() const { return !bytes.empty(); }
+};
+
+// Outputs [o_begin, o_end) of CpuLinear's `args` (args.w the fp32 weight): from `stored`'s blocks
+// by CpuQuantLinear when it is defined, else CpuLinear. The same bits either way.
+void CpuLinearOrStored(const CpuLinearArgs& args, const StoredWeight& stored, int64_t o_begin,
+                       int64_t o_end);
 
 }  // namespace vtoken::model

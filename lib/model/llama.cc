@@ -206,7 +206,33 @@ StatusOr<LlamaModel> LlamaModel::FromGguf(const std::string& path, const LlamaOp
         checkpoint.Read(spec.name, std::span<float>(t.data_ptr<float>(), t.numel())));
     tensors.emplace_back(spec.name, t.to(options.device, options.compute_dtype));
   }
-  return FromNamedTensors(checkpoint.config(), tensors, options);
+  VTOKEN_ASSIGN_OR_RETURN(LlamaModel model,
+                          FromNamedTensors(checkpoint.config(), tensors, options));
+  if (!options.weights_as_stored) return model;
+  if (!options.device.is_cpu() || options.compute_dtype != torch::kFloat32 ||
+      !options.fused_cpu_attention) {
+    return InvalidArgumentError(
+        "weights as_stored need the fused CPU path: device cpu, dtype float32");
+  }
+  // Each linear weight the fused kernels can read as stored; the others stay fp32 only.
+  auto keep = [&](const std::string& name, StoredWeight& out) -> Status {
+    VTOKEN_ASSIGN_OR_RETURN(GgufCheckpoint::Stored stored, checkpoint.ReadStored(name));
+    if (CpuQuantLinearSupports(stored.type)) out = {stored.type, std::move(stored.bytes)};
+    return Status::Ok();
+  };
+  for (int64_t i = 0; i < static_cast<int64_t>(model.layers_.size()); ++i) {
+    Layer& l = model.layers_[i];
+    const std::pair<const char*, StoredWeight*> weights[] = {
+        {"self_attn.q_proj.weight", &l.q_stored}, {"self_attn.k_proj.weight", &l.k_stored},
+        {"self_attn.v_proj.weight", &l.v_stored}, {"self_attn.o_proj.weight", &l.o_stored},
+        {"mlp.gate_proj.weight", &l.gate_stored}, {"mlp.up_proj.weight", &l.up_stored},
+        {"mlp.down_proj.weight", &l.down_stored}};
+    for (const auto& [name, out] : weights) VTOKEN_RETURN_IF_ERROR(keep(LayerName(i, name), *out));
+  }
+  VTOKEN_RETURN_IF_ERROR(
+      keep(model.config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight",
+           model.lm_head_stored_));
+  return model;
 }
 
 Status LlamaModel::Finish() {
@@ -261,6 +287,17 @@ std::vector<std::pair<std::string, torch::Tensor>> LlamaModel::NamedParameters()
 int64_t LlamaModel::NumParameters() const {
   int64_t n = 0;
   for (const auto& [name, t] : NamedParameters()) n += t.numel();
+  return n;
+}
+
+int64_t LlamaModel::StoredWeightBytes() const {
+  int64_t n = static_cast<int64_t>(lm_head_stored_.bytes.size());
+  for (const Layer& l : layers_) {
+    for (const StoredWeight* w : {&l.q_stored, &l.k_stored, &l.v_stored, &l.o_stored,
+                                  &l.gate_stored, &l.up_stored, &l.down_stored}) {
+      n += static_cast<int64_t>(w->bytes.size());
+    }
+  }
   return n;
 }
 

@@ -22,6 +22,7 @@
 
 #include "lib/core/policy.h"
 #include "lib/core/status.h"
+#include "lib/model/cpu_quant_ops.h"
 #include "lib/model/io/hf_config.h"
 #include "lib/model/kv_tensors.h"
 #include "lib/model/sampler.h"
@@ -40,6 +41,12 @@ struct LlamaOptions {
   // ForwardPaged's attention on the CPU in fp32: the fused batched kernel
   // (cpu_paged_attention.h) when true, the per-sequence torch ops (the reference) when false.
   bool fused_cpu_attention = true;
+  // FromGguf only: the linear weights (and the LM head) the file stores as Q8_0, Q4_0 or Q4_1 are
+  // also kept as stored, and the fused CPU path's decode-sized projections read those blocks
+  // (CpuQuantLinear, dequantizing in the kernel: a quarter to a seventh of fp32's bytes per
+  // decode step) with the same bits as the fp32 weights. Prefill chunks (BLAS) and the other
+  // paths use the fp32 weights, which stay. Needs device cpu, float32 and the fused path.
+  bool weights_as_stored = false;
 };
 
 // What a paged step returns of a sequence's last-token logits.
@@ -198,6 +205,8 @@ class LlamaModel {
   std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() const;
 
   int64_t NumParameters() const;
+  // Bytes of the weights kept as stored (LlamaOptions::weights_as_stored; 0 without it).
+  int64_t StoredWeightBytes() const;
 
   // Writes config.json and model.safetensors (fp32, HF names) into `dir` (which must exist).
   Status Save(const std::string& dir) const;
@@ -210,6 +219,8 @@ class LlamaModel {
     torch::Tensor input_norm, q, k, v, o;
     torch::Tensor q_bias, k_bias, v_bias, o_bias;  // undefined when the config has none
     torch::Tensor post_norm, gate, up, down;
+    // LlamaOptions::weights_as_stored: the weights as the file stores them (undefined otherwise).
+    StoredWeight q_stored, k_stored, v_stored, o_stored, gate_stored, up_stored, down_stored;
   };
 
   // A paged step's batch in CSR form (llama_paged_batch.cc): per sequence its query rows; per
@@ -294,9 +305,10 @@ class LlamaModel {
   LlamaOptions options_;
   torch::Tensor embed_;  // [vocab, hidden]
   std::vector<Layer> layers_;
-  torch::Tensor norm_;      // [hidden]
-  torch::Tensor lm_head_;   // [vocab, hidden]; aliases embed_ when tied
-  torch::Tensor inv_freq_;  // [head_dim / 2] fp32
+  torch::Tensor norm_;           // [hidden]
+  torch::Tensor lm_head_;        // [vocab, hidden]; aliases embed_ when tied
+  StoredWeight lm_head_stored_;  // LlamaOptions::weights_as_stored (undefined otherwise)
+  torch::Tensor inv_freq_;       // [head_dim / 2] fp32
 };
 
 }  // namespace vtoken::model

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "lib/model/cpu_ops.h"
+#include "lib/model/cpu_quant_ops.h"
 #include "lib/model/cpu_threads.h"
 #include "lib/model/llama.h"
 #include "lib/model/llama_ops.h"
@@ -65,7 +66,8 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(std::span<const P
                           .in_features = c.hidden_size,
                           .out_features = c.vocab_size};
     TorchThreadsPool()->ParallelFor(
-        c.vocab_size, [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); }, 64);
+        c.vocab_size,
+        [&](int64_t begin, int64_t end) { CpuLinearOrStored(a, lm_head_stored_, begin, end); }, 64);
   } else {
     // One copy back: the logits, or the tokens when no sequence wants its row (sampled ones only
     // when the draws went up with the step), and the device's signal sums.

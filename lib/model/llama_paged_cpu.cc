@@ -4,6 +4,7 @@
 
 #include "lib/model/cpu_ops.h"
 #include "lib/model/cpu_paged_attention.h"
+#include "lib/model/cpu_quant_ops.h"
 #include "lib/model/cpu_threads.h"
 #include "lib/model/llama.h"
 #include "lib/model/llama_ops.h"
@@ -52,8 +53,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   };
   // out = in W^T + bias, or out += in W^T + bias: CpuLinear for decode-sized batches, BLAS
   // for prefill chunks.
-  auto linear = [&](const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& bias,
-                    torch::Tensor& out, bool accumulate) {
+  auto linear = [&](const torch::Tensor& in, const torch::Tensor& w, const StoredWeight& stored,
+                    const torch::Tensor& bias, torch::Tensor& out, bool accumulate) {
     const int64_t rows = in.size(0);
     if (rows <= kCpuLinearMaxRows) {
       if (!accumulate) out = torch::empty({rows, w.size(0)}, torch::kFloat32);
@@ -66,7 +67,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
                             .out_features = w.size(0),
                             .accumulate = accumulate};
       pool.ParallelFor(
-          w.size(0), [&](int64_t begin, int64_t end) { CpuLinear(a, begin, end); }, 64);
+          w.size(0), [&](int64_t begin, int64_t end) { CpuLinearOrStored(a, stored, begin, end); },
+          64);
     } else if (accumulate) {
       out.addmm_(in, w.t());
       if (bias.defined()) out.add_(bias);
@@ -76,7 +78,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   };
   auto project = [&](const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& bias) {
     torch::Tensor out;
-    linear(in, w, bias, out, false);
+    linear(in, w, StoredWeight(), bias, out, false);  // Prefill chunks only: BLAS.
     return out;
   };
   auto linear_args = [](const torch::Tensor& in, const torch::Tensor& w, const torch::Tensor& bias,
@@ -103,14 +105,16 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     const CpuLinearArgs args[3] = {linear_args(h, l.q, l.q_bias, q),
                                    linear_args(h, l.k, l.k_bias, k),
                                    linear_args(h, l.v, l.v_bias, v)};
+    const StoredWeight* stored[3] = {&l.q_stored, &l.k_stored, &l.v_stored};
     const int64_t total = args[0].out_features + args[1].out_features + args[2].out_features;
     pool.ParallelFor(
         total,
         [&](int64_t begin, int64_t end) {
           int64_t first = 0;
-          for (const CpuLinearArgs& a : args) {
+          for (int i = 0; i < 3; ++i) {
+            const CpuLinearArgs& a = args[i];
             const int64_t lo = std::max(begin, first), hi = std::min(end, first + a.out_features);
-            if (lo < hi) CpuLinear(a, lo - first, hi - first);
+            if (lo < hi) CpuLinearOrStored(a, *stored[i], lo - first, hi - first);
             first += a.out_features;
           }
         },
@@ -132,8 +136,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     pool.ParallelFor(
         inter,
         [&](int64_t begin, int64_t end) {
-          CpuLinear(g, begin, end);
-          CpuLinear(u, begin, end);
+          CpuLinearOrStored(g, l.gate_stored, begin, end);
+          CpuLinearOrStored(u, l.up_stored, begin, end);
           for (int64_t r = 0; r < g.rows; ++r) {
             CpuSiluMul(g.y + r * inter + begin, u.y + r * inter + begin, end - begin);
           }
@@ -240,9 +244,9 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
           .copy_(AttendSeqLayer(q.narrow(0, begin, n).view({n, heads, hd}), kv, li, s, groups,
                                 blas_gather_mask, blas_signals, torch::kFloat32, b.num_signal[s]));
     }
-    linear(attn, l.o, l.o_bias, x, /*accumulate=*/true);
+    linear(attn, l.o, l.o_stored, l.o_bias, x, /*accumulate=*/true);
     auto gate = swiglu(rms_norm(x, l.post_norm), l);  // [N, inter]
-    linear(gate, l.down, torch::Tensor(), x, /*accumulate=*/true);
+    linear(gate, l.down, l.down_stored, torch::Tensor(), x, /*accumulate=*/true);
   }
   return x;
 }

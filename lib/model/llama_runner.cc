@@ -115,11 +115,16 @@ Status CheckModelLoads(const std::string& spec, const LlamaOptions& options) {
 StatusOr<LlamaModel> LoadModel(const std::string& spec, uint64_t seed,
                                const LlamaOptions& options) {
   VTOKEN_ASSIGN_OR_RETURN(std::optional<ModelConfig> synthetic, CheckSpec(spec, options));
+  std::string path;
   if (!synthetic) {
-    VTOKEN_ASSIGN_OR_RETURN(const std::string path, ResolveModelPath(spec));
+    VTOKEN_ASSIGN_OR_RETURN(path, ResolveModelPath(spec));
     if (IsModelFile(path)) return LlamaModel::FromGguf(path, options);
-    return LlamaModel::FromDirectory(path, options);
   }
+  if (options.weights_as_stored) {
+    return InvalidArgumentError("weights as_stored need a GGUF model file; " + spec +
+                                " is not one");
+  }
+  if (!synthetic) return LlamaModel::FromDirectory(path, options);
   return LlamaModel::RandomInit(*synthetic, seed, options);
 }
 

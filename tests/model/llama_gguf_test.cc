@@ -10,8 +10,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "lib/model/io/checkpoint.h"
+#include "lib/model/io/ggml_quants.h"
 #include "lib/model/llama.h"
 #include "lib/model/llama_runner.h"
 #include "tests/model/gguf_test_writer.h"
@@ -119,6 +121,64 @@ TEST_F(LlamaGgufTest, Qwen2FileGivesTheDirectorysLogitsExactly) {
   auto tokens = torch::arange(1, 41, torch::kInt64).unsqueeze(0);
   torch::NoGradGuard no_grad;
   EXPECT_TRUE(torch::equal(gguf->ForwardDense(tokens), hf->ForwardDense(tokens)));
+}
+
+// Weights as stored: decode-sized steps read the file's blocks (CpuQuantLinear) and give the
+// fp32 weights' logits bit for bit, prefill chunk, then decode steps of two sequences.
+TEST_F(LlamaGgufTest, WeightsAsStoredGiveTheFp32WeightsLogitsExactly) {
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ4_1}) {
+    SCOPED_TRACE(GgmlTypeInfo(static_cast<uint32_t>(type))->name);
+    const std::string path = Convert(type);
+    StatusOr<LlamaModel> fp32 = LlamaModel::FromGguf(path);
+    StatusOr<LlamaModel> stored = LlamaModel::FromGguf(path, {.weights_as_stored = true});
+    ASSERT_TRUE(fp32.ok() && stored.ok()) << stored.status().ToString();
+    EXPECT_EQ(fp32->StoredWeightBytes(), 0);
+    // Every matrix (7 per layer and the tied LM head) in 32-element blocks of 34, 18 or 20 bytes.
+    const ModelConfig& c = stored->config();
+    const int64_t block = type == GgmlType::kQ8_0 ? 34 : type == GgmlType::kQ4_0 ? 18 : 20;
+    const int64_t kv = c.num_key_value_heads * c.head_dim, q = c.num_attention_heads * c.head_dim;
+    const int64_t elements = c.num_hidden_layers * (c.hidden_size * (2 * q + 2 * kv) +
+                                                    3 * c.hidden_size * c.intermediate_size) +
+                             c.vocab_size * c.hidden_size;
+    EXPECT_EQ(stored->StoredWeightBytes(), elements / 32 * block);
+    auto kv_a = KvTensors::Create(fp32->KvOptions(256));
+    auto kv_b = KvTensors::Create(stored->KvOptions(256));
+    ASSERT_TRUE(kv_a.ok() && kv_b.ok());
+    std::vector<PagedSeqInput> step(2);
+    for (int64_t s = 0; s < 2; ++s) {  // 40 and 23 prompt tokens: decode-sized chunks.
+      for (int64_t i = 0; i < 40 - 17 * s; ++i) {
+        step[s].tokens.push_back(static_cast<int32_t>(2 + 7 * i + s) % 2000);
+        step[s].positions.push_back(i);
+        step[s].write_slots.push_back(s * 128 + i);
+      }
+    }
+    for (int t = 0; t < 6; ++t) {
+      auto a = fp32->ForwardPaged(step, *kv_a);
+      auto b = stored->ForwardPaged(step, *kv_b);
+      ASSERT_TRUE(a.ok() && b.ok());
+      for (size_t s = 0; s < 2; ++s) {
+        ASSERT_TRUE(torch::equal((*a)[s].last_logits, (*b)[s].last_logits)) << "step " << t;
+        PagedSeqInput& in = step[s];
+        for (size_t i = 0; i < in.write_slots.size(); ++i) {
+          in.context_slots.push_back(in.write_slots[i]);
+        }
+        const int64_t next = in.positions.back() + 1;
+        in.tokens = {static_cast<int32_t>((*a)[s].last_logits.argmax().item<int64_t>())};
+        in.positions = {next};
+        in.write_slots = {static_cast<int64_t>(s) * 128 + next};
+      }
+    }
+  }
+}
+
+TEST_F(LlamaGgufTest, WeightsAsStoredNeedAGgufFileAndTheFusedCpuPath) {
+  StatusOr<LlamaModel> torch_path = LlamaModel::FromGguf(
+      Convert(GgmlType::kQ8_0), {.fused_cpu_attention = false, .weights_as_stored = true});
+  EXPECT_EQ(torch_path.status().message(),
+            "weights as_stored need the fused CPU path: device cpu, dtype float32");
+  StatusOr<LlamaModel> dir = LoadModel(TinyDir(), 1, {.weights_as_stored = true});
+  EXPECT_EQ(dir.status().message(),
+            "weights as_stored need a GGUF model file; " + TinyDir() + " is not one");
 }
 
 TEST_F(LlamaGgufTest, LoadModelTakesAGgufPath) {

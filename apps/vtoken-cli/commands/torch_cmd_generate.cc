@@ -54,6 +54,7 @@ struct GenerateArgs {
   bool stop_at_eos = true;
   std::string device = "cpu";
   std::string dtype = "float32";
+  std::string weights = "float32";
   std::string granularity = "token";
   bool cuda_graphs = false;
   int threads = 0;  // 0: every CPU this process may use.
@@ -121,6 +122,7 @@ int RunGenerate(const GenerateArgs& a) {
   // Errors start with `device "..."` / `dtype "..."`: "--" makes them name the flag.
   StatusOr<model::LlamaOptions> options = model::LlamaOptionsFor(a.device, a.dtype);
   if (!options.ok()) return Fail("--" + options.status().message());
+  options->weights_as_stored = a.weights == "as_stored";
   if (a.cuda_graphs && !options->device.is_cuda()) {
     return Fail("--cuda-graphs needs --device cuda (got --device " + a.device + ")");
   }
@@ -245,6 +247,7 @@ int RunGenerate(const GenerateArgs& a) {
         {"mode", ModeName(o.mode)},
         {"device", a.device},
         {"dtype", a.dtype},
+        {"weights", a.weights},
         {"granularity", a.granularity},
         {"chat", a.chat},
         {"cuda_graphs", a.cuda_graphs},
@@ -321,6 +324,7 @@ CLI::App* SetupGenerate(CLI::App& app) {
   cmd->add_flag("!--no-stop-at-eos", a->stop_at_eos, "Keep generating past an EOS token");
   AddKeyFlag(*cmd, "model.device", a->device)->capture_default_str();
   AddKeyFlag(*cmd, "model.dtype", a->dtype)->capture_default_str();
+  AddKeyFlag(*cmd, "model.weights", a->weights)->capture_default_str();
   AddKeyFlag(*cmd, "cache.granularity", a->granularity)->capture_default_str();
   cmd->add_flag("--cuda-graphs", a->cuda_graphs,
                 "Decode steps replay CUDA graphs (engine.cuda_graphs; needs --device cuda)");

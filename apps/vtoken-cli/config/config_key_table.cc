@@ -122,6 +122,18 @@ std::vector<ConfigKey> MakeKeys() {
                "fp16 matmul there, so `float16` on `cpu` is refused in one line (`dtype float16 on "
                "cpu: not supported by this libtorch (...)`). Recorded only when not `float32`"),
       Field(
+          "model.weights", [](ExperimentConfig & c) -> auto& { return c.model_weights; })
+          .Choices({"float32", "as_stored"})
+          .Record(kSet)
+          .Doc("`float32`, or `as_stored`: a GGUF model's linear weights (and LM head) stored as "
+               "Q8_0, Q4_0 or Q4_1 are also kept as the file stores them, and decode-sized steps "
+               "of the fused CPU path read those blocks, dequantizing inside the matrix kernel "
+               "(lib/model/cpu_quant_ops.h: a quarter to a seventh of fp32's bytes per decode "
+               "step) with the same bits as the fp32 weights; prefill chunks of more than 64 "
+               "tokens still multiply the fp32 weights. Needs a GGUF file, `model.device` `cpu` "
+               "and `model.dtype` `float32` (else a one-line error). Recorded only when not "
+               "`float32`"),
+      Field(
           "model.threads", [](ExperimentConfig & c) -> auto& { return c.model_threads; })
           .Unit("threads")
           .Range(0, 1024)

@@ -31,6 +31,9 @@ struct ExperimentConfig {
   // real or synthetic model's weights, activations and KV store.
   std::string model_device = "cpu";
   std::string model_dtype = "float32";
+  // [model] weights: "float32", or "as_stored" (decode reads a GGUF file's Q8_0 / Q4_0 / Q4_1
+  // blocks as the file stores them: LlamaOptions::weights_as_stored).
+  std::string model_weights = "float32";
   // [model] threads: CPU threads of the model's step (torch's intra-op pool and the fused CPU
   // step's CpuPool); 0 = every CPU this process may use.
   int64_t model_threads = 0;

@@ -56,7 +56,8 @@ std::string GitSha() {
 std::string MemoPartition(const ExperimentConfig& c) {
   return c.model + "\n" + std::to_string(c.model_seed) + "\n" + c.model_device + "\n" +
          c.model_dtype + "\n" + std::to_string(ModelThreads(c.model_threads)) + "\n" +
-         GranularityName(c.granularity) + "\n" + (c.cuda_graphs ? "graphs" : "eager");
+         GranularityName(c.granularity) + "\n" + (c.cuda_graphs ? "graphs" : "eager") +
+         (c.model_weights != "float32" ? "\n" + c.model_weights : "");
 }
 
 StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::string& db_path,

@@ -69,6 +69,7 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeShapeRunner(const ExperimentCo
   if (!options.ok()) {
     return Status(options.status().code(), c.file + ": model." + options.status().message());
   }
+  options->weights_as_stored = c.model_weights == "as_stored";
   VTOKEN_RETURN_IF_ERROR(model::CheckModelLoads(c.model, *options));
   return std::unique_ptr<model::ModelRunner>(
       std::make_unique<ShapeRunner>(shape, *options, slots, c.granularity));
@@ -86,6 +87,7 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
   if (!options.ok()) {
     return Status(options.status().code(), c.file + ": model." + options.status().message());
   }
+  options->weights_as_stored = c.model_weights == "as_stored";
   VTOKEN_RETURN_IF_ERROR(
       model::SetCpuThreads(static_cast<int>(ModelThreads(c.model_threads))).status());
   VTOKEN_RETURN_IF_ERROR(model::ApplyCpuIsaEnvironment());  // VTOKEN_CPU_ISA (cpu_isa.h)

@@ -250,6 +250,33 @@ Status GgufCheckpoint::Read(std::string_view hf_name, std::span<float> out) cons
   return Status::Ok();
 }
 
+StatusOr<GgufCheckpoint::Stored> GgufCheckpoint::ReadStored(std::string_view hf_name) const {
+  const std::string gguf_name = GgufTensorName(hf_name);
+  const GgufTensor* t = gguf_name.empty() ? nullptr : file_.Find(gguf_name);
+  if (t == nullptr) {
+    return NotFoundError(path() + ": no tensor for " + std::string(hf_name));
+  }
+  Stored stored{t->type, std::vector<std::byte>(t->bytes.begin(), t->bytes.end())};
+  const int64_t heads = permuted_qk_ ? PermutedHeads(hf_name, config_) : 0;
+  if (heads == 0) return stored;
+  // Read's permutation, on rows of bytes.
+  const int64_t d = config_.head_dim;
+  const int64_t rows = t->shape.empty() ? 1 : t->shape[0];
+  const size_t row = stored.bytes.size() / static_cast<size_t>(rows);
+  std::vector<std::byte> head(static_cast<size_t>(d) * row);
+  for (int64_t h = 0; h < heads; ++h) {
+    std::byte* base = stored.bytes.data() + static_cast<size_t>(h * d) * row;
+    std::memcpy(head.data(), base, head.size());
+    for (int64_t i = 0; i < d / 2; ++i) {
+      for (int64_t j = 0; j < 2; ++j) {
+        std::memcpy(base + static_cast<size_t>(j * (d / 2) + i) * row,
+                    head.data() + static_cast<size_t>(2 * i + j) * row, row);
+      }
+    }
+  }
+  return stored;
+}
+
 std::string GgufTypeMix(const GgufFile& file) {
   std::map<std::string, int64_t> counts;
   for (const GgufTensor& t : file.tensors()) {

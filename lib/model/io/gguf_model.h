@@ -65,6 +65,16 @@ class GgufCheckpoint {
   // a name RequiredTensors(config()) does not list.
   Status Read(std::string_view hf_name, std::span<float> out) const;
 
+  // The tensor Hugging Face calls `hf_name` as the file stores it: its ggml type and its bytes,
+  // rows in HF order (Q and K rows un-permuted as Read does, whole rows of blocks moved). A 2-D
+  // tensor [rows, columns] holds each row's columns / block_size blocks contiguously. NotFound as
+  // Read.
+  struct Stored {
+    GgmlType type = GgmlType::kF32;
+    std::vector<std::byte> bytes;
+  };
+  StatusOr<Stored> ReadStored(std::string_view hf_name) const;
+
  private:
   GgufCheckpoint(GgufFile file, ModelConfig config, bool permuted_qk)
       : file_(std::move(file)), config_(std::move(config)), permuted_qk_(permuted_qk) {}
