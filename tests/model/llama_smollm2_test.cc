@@ -55,8 +55,9 @@ class SmolLm2Test : public ::testing::Test {
   }
 
   // A runner over `slots` KV slots at `granularity`.
-  static std::unique_ptr<LlamaRunner> Runner(int64_t slots, Granularity granularity) {
-    StatusOr<LlamaModel> model = LoadModel(ModelPath(), 1);
+  static std::unique_ptr<LlamaRunner> Runner(int64_t slots, Granularity granularity,
+                                             const LlamaOptions& options = {}) {
+    StatusOr<LlamaModel> model = LoadModel(ModelPath(), 1, options);
     EXPECT_TRUE(model.ok()) << model.status().ToString();
     if (!model.ok()) return nullptr;
     StatusOr<std::unique_ptr<LlamaRunner>> runner =
@@ -130,8 +131,10 @@ TEST_F(SmolLm2Test, GreedyTokensMatchLlamaCpp) {
             .headroom_blocks = 0};
   o.max_num_seqs = static_cast<int32_t>(requests.size());
   o.stop_at_eos = false;
-  std::unique_ptr<LlamaRunner> runner =
-      Runner(int64_t{o.pool.num_blocks} * o.pool.block_size, Granularity::kToken);
+  // Weights as stored: decode reads the file's Q4_1 blocks (CpuQuantLinear), with the fp32
+  // weights' bits (llama_gguf_test), so llama.cpp's choices must hold for both.
+  std::unique_ptr<LlamaRunner> runner = Runner(int64_t{o.pool.num_blocks} * o.pool.block_size,
+                                               Granularity::kToken, {.weights_as_stored = true});
   ASSERT_NE(runner, nullptr);
   ASSERT_FALSE(runner->bos_token_id().has_value()) << "SmolLM2's file says add_bos_token false";
   StatusOr<engine::EngineResult> result = engine::RunEngine(o, *runner, requests);
