@@ -427,28 +427,22 @@ BENCHMARK(BM_DecodeThreads)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
-// The shapes llama.cpp's own benchmarks time, for the side-by-side comparison in
-// docs/PERFORMANCE.md: native mode (contiguous slots, no signals), on every CPU
-// (SetCpuThreads(0)), wall time, one whole pass per iteration; tok_s counts new tokens.
-//   prompt = 0:  a 512-token prefill from an empty cache (llama-bench pp512);
-//   prompt = -1: 128 decode steps of one sequence from an empty cache (llama-bench tg128);
-//   prompt > 0:  `batch` sequences whose KV already holds `prompt` tokens each (noise), then 128
-//                decode steps, the context growing to prompt + 127 (llama-batched-bench TG).
-void BM_LlamaCppShapes(benchmark::State& state) {
-  const int64_t batch = state.range(0), prompt = state.range(1);
-  if (!VtTiny().ok()) return state.SkipWithError(VtTiny().status().ToString().c_str());
-  const LlamaModel& model = *VtTiny();
+// One of llama.cpp's benchmark shapes on `model`: native mode, contiguous slots, no signals, on
+// every CPU (SetCpuThreads(0)), wall time, one whole pass per iteration; tok_s counts new tokens.
+//   batch = 0: a prefill of `context` tokens from an empty cache;
+//   batch > 0: `batch` sequences whose KV already holds `context` tokens each (noise), then
+//              `steps` decode steps, the context growing to context + steps - 1.
+void TimeLlamaCppShape(benchmark::State& state, const LlamaModel& model, int64_t batch,
+                       int64_t context, int64_t steps) {
   const int64_t vocab = model.config().vocab_size;
-  constexpr int64_t kSteps = 128, kPrefill = 512;
-  const int64_t context = std::max<int64_t>(prompt, 0);
-  const int64_t per_seq = prompt == 0 ? kPrefill : context + kSteps;
-  std::optional<KvTensors> kv = FilledKv(model, batch * per_seq, state);
+  const int64_t seqs = std::max<int64_t>(batch, 1), per_seq = context + (batch > 0 ? steps : 0);
+  std::optional<KvTensors> kv = FilledKv(model, seqs * per_seq, state);
   if (!kv) return;
-  std::vector<std::vector<PagedSeqInput>> steps;
-  if (prompt == 0) {
-    steps.push_back({PrefillInput(kPrefill, vocab, /*want_signals=*/false)});
+  std::vector<std::vector<PagedSeqInput>> passes;
+  if (batch == 0) {
+    passes.push_back({PrefillInput(context, vocab, /*want_signals=*/false)});
   } else {
-    for (int64_t t = 0; t < kSteps; ++t) {
+    for (int64_t t = 0; t < steps; ++t) {
       std::vector<PagedSeqInput> step(static_cast<size_t>(batch));
       for (int64_t s = 0; s < batch; ++s) {
         PagedSeqInput& in = step[s];
@@ -460,7 +454,7 @@ void BM_LlamaCppShapes(benchmark::State& state) {
         in.positions = {ctx};
         in.want_signals = false;
       }
-      steps.push_back(std::move(step));
+      passes.push_back(std::move(step));
     }
   }
   const int before = torch::get_num_threads();
@@ -468,7 +462,7 @@ void BM_LlamaCppShapes(benchmark::State& state) {
   if (!threads.ok()) return state.SkipWithError(threads.status().ToString().c_str());
   for (auto _ : state) {
     const double begin = WallSeconds();
-    for (const std::vector<PagedSeqInput>& step : steps) {
+    for (const std::vector<PagedSeqInput>& step : passes) {
       auto out = model.ForwardPaged(step, *kv);
       benchmark::DoNotOptimize(out);
       if (!out.ok()) return state.SkipWithError(out.status().ToString().c_str());
@@ -478,8 +472,22 @@ void BM_LlamaCppShapes(benchmark::State& state) {
   (void)SetCpuThreads(before);
   state.counters["threads"] = *threads;
   state.counters["tok_s"] =
-      benchmark::Counter(static_cast<double>(prompt == 0 ? kPrefill : batch * kSteps),
+      benchmark::Counter(static_cast<double>(batch == 0 ? context : batch * steps),
                          benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The shapes llama.cpp's own benchmarks time on vt-tiny, for the side-by-side comparison in
+// docs/PERFORMANCE.md (TimeLlamaCppShape):
+//   prompt = 0:  a 512-token prefill from an empty cache (llama-bench pp512);
+//   prompt = -1: 128 decode steps of one sequence from an empty cache (llama-bench tg128);
+//   prompt > 0:  `batch` sequences whose KV already holds `prompt` tokens each, then 128 decode
+//                steps (llama-batched-bench TG).
+void BM_LlamaCppShapes(benchmark::State& state) {
+  const int64_t batch = state.range(0), prompt = state.range(1);
+  if (!VtTiny().ok()) return state.SkipWithError(VtTiny().status().ToString().c_str());
+  TimeLlamaCppShape(state, *VtTiny(), prompt == 0 ? 0 : batch,
+                    prompt == 0 ? 512 : std::max<int64_t>(prompt, 0),
+                    /*steps=*/128);
 }
 BENCHMARK(BM_LlamaCppShapes)
     ->ArgNames({"batch", "prompt"})
@@ -532,59 +540,16 @@ std::string SmolLm2Weights() {
                    : "synthetic (random weights of SmolLM2-135M's shape)";
 }
 
-// llama.cpp's benchmark shapes on SmolLM2 (docs/PERFORMANCE.md, "Against llama.cpp"): native
-// mode, contiguous slots, no signals, on every CPU, wall time; tok_s counts new tokens.
+// llama.cpp's benchmark shapes on SmolLM2 (docs/PERFORMANCE.md; TimeLlamaCppShape):
 //   batch = 0: a prefill of `context` tokens from an empty cache (llama-bench -p 512 / 2048);
 //   batch > 0: `batch` sequences whose KV already holds `context` tokens (noise), then 16 decode
 //              steps (llama-batched-bench's TG at that prompt length, -ntg 16).
 // stored = 1: the real model with weights as stored (LlamaOptions::weights_as_stored), against
 // llama.cpp on the same Q4_1 file.
 void BM_SmolLm2Shapes(benchmark::State& state) {
-  const int64_t batch = state.range(0), context = state.range(1);
   const StatusOr<LlamaModel>& loaded = state.range(2) != 0 ? SmolLm2Stored() : SmolLm2();
   if (!loaded.ok()) return state.SkipWithError(loaded.status().ToString().c_str());
-  const LlamaModel& model = *loaded;
-  const int64_t vocab = model.config().vocab_size;
-  constexpr int64_t kSteps = 16;
-  const int64_t seqs = std::max<int64_t>(batch, 1), per_seq = context + (batch > 0 ? kSteps : 0);
-  std::optional<KvTensors> kv = FilledKv(model, seqs * per_seq, state);
-  if (!kv) return;
-  std::vector<std::vector<PagedSeqInput>> steps;
-  if (batch == 0) {
-    steps.push_back({PrefillInput(context, vocab, /*want_signals=*/false)});
-  } else {
-    for (int64_t t = 0; t < kSteps; ++t) {
-      std::vector<PagedSeqInput> step(static_cast<size_t>(batch));
-      for (int64_t s = 0; s < batch; ++s) {
-        PagedSeqInput& in = step[s];
-        const int64_t ctx = context + t;
-        in.context_slots.resize(static_cast<size_t>(ctx));
-        std::iota(in.context_slots.begin(), in.context_slots.end(), s * per_seq);
-        in.write_slots = {s * per_seq + ctx};
-        in.tokens = {static_cast<int32_t>((s * 7919 + t * 31 + 1) % vocab)};
-        in.positions = {ctx};
-        in.want_signals = false;
-      }
-      steps.push_back(std::move(step));
-    }
-  }
-  const int before = torch::get_num_threads();
-  StatusOr<int> threads = SetCpuThreads(0);
-  if (!threads.ok()) return state.SkipWithError(threads.status().ToString().c_str());
-  for (auto _ : state) {
-    const double begin = WallSeconds();
-    for (const std::vector<PagedSeqInput>& step : steps) {
-      auto out = model.ForwardPaged(step, *kv);
-      benchmark::DoNotOptimize(out);
-      if (!out.ok()) return state.SkipWithError(out.status().ToString().c_str());
-    }
-    state.SetIterationTime(WallSeconds() - begin);
-  }
-  (void)SetCpuThreads(before);
-  state.counters["threads"] = *threads;
-  state.counters["tok_s"] =
-      benchmark::Counter(static_cast<double>(batch == 0 ? context : batch * kSteps),
-                         benchmark::Counter::kIsIterationInvariantRate);
+  TimeLlamaCppShape(state, *loaded, state.range(0), state.range(1), /*steps=*/16);
 }
 BENCHMARK(BM_SmolLm2Shapes)
     ->ArgNames({"batch", "context", "stored"})

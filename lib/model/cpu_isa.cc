@@ -50,6 +50,14 @@ CpuIsa HostCpuIsa() {
   return host;
 }
 
+std::vector<CpuIsa> HostCpuIsas() {
+  std::vector<CpuIsa> isas;
+  for (CpuIsa isa : kAll) {
+    if (static_cast<int>(isa) <= static_cast<int>(HostCpuIsa())) isas.push_back(isa);
+  }
+  return isas;
+}
+
 CpuIsa ActiveCpuIsa() { return static_cast<CpuIsa>(Active().load(std::memory_order_relaxed)); }
 
 Status SetCpuIsa(CpuIsa isa) {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string_view>
+#include <vector>
 
 #include "lib/core/status.h"
 
@@ -29,6 +30,9 @@ StatusOr<CpuIsa> ParseCpuIsa(std::string_view name);
 
 // The best level this CPU has.
 CpuIsa HostCpuIsa();
+
+// Every level this CPU runs, lowest first (kBaseline up to HostCpuIsa()).
+std::vector<CpuIsa> HostCpuIsas();
 
 // The level the kernels run on now: HostCpuIsa() unless SetCpuIsa chose another.
 CpuIsa ActiveCpuIsa();

@@ -24,15 +24,6 @@
 namespace vtoken::model {
 namespace {
 
-// Every instruction-set level this CPU runs, lowest first (cpu_isa.h).
-std::vector<CpuIsa> IsasOfThisHost() {
-  std::vector<CpuIsa> isas;
-  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    if (static_cast<int>(isa) <= static_cast<int>(HostCpuIsa())) isas.push_back(isa);
-  }
-  return isas;
-}
-
 struct SeqSpec {
   int64_t rows = 1;
   std::vector<int64_t> context;  // Per key range (group) of the sequence.
@@ -245,7 +236,7 @@ TEST(CpuPagedAttentionTest, MatchesADoubleReferenceAndAnySplitGivesTheSameBits) 
     ASSERT_EQ(CpuAttentionUnits(p.Batch(o.data(), a.data(), nrm.data())), units);
     const Result want = Reference(p);
     std::optional<Result> fma;  // The first FMA level's result: the others give the same bits.
-    for (CpuIsa isa : IsasOfThisHost()) {
+    for (CpuIsa isa : HostCpuIsas()) {
       SCOPED_TRACE(std::string(CpuIsaName(isa)));
       ASSERT_TRUE(SetCpuIsa(isa).ok());
       const Result serial = Attend(p, nullptr);

@@ -23,14 +23,6 @@
 namespace vtoken::model {
 namespace {
 
-std::vector<CpuIsa> IsasOfThisHost() {
-  std::vector<CpuIsa> isas;
-  for (CpuIsa isa : {CpuIsa::kBaseline, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
-    if (static_cast<int>(isa) <= static_cast<int>(HostCpuIsa())) isas.push_back(isa);
-  }
-  return isas;
-}
-
 // Bit patterns, so that a comparison tells -0 from 0 and sees NaN equal to itself.
 std::vector<uint32_t> Bits(const std::vector<float>& v) {
   std::vector<uint32_t> bits(v.size());
@@ -145,7 +137,7 @@ TEST(CpuQuantLinearTest, SameBitsAsCpuLinearOnDequantizedWeightsOnEveryIsa) {
     std::vector<int64_t> cuts = {cut(rng), cut(rng)};
     std::sort(cuts.begin(), cuts.end());
     std::vector<uint32_t> fma;
-    for (CpuIsa isa : IsasOfThisHost()) {
+    for (CpuIsa isa : HostCpuIsas()) {
       SCOPED_TRACE(std::string(CpuIsaName(isa)));
       ASSERT_TRUE(SetCpuIsa(isa).ok());
       const std::vector<float> whole = l.Run({});
