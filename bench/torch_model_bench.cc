@@ -558,6 +558,44 @@ BENCHMARK(BM_SmolLm2Shapes)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
+// The price of a token signal (lib/core/token_signal.h): KvTensors::TokenSignals over `tokens`
+// new tokens' slots (scattered) in an fp32 CPU store of SmolLM2-135M's KV shape (30 layers x 3 KV
+// heads x 64; random values, token granularity), with range(1) registered signals (value_norm,
+// then value_l1_norm). That is what a policy reading them adds to a step: tokens = the step's new
+// tokens (1 per sequence in decode, the prompt in a prefill). Counter ns_per_token.
+void BM_TokenSignals(benchmark::State& state) {
+  const int64_t tokens = state.range(0), signals = state.range(1);
+  constexpr int64_t kSlots = 4096;
+  StatusOr<KvTensors> kv =
+      KvTensors::Create({.num_layers = 30, .num_slots = kSlots, .num_kv_heads = 3, .head_dim = 64});
+  if (!kv.ok()) return state.SkipWithError(kv.status().ToString().c_str());
+  torch::manual_seed(1);
+  for (size_t i = 0; i < kv->k_tensors().size(); ++i) {
+    kv->k_tensors()[i].normal_();
+    kv->v_tensors()[i].normal_();
+  }
+  std::vector<TokenSignalFn> fns;
+  for (const char* name : {"value_norm", "value_l1_norm"}) {
+    if (static_cast<int64_t>(fns.size()) < signals) fns.push_back((*FindTokenSignal(name))->fn);
+  }
+  std::vector<SlotIndex> slots(static_cast<size_t>(tokens));
+  std::mt19937_64 rng(7);
+  for (SlotIndex& s : slots) s = static_cast<SlotIndex>(rng() % kSlots);
+  std::vector<float> out;
+  for (auto _ : state) {
+    out.clear();
+    const Status st = kv->TokenSignals(slots, fns, out);
+    if (!st.ok()) return state.SkipWithError(st.ToString().c_str());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["tokens_per_s"] = benchmark::Counter(
+      static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_TokenSignals)
+    ->ArgNames({"tokens", "signals"})
+    ->ArgsProduct({{1, 32, 2048}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond);
+
 // One layer's attention for one decode query of vt-tiny (3 query heads sharing 1 KV head of 64
 // channels), as ForwardPaged computes it per sequence: gather K/V rows, scores, softmax, values.
 torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

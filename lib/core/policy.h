@@ -19,6 +19,11 @@
 //   key_norm  L2 norm of the token's key, averaged over the group's layers and KV heads;
 //   state     state_size() floats owned by the policy, zero when the token is written. State is
 //             stored by logical token id, so it follows its token through relocations.
+//   token_signals
+//             the token signals the policy names in token_signals() (value_norm, ...:
+//             functions of the token's own K and V rows, one file each under signals/, see
+//             lib/core/token_signal.h), in the order named, averaged over the group's rows as
+//             key_norm is. Computed once per token when the policy first sees it.
 //
 // Policy objects are shared by every sequence and must keep no mutable members: whatever a
 // policy remembers lives in `state` (per token) or comes from the context (per step).
@@ -51,7 +56,8 @@ struct TokenView {
   float attn = 0;
   float attn_sum = 0;
   float key_norm = 0;
-  std::span<float> state;  // Written by Observe only; Score reads it.
+  std::span<float> state;                // Written by Observe only; Score reads it.
+  std::span<const float> token_signals;  // One value per name in Policy::token_signals().
 };
 
 // Deterministic random source of one sequence, seeded from the evictor's seed and the seq id,
@@ -113,6 +119,11 @@ class Policy {
   // and a policy without attn_sum or state gets its signals only when it evicts. A test checks
   // every registered policy's declaration (scores are the same with undeclared signals zeroed).
   virtual uint8_t signals() const { return kAllSignals; }
+
+  // The token signals (lib/core/token_signal.h) Observe and Score read, by registered name:
+  // TokenView::token_signals holds their values in this order. Fixed for the policy's lifetime.
+  // An unknown name makes the policy fail to start (NotFound naming it). Default: none.
+  virtual std::vector<std::string> token_signals() const { return {}; }
 
   // Floats of per-token state this policy keeps. Fixed for the policy's lifetime.
   virtual int32_t state_size() const { return 0; }

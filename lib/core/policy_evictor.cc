@@ -56,7 +56,10 @@ Status ValidateEvictorOptions(const EvictorOptions& o) {
   return Status::Ok();
 }
 
-std::string SignalSchedule(const Policy& policy, int64_t evict_interval) {
+namespace {
+
+// The attention-pass part of SignalSchedule.
+std::string AttentionSchedule(const Policy& policy, int64_t evict_interval) {
   const uint8_t signals = policy.signals();
   if (signals == 0) return "reads no signals: the model computes none";
   std::string names;
@@ -76,6 +79,32 @@ std::string SignalSchedule(const Policy& policy, int64_t evict_interval) {
          std::to_string(evict_interval) + "th step";
 }
 
+}  // namespace
+
+std::string SignalSchedule(const Policy& policy, int64_t evict_interval) {
+  std::string line = AttentionSchedule(policy, evict_interval);
+  const std::vector<std::string> token = policy.token_signals();
+  if (token.empty()) return line;
+  std::string names;
+  for (const std::string& name : token) names += (names.empty() ? "" : ", ") + name;
+  if (policy.signals() == 0) line = "reads no attention signals";
+  return line + "; token signals " + names + " once per token";
+}
+
+StatusOr<std::vector<const TokenSignalInfo*>> ResolveTokenSignals(const Policy& policy,
+                                                                  std::string_view policy_name) {
+  std::vector<const TokenSignalInfo*> infos;
+  for (const std::string& name : policy.token_signals()) {
+    StatusOr<const TokenSignalInfo*> info = FindTokenSignal(name);
+    if (!info.ok()) {
+      return NotFoundError("policy " + std::string(policy_name) + " reads " +
+                           info.status().message());
+    }
+    infos.push_back(*info);
+  }
+  return infos;
+}
+
 int32_t NumGroups(const EvictorOptions& o) {
   return NumKvGroups(o.granularity, o.num_layers, o.num_kv_heads);
 }
@@ -84,6 +113,7 @@ StatusOr<std::unique_ptr<PolicyEvictor>> PolicyEvictor::Create(std::string_view 
                                                                const RawParams& params,
                                                                const EvictorOptions& options) {
   VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<Policy> p, CreatePolicy(policy, params));
+  VTOKEN_RETURN_IF_ERROR(ResolveTokenSignals(*p, policy).status());
   VTOKEN_RETURN_IF_ERROR(ValidateEvictorOptions(options));
   return std::make_unique<PolicyEvictor>(std::string(policy), std::move(p), options);
 }
@@ -96,7 +126,39 @@ PolicyEvictor::PolicyEvictor(std::string name, std::unique_ptr<Policy> policy,
       signals_(policy_->signals()),
       every_step_(ReadsSignalsEveryStep(signals_, state_size_)),
       options_(options),
-      num_groups_(NumGroups(options)) {}
+      num_groups_(NumGroups(options)) {
+  StatusOr<std::vector<const TokenSignalInfo*>> infos = ResolveTokenSignals(*policy_, name_);
+  if (infos.ok()) token_signals_ = *std::move(infos);
+}
+
+TokenId PolicyEvictor::UnseenFrom(SeqId seq, int32_t group) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || group < 0 || group >= num_groups_) return 0;
+  return it->second[group].known;
+}
+
+Status PolicyEvictor::TokenValuesError(SeqId seq, size_t count,
+                                       std::span<const float> values) const {
+  const size_t want = count * token_signals_.size();
+  if (values.size() != want) {
+    std::string names;
+    for (const TokenSignalInfo* info : token_signals_) {
+      names += (names.empty() ? "" : ", ") + info->name;
+    }
+    return InvalidArgumentError("observe " + SeqText(seq) + ": policy " + name_ + " reads " +
+                                std::to_string(token_signals_.size()) + " token signal(s)" +
+                                (names.empty() ? "" : " (" + names + ")") + ": " +
+                                std::to_string(want) + " values expected for " +
+                                std::to_string(count) + " new tokens, got " +
+                                std::to_string(values.size()));
+  }
+  for (const float v : values) {
+    if (!std::isfinite(v)) {
+      return InvalidArgumentError("observe " + SeqText(seq) + ": non-finite token signal value");
+    }
+  }
+  return Status::Ok();
+}
 
 Status PolicyEvictor::GroupError(SeqId seq, int32_t group) const {
   if (group >= 0 && group < num_groups_) return Status::Ok();
@@ -125,13 +187,16 @@ std::span<const TokenView> PolicyEvictor::Views(SeqState& s) {
   views.resize(n);
   const size_t ss = static_cast<size_t>(state_size_);
   float* state = s.state.data();
+  const size_t nv = token_signals_.size();
+  const float* values = s.token_values.data();
   for (size_t i = 0; i < n; ++i) {
     views[i] = TokenView{.position = s.live[i],
                          .age = s.step - s.written_step[i],
                          .attn = s.attn[i],
                          .attn_sum = s.attn_sum[i],
                          .key_norm = s.key_norm[i],
-                         .state = std::span<float>(state + i * ss, ss)};
+                         .state = std::span<float>(state + i * ss, ss),
+                         .token_signals = std::span<const float>(values + i * nv, nv)};
   }
   return views;
 }
@@ -173,6 +238,7 @@ void PolicyEvictor::AppendNew(SeqState& s, std::span<const TokenId> ids, int64_t
   s.attn_sum.resize(n, 0);
   s.key_norm.resize(n, 0);
   s.state.resize(n * static_cast<size_t>(state_size_), 0);
+  s.token_values.resize(n * token_signals_.size(), 0);
 }
 
 void PolicyEvictor::EndObserve(SeqState& s, int32_t group) {
@@ -182,7 +248,8 @@ void PolicyEvictor::EndObserve(SeqState& s, int32_t group) {
   policy_->Observe(Views(s), ctx);
 }
 
-Status PolicyEvictor::ObserveAppended(SeqId seq, int32_t group, std::span<const TokenId> appended) {
+Status PolicyEvictor::ObserveAppended(SeqId seq, int32_t group, std::span<const TokenId> appended,
+                                      std::span<const float> token_values) {
   VTOKEN_RETURN_IF_ERROR(GroupError(seq, group));
   auto it = seqs_.find(seq);
   if (it == seqs_.end() || it->second[group].step < 0) {
@@ -197,8 +264,11 @@ Status PolicyEvictor::ObserveAppended(SeqId seq, int32_t group, std::span<const 
                                   std::to_string(appended[i]) + " is not new or not increasing");
     }
   }
+  VTOKEN_RETURN_IF_ERROR(TokenValuesError(seq, appended.size(), token_values));
   ++s.step;
   AppendNew(s, appended, s.step);
+  std::copy(token_values.begin(), token_values.end(),
+            s.token_values.end() - static_cast<std::ptrdiff_t>(token_values.size()));
   if (!appended.empty()) s.known = appended.back() + 1;
   EndObserve(s, group);
   return Status::Ok();
@@ -213,8 +283,9 @@ bool PolicyEvictor::MatchLive(SeqState& s, std::span<const TokenId> live, int64_
     return true;
   }
   // Else merge the two increasing lists: listed tokens keep their entries, the others go.
+  const size_t nv = token_signals_.size();
   std::vector<int64_t> written(n, step);
-  std::vector<float> attn_sum(n, 0), state(n * ss, 0);
+  std::vector<float> attn_sum(n, 0), state(n * ss, 0), values(n * nv, 0);
   size_t j = 0;
   for (size_t i = 0; i < n; ++i) {
     const TokenId t = live[i];
@@ -224,6 +295,8 @@ bool PolicyEvictor::MatchLive(SeqState& s, std::span<const TokenId> live, int64_
       attn_sum[i] = s.attn_sum[j];
       std::copy_n(s.state.begin() + static_cast<std::ptrdiff_t>(j * ss), ss,
                   state.begin() + static_cast<std::ptrdiff_t>(i * ss));
+      std::copy_n(s.token_values.begin() + static_cast<std::ptrdiff_t>(j * nv), nv,
+                  values.begin() + static_cast<std::ptrdiff_t>(i * nv));
     } else if (t < s.known) {
       return false;  // Seen before and not live: evicted.
     }
@@ -232,13 +305,15 @@ bool PolicyEvictor::MatchLive(SeqState& s, std::span<const TokenId> live, int64_
   s.written_step = std::move(written);
   s.attn_sum = std::move(attn_sum);
   s.state = std::move(state);
+  s.token_values = std::move(values);
   s.attn.resize(n);  // The caller writes this step's values.
   s.key_norm.resize(n);
   return true;
 }
 
 Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId> live,
-                              std::span<const float> attn, std::span<const float> key_norm) {
+                              std::span<const float> attn, std::span<const float> key_norm,
+                              std::span<const float> token_values) {
   VTOKEN_RETURN_IF_ERROR(GroupError(seq, group));
   auto it = seqs_.find(seq);
   const bool created = it == seqs_.end();
@@ -263,11 +338,22 @@ Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId>
     }
     ok = bad == 0;
   }
+  // The tokens new to the group: the suffix of `live` from the first id not seen before.
+  const size_t unseen =
+      n - static_cast<size_t>(std::lower_bound(live.begin(), live.end(), s.known) - live.begin());
+  if (ok) {
+    if (Status error = TokenValuesError(seq, unseen, token_values); !error.ok()) {
+      if (created) seqs_.erase(it);
+      return error;
+    }
+  }
   if (!ok || !MatchLive(s, live, s.step + 1)) {
     Status error = ObservationError(seq, s, live, attn, key_norm);
     if (created) seqs_.erase(it);
     return error;
   }
+  std::copy(token_values.begin(), token_values.end(),
+            s.token_values.end() - static_cast<std::ptrdiff_t>(token_values.size()));
   const bool first = s.step < 0;
   ++s.step;
   if (n > 0) s.known = std::max(s.known, live.back() + 1);

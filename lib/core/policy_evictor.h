@@ -5,7 +5,8 @@
 //
 // Per sequence and step the caller (the engine, or SyntheticSignalDriver of synthetic_signals.h
 // for `vtoken-cli check`) does:
-//   Observe(seq, live tokens, attn, key_norm)   the first call for a seq is its prefill;
+//   Observe(seq, live tokens, attn, key_norm[, token signals of the new tokens])
+//                                                the first call for a seq is its prefill;
 //   Victims(seq)                                 tokens to evict now (often none);
 //   VirtualKvCache::EvictToken for each victim;
 // and Forget(seq) when the sequence ends. A step is one Observe call of that sequence (ages count
@@ -22,6 +23,11 @@
 // (PolicyContext::group). How many tokens each group keeps is the budget allocation
 // (budget_allocation.h): uniform (every group the budget), pyramid (per layer) or adaptive
 // (shared by a layer's heads).
+//
+// Token signals (token_signal.h): a policy that names some in Policy::token_signals() gets their
+// values for every token, given once per token: each Observe / ObserveAppended carries them for
+// the tokens the group has not seen yet (ids >= UnseenFrom(seq, group), a suffix of the live
+// list), and the evictor keeps them with the token until it is evicted.
 //
 // Victim selection: when eviction is due (the prefill step, then every evict_interval-th decode
 // step) and the sequence holds more live tokens than its budget, the first num_sink and last
@@ -50,6 +56,7 @@
 #include "lib/core/budget_allocation.h"
 #include "lib/core/policy.h"
 #include "lib/core/status.h"
+#include "lib/core/token_signal.h"
 
 namespace vtoken {
 
@@ -89,8 +96,14 @@ int32_t NumGroups(const EvictorOptions& options);
 
 // One line for run headers: the signals `policy` reads and the steps on which the model computes
 // them with `evict_interval` (PolicyEvictor::SignalsWanted), e.g. "reads attn when it evicts:
-// signals on the prefill and every 8th step".
+// signals on the prefill and every 8th step", then its token signals, e.g. "; token signals
+// value_l1_norm once per token".
 std::string SignalSchedule(const Policy& policy, int64_t evict_interval);
+
+// The registered token signals `policy` names (Policy::token_signals()), in its order: NotFound
+// naming the policy and the first unknown name.
+StatusOr<std::vector<const TokenSignalInfo*>> ResolveTokenSignals(const Policy& policy,
+                                                                  std::string_view policy_name);
 
 // InvalidArgument naming the field for impossible options (negative counts, neither or both of
 // budget_tokens and keep_ratio, keep_ratio outside (0, 1], protection above budget_tokens, an
@@ -99,17 +112,23 @@ Status ValidateEvictorOptions(const EvictorOptions& options);
 
 class PolicyEvictor {
  public:
-  // Looks the policy up, resolves its parameters and validates the options: NotFound for an
-  // unknown policy, InvalidArgument for bad parameters or options.
+  // Looks the policy up, resolves its parameters and token signals and validates the options:
+  // NotFound for an unknown policy or token signal, InvalidArgument for bad parameters or options.
   static StatusOr<std::unique_ptr<PolicyEvictor>> Create(std::string_view policy,
                                                          const RawParams& params,
                                                          const EvictorOptions& options);
-  // REQUIRES: ValidateEvictorOptions(options).ok(), policy != nullptr.
+  // REQUIRES: ValidateEvictorOptions(options).ok(), policy != nullptr, and
+  // ResolveTokenSignals(*policy, name).ok().
   PolicyEvictor(std::string name, std::unique_ptr<Policy> policy, const EvictorOptions& options);
 
   const std::string& policy_name() const { return name_; }
   // The signals the policy reads (Policy::signals()): the rest may be passed as zeros.
   uint8_t signals() const { return signals_; }
+  // The token signals the policy reads (ResolveTokenSignals), in its order.
+  std::span<const TokenSignalInfo* const> token_signals() const { return token_signals_; }
+  // The first token id `group` of `seq` has not seen: Observe and ObserveAppended take the token
+  // signals of the tokens from this id on (0 for a sequence never observed).
+  TokenId UnseenFrom(SeqId seq, int32_t group) const;
   // Whether the next Observe of `seq` (every group's) reads its signals: on every step for a
   // policy that accumulates attention or keeps state from signals (ReadsSignalsEveryStep), else
   // only on the steps where an eviction is due (a sequence's first Observe, then every
@@ -122,23 +141,29 @@ class PolicyEvictor {
   // mass each received this step and its key norm; then runs the policy's Observe. Tokens never
   // seen are new (age 0, zero state); a token seen before and missing now was evicted. Empty
   // attn and key_norm for a non-empty `live`: no signals this step (SignalsWanted false).
-  // InvalidArgument for mismatched lengths, missing signals the policy reads this step, ids not
-  // strictly increasing, a non-finite signal, or a token that was evicted and is listed as live
-  // again.
+  // `token_values`: with token signals, their values for the live tokens with ids >=
+  // UnseenFrom(seq, group) before this call, token-major ([new tokens][token_signals().size()]);
+  // else empty. InvalidArgument for mismatched lengths, missing signals the policy reads this
+  // step, ids not strictly increasing, a non-finite signal, or a token that was evicted and is
+  // listed as live again.
   Status Observe(SeqId seq, std::span<const TokenId> live, std::span<const float> attn,
-                 std::span<const float> key_norm) {
-    return Observe(seq, 0, live, attn, key_norm);
+                 std::span<const float> key_norm, std::span<const float> token_values = {}) {
+    return Observe(seq, 0, live, attn, key_norm, token_values);
   }
   // The same for one group of a sequence (0 <= group < NumGroups(options), else InvalidArgument).
   // A failed first Observe of a sequence that Track did not make known leaves it unknown.
   Status Observe(SeqId seq, int32_t group, std::span<const TokenId> live,
-                 std::span<const float> attn, std::span<const float> key_norm);
+                 std::span<const float> attn, std::span<const float> key_norm,
+                 std::span<const float> token_values = {});
   // Records one step of a group in which no signals are read (SignalsWanted false) and whose
   // live tokens are those of its last step plus `appended` (new ids, increasing): the caller
   // evicted nothing but this evictor's victims since. Costs O(appended), where Observe costs
-  // O(live). FailedPrecondition before the group's first Observe; InvalidArgument for a step
-  // whose signals the policy reads, or ids that are not new and increasing.
-  Status ObserveAppended(SeqId seq, int32_t group, std::span<const TokenId> appended);
+  // O(live). `token_values`: the appended tokens' token signals, as Observe takes them.
+  // FailedPrecondition before the group's first Observe; InvalidArgument for a step whose
+  // signals the policy reads, ids that are not new and increasing, or token values of the wrong
+  // length or not finite.
+  Status ObserveAppended(SeqId seq, int32_t group, std::span<const TokenId> appended,
+                         std::span<const float> token_values = {});
   // Returns the tokens to evict now, in increasing order (empty when eviction is not due this
   // step, already ran this step, or the sequence is within budget). The evictor treats them as
   // evicted at once; the caller must evict each from the cache. NotFound for a sequence never
@@ -174,7 +199,8 @@ class PolicyEvictor {
     std::vector<float> attn;
     std::vector<float> attn_sum;
     std::vector<float> key_norm;
-    std::vector<float> state;  // [live.size() * state_size]
+    std::vector<float> state;         // [live.size() * state_size]
+    std::vector<float> token_values;  // [live.size() * token_signals_.size()]
     PolicyRng rng;
   };
 
@@ -192,6 +218,8 @@ class PolicyEvictor {
   void AppendNew(SeqState& s, std::span<const TokenId> ids, int64_t step) const;
   // Runs the policy's Observe on the step just recorded in `s` (a policy with state only).
   void EndObserve(SeqState& s, int32_t group);
+  // InvalidArgument unless `values` holds the token signals of `count` new tokens (finite).
+  Status TokenValuesError(SeqId seq, size_t count, std::span<const float> values) const;
   // InvalidArgument for a group outside [0, num_groups_), else Ok.
   Status GroupError(SeqId seq, int32_t group) const;
   // The InvalidArgument of an observation without the signals the policy reads at `step`.
@@ -217,6 +245,7 @@ class PolicyEvictor {
   std::unique_ptr<Policy> policy_;
   int32_t state_size_;
   uint8_t signals_;  // policy_->signals()
+  std::vector<const TokenSignalInfo*> token_signals_;
   bool every_step_;  // ReadsSignalsEveryStep(signals_, state_size_)
   EvictorOptions options_;
   int32_t num_groups_;

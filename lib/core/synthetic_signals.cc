@@ -40,7 +40,21 @@ std::vector<std::vector<TokenId>> SyntheticSignalDriver::ChooseVictims(const Vir
       key_norm_[i] = heavy || sink ? norm / 2 : norm;
     }
     for (float& a : attn_) a = static_cast<float>(a / total);
-    status_ = evictor_.Observe(seq, g, live[g], attn_, key_norm_);
+    // Token signals of the tokens the group has not seen: in [1, 3) by hash of the token, group
+    // and signal, the same whenever the token is first observed.
+    const size_t nv = evictor_.token_signals().size();
+    const TokenId unseen = evictor_.UnseenFrom(seq, g);
+    token_values_.clear();
+    for (size_t i = 0; nv > 0 && i < live[g].size(); ++i) {
+      if (live[g][i] < unseen) continue;
+      for (size_t j = 0; j < nv; ++j) {
+        const uint64_t h = SplitMix64Finalize(
+            ((static_cast<uint64_t>(seq) << 40) ^ static_cast<uint64_t>(live[g][i])) ^ salt ^
+            (static_cast<uint64_t>(j + 1) << 32));
+        token_values_.push_back(1.0f + static_cast<float>(h % 1000) / 500.0f);
+      }
+    }
+    status_ = evictor_.Observe(seq, g, live[g], attn_, key_norm_, token_values_);
     if (!status_.ok()) return std::vector<std::vector<TokenId>>(static_cast<size_t>(groups));
   }
   StatusOr<std::vector<std::vector<TokenId>>> victims = evictor_.GroupVictims(seq);

@@ -4,8 +4,9 @@
 // Zipf-like and persistent: a stable eighth of the tokens (by hash of seq and token) are heavy
 // hitters with 16x weight, the first token is a sink with 8x, the four newest tokens get 4x,
 // and every weight carries per-step noise; it is normalized to sum 1. Key norms are stable per
-// token in [1, 3), halved for heavy hitters and the sink. With KV groups each group draws its own
-// heavy hitters (by hash of seq, group and token) and noise.
+// token in [1, 3), halved for heavy hitters and the sink; token signals (token_signal.h) are stable
+// per token and signal in [1, 3). With KV groups each group draws its own heavy hitters (by hash
+// of seq, group and token) and noise.
 //
 // It also checks the evictor's contract on every step (victims are live and distinct, an
 // eviction leaves exactly the budget: per group, or per layer under adaptive allocation); the
@@ -43,6 +44,7 @@ class SyntheticSignalDriver final : public EvictionDriver {
   int64_t victims_ = 0;
   std::vector<float> attn_;
   std::vector<float> key_norm_;
+  std::vector<float> token_values_;
 };
 
 }  // namespace vtoken

@@ -98,7 +98,7 @@ std::vector<TokenId> PolicyEvictor::Pick(SeqState& s, const std::vector<float>& 
   // Drop the victims' entries, keeping the others in order: a decode step's few by moving each
   // array's tail, more in one compacting pass.
   constexpr size_t kFewVictims = 4;
-  const size_t ss = static_cast<size_t>(state_size_);
+  const size_t ss = static_cast<size_t>(state_size_), nv = token_signals_.size();
   if (doomed.size() <= kFewVictims) {
     for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
       const auto at = static_cast<std::ptrdiff_t>(*it);
@@ -109,6 +109,8 @@ std::vector<TokenId> PolicyEvictor::Pick(SeqState& s, const std::vector<float>& 
       s.key_norm.erase(s.key_norm.begin() + at);
       s.state.erase(s.state.begin() + at * static_cast<std::ptrdiff_t>(ss),
                     s.state.begin() + (at + 1) * static_cast<std::ptrdiff_t>(ss));
+      s.token_values.erase(s.token_values.begin() + at * static_cast<std::ptrdiff_t>(nv),
+                           s.token_values.begin() + (at + 1) * static_cast<std::ptrdiff_t>(nv));
     }
     return victims;
   }
@@ -127,6 +129,8 @@ std::vector<TokenId> PolicyEvictor::Pick(SeqState& s, const std::vector<float>& 
       s.key_norm[kept] = s.key_norm[i];
       std::copy_n(s.state.begin() + static_cast<std::ptrdiff_t>(i * ss), ss,
                   s.state.begin() + static_cast<std::ptrdiff_t>(kept * ss));
+      std::copy_n(s.token_values.begin() + static_cast<std::ptrdiff_t>(i * nv), nv,
+                  s.token_values.begin() + static_cast<std::ptrdiff_t>(kept * nv));
     }
     ++kept;
   }
@@ -136,6 +140,7 @@ std::vector<TokenId> PolicyEvictor::Pick(SeqState& s, const std::vector<float>& 
   s.attn_sum.resize(kept);
   s.key_norm.resize(kept);
   s.state.resize(kept * ss);
+  s.token_values.resize(kept * nv);
   return victims;
 }
 

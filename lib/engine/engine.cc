@@ -52,7 +52,7 @@ class Engine {
         verifier_(runner, result_),
         seqs_(SequencesOf(requests, runner)),
         scheduler_(o, seqs_, cache_, reclaimer_, runner.copy_engine(), evictor_.get(), groups_),
-        policy_(evictor_.get(), o.policy_threads, cache_, groups_, seqs_),
+        policy_(evictor_.get(), o.policy_threads, runner_, cache_, groups_, seqs_),
         clock_(runner.clock() != nullptr ? *runner.clock() : wall_clock_) {
     reclaimer_.set_force_sync(o.force_sync);
     if (o.verify) reclaimer_.set_observer(&verifier_);
@@ -327,7 +327,16 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
   }
   const int32_t groups = runner.num_kv_groups();
   if (EvictionOn(o)) {  // Unknown policy, bad parameters, impossible budget.
-    VTOKEN_RETURN_IF_ERROR(PolicyEvictor::Create(o.policy, o.policy_params, o.evictor).status());
+    VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<PolicyEvictor> evictor,
+                            PolicyEvictor::Create(o.policy, o.policy_params, o.evictor));
+    if (!evictor->token_signals().empty()) {  // A runner without K/V rows cannot give them.
+      std::vector<float> none;
+      const Status can = runner.TokenSignals({}, TokenSignalFns(evictor->token_signals()), none);
+      if (!can.ok()) {
+        return FailedPreconditionError("policy " + o.policy + " reads token signal " +
+                                       evictor->token_signals()[0]->name + ": " + can.message());
+      }
+    }
     if (NumGroups(o.evictor) != groups) {
       return InvalidArgumentError(
           "the policy's KV groups (" + std::string(GranularityName(o.evictor.granularity)) + ": " +

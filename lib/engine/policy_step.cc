@@ -8,9 +8,11 @@
 
 namespace vtoken::engine {
 
-PolicyStep::PolicyStep(PolicyEvictor* evictor, int32_t threads, const VirtualKvCache& cache,
-                       int32_t groups, const std::vector<SeqState>& seqs)
-    : evictor_(evictor), cache_(cache), groups_(groups), seqs_(seqs) {
+PolicyStep::PolicyStep(PolicyEvictor* evictor, int32_t threads, const model::ModelRunner& runner,
+                       const VirtualKvCache& cache, int32_t groups,
+                       const std::vector<SeqState>& seqs)
+    : evictor_(evictor), runner_(runner), cache_(cache), groups_(groups), seqs_(seqs) {
+  if (evictor_ != nullptr) token_fns_ = TokenSignalFns(evictor_->token_signals());
   const int n =
       threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (evictor_ != nullptr && n > 1) team_ = std::make_unique<TaskTeam>(n);
@@ -21,12 +23,35 @@ bool PolicyStep::InQuestion(const SeqState& s) {
          static_cast<int64_t>(s.tokens.size()) == s.question_end;
 }
 
+StatusOr<std::vector<std::vector<float>>> PolicyStep::TokenValues(SeqId seq,
+                                                                  const model::RunnerInput& in) {
+  std::vector<std::vector<float>> values(static_cast<size_t>(groups_));
+  if (token_fns_.empty()) return values;
+  const size_t n = in.positions.size();
+  std::vector<SlotIndex> slots;
+  for (int32_t g = 0; g < groups_; ++g) {
+    const auto [begin, end] = model::ContextRange(in, g);
+    const TokenId unseen = evictor_->UnseenFrom(seq, g);
+    const auto ctx_first = in.context_positions.begin() + begin;
+    const auto ctx_last = in.context_positions.begin() + end;
+    const auto from_ctx = std::lower_bound(ctx_first, ctx_last, unseen) - ctx_first;
+    const auto from_new =
+        std::lower_bound(in.positions.begin(), in.positions.end(), unseen) - in.positions.begin();
+    slots.assign(in.context_slots.begin() + begin + from_ctx, in.context_slots.begin() + end);
+    const auto new_slots = in.write_slots.begin() + static_cast<std::ptrdiff_t>(g * n);
+    slots.insert(slots.end(), new_slots + from_new, new_slots + static_cast<std::ptrdiff_t>(n));
+    VTOKEN_RETURN_IF_ERROR(runner_.TokenSignals(slots, token_fns_, values[g]));
+  }
+  return values;
+}
+
 Status PolicyStep::Observe(SeqId seq, bool observed, const model::RunnerInput& in,
-                           const model::RunnerOutput& out) {
+                           const model::RunnerOutput& out,
+                           const std::vector<std::vector<float>>& token_values) {
   const bool signals = in.want_signals;
   if (!signals && observed) {
     for (int32_t g = 0; g < groups_; ++g) {
-      VTOKEN_RETURN_IF_ERROR(evictor_->ObserveAppended(seq, g, in.positions));
+      VTOKEN_RETURN_IF_ERROR(evictor_->ObserveAppended(seq, g, in.positions, token_values[g]));
     }
     return Status::Ok();
   }
@@ -37,7 +62,7 @@ Status PolicyStep::Observe(SeqId seq, bool observed, const model::RunnerInput& i
     live.assign(in.context_positions.begin() + begin, in.context_positions.begin() + end);
     live.insert(live.end(), in.positions.begin(), in.positions.end());
     if (!signals) {
-      VTOKEN_RETURN_IF_ERROR(evictor_->Observe(seq, g, live, {}, {}));
+      VTOKEN_RETURN_IF_ERROR(evictor_->Observe(seq, g, live, {}, {}, token_values[g]));
       continue;
     }
     if (offset + live.size() > out.attn.size() || out.attn.size() != out.key_norm.size()) {
@@ -47,7 +72,7 @@ Status PolicyStep::Observe(SeqId seq, bool observed, const model::RunnerInput& i
     }
     VTOKEN_RETURN_IF_ERROR(evictor_->Observe(
         seq, g, live, std::span<const float>(out.attn).subspan(offset, live.size()),
-        std::span<const float>(out.key_norm).subspan(offset, live.size())));
+        std::span<const float>(out.key_norm).subspan(offset, live.size()), token_values[g]));
     offset += live.size();
   }
   if (signals && offset != out.attn.size()) {
@@ -63,11 +88,15 @@ StatusOr<std::vector<std::optional<PolicyStep::GroupVictimLists>>> PolicyStep::R
   std::vector<std::optional<GroupVictimLists>> victims(planned.size());
   if (!evictor_) return victims;
   std::vector<size_t> observed;  // Indices into planned.
+  // Per observed sequence and group, its token signals (the runner's, on this thread).
+  std::vector<std::vector<std::vector<float>>> token_values;
   for (size_t i = 0; i < planned.size(); ++i) {
     const SeqState& s = seqs_[planned[i].index];
     if (s.num_computed + planned[i].n != static_cast<int64_t>(s.tokens.size())) continue;
     observed.push_back(i);
     evictor_->Track(s.seq);  // Known before the calls that may run concurrently.
+    VTOKEN_ASSIGN_OR_RETURN(std::vector<std::vector<float>> values, TokenValues(s.seq, inputs[i]));
+    token_values.push_back(std::move(values));
   }
   std::vector<Status> status(observed.size());
   auto work = [&](int64_t k) {
@@ -77,10 +106,10 @@ StatusOr<std::vector<std::optional<PolicyStep::GroupVictimLists>>> PolicyStep::R
     // A query-agnostic question is observed (every live token, its chunks included) and never
     // evicts: the next eviction comes at a decode step, when the policy's schedule says.
     if (InQuestion(s)) {
-      status[k] = Observe(seq, /*observed=*/false, inputs[i], outputs[i]);
+      status[k] = Observe(seq, /*observed=*/false, inputs[i], outputs[i], token_values[k]);
       return;
     }
-    status[k] = Observe(seq, s.observed, inputs[i], outputs[i]);
+    status[k] = Observe(seq, s.observed, inputs[i], outputs[i], token_values[k]);
     if (!status[k].ok()) return;
     StatusOr<GroupVictimLists> v = evictor_->GroupVictims(seq);
     if (!v.ok()) {

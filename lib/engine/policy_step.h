@@ -4,6 +4,10 @@
 // independent, so a large step runs on a task team (EngineOptions::policy_threads); nothing here
 // touches the cache, and the caller evicts the victims in the step's order, so the results do not
 // depend on the thread count. Not thread-safe (one step at a time).
+//
+// Token signals (lib/core/token_signal.h): for a policy that reads some, the runner computes them
+// (ModelRunner::TokenSignals) for each group's tokens the policy has not seen yet, on this thread
+// before the sequences go to the team, and Observe hands them over with the live tokens.
 #pragma once
 
 #include <cstddef>
@@ -27,10 +31,10 @@ class PolicyStep {
   using GroupVictimLists = std::vector<std::vector<TokenId>>;
 
   // `evictor`: null without a policy (native mode, indirection_only). `threads`: as
-  // EngineOptions::policy_threads (0 = this machine's hardware threads). `cache`, `seqs` and the
-  // evictor must outlive this object.
-  PolicyStep(PolicyEvictor* evictor, int32_t threads, const VirtualKvCache& cache, int32_t groups,
-             const std::vector<SeqState>& seqs);
+  // EngineOptions::policy_threads (0 = this machine's hardware threads). `runner`, `cache`,
+  // `seqs` and the evictor must outlive this object.
+  PolicyStep(PolicyEvictor* evictor, int32_t threads, const model::ModelRunner& runner,
+             const VirtualKvCache& cache, int32_t groups, const std::vector<SeqState>& seqs);
 
   // The policy's work of a step whose forward ran: per planned sequence (REQUIRES: its
   // num_computed not yet advanced), its victims, or nullopt when the policy does not observe it
@@ -54,12 +58,19 @@ class PolicyStep {
   // policy. Group g's live tokens are its context (the input's context_positions range) then the
   // step's new tokens, which is also RunnerOutput's group-major layout of the signals.
   // A step without signals of a sequence the policy has seen (`observed`) lists only its new
-  // tokens: the cache evicted nothing but the policy's victims since.
+  // tokens: the cache evicted nothing but the policy's victims since. `token_values[g]`: group
+  // g's token signals of the tokens it has not seen (TokenValues).
   Status Observe(SeqId seq, bool observed, const model::RunnerInput& in,
-                 const model::RunnerOutput& out);
+                 const model::RunnerOutput& out,
+                 const std::vector<std::vector<float>>& token_values);
+  // Per group, the token signals of the live tokens the policy has not seen yet (the suffix of
+  // context then new tokens from PolicyEvictor::UnseenFrom); empty lists when it reads none.
+  StatusOr<std::vector<std::vector<float>>> TokenValues(SeqId seq, const model::RunnerInput& in);
 
   PolicyEvictor* evictor_;
-  std::unique_ptr<TaskTeam> team_;  // Null with one thread or without a policy.
+  const model::ModelRunner& runner_;
+  std::vector<TokenSignalFn> token_fns_;  // The evictor's token signals' functions.
+  std::unique_ptr<TaskTeam> team_;        // Null with one thread or without a policy.
   const VirtualKvCache& cache_;
   const int32_t groups_;
   const std::vector<SeqState>& seqs_;

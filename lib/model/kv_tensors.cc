@@ -103,6 +103,53 @@ Status KvTensors::ReadSlots(std::span<const int64_t> slots, std::vector<std::byt
   return Status::Ok();
 }
 
+Status KvTensors::TokenSignals(std::span<const int64_t> slots, std::span<const TokenSignalFn> fns,
+                               std::vector<float>& out) const {
+  VTOKEN_RETURN_IF_ERROR(CheckSlots(slots));
+  const size_t n = slots.size(), nf = fns.size(), at = out.size();
+  out.resize(at + n * nf, 0.0f);
+  if (n == 0 || nf == 0) return Status::Ok();
+  torch::NoGradGuard no_grad;
+  const bool in_place = options_.device.is_cpu() && options_.dtype == torch::kFloat32;
+  torch::Tensor index;
+  if (!in_place) {
+    index = torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()),
+                          torch::TensorOptions().dtype(torch::kInt64).device(options_.device));
+  }
+  const int64_t heads = k_[0].size(1), dim = options_.head_dim;
+  const float inv_heads = 1.0f / static_cast<float>(heads);
+  const auto row = static_cast<size_t>(dim);
+  float* sums = out.data() + at;
+  // Layer by layer (one tensor each at token granularity), then head by head: the order of
+  // ReduceTokenSignals' sum, so the bits are its.
+  for (size_t t = 0; t < k_.size(); ++t) {
+    torch::Tensor keys = k_[t], values = v_[t];
+    if (!in_place) {
+      keys = keys.index_select(0, index).to(torch::kCPU, torch::kFloat32).contiguous();
+      values = values.index_select(0, index).to(torch::kCPU, torch::kFloat32).contiguous();
+    }
+    const float* kbase = keys.data_ptr<float>();
+    const float* vbase = values.data_ptr<float>();
+    const auto stride = static_cast<size_t>(keys.stride(0));
+    for (size_t i = 0; i < n; ++i) {
+      const size_t slot = in_place ? static_cast<size_t>(slots[i]) : i;
+      for (size_t j = 0; j < nf; ++j) {
+        float sum = sums[i * nf + j];
+        for (int64_t h = 0; h < heads; ++h) {
+          const size_t off = slot * stride + static_cast<size_t>(h) * row;
+          sum += fns[j](std::span<const float>(kbase + off, row),
+                        std::span<const float>(vbase + off, row)) *
+                 inv_heads;
+        }
+        sums[i * nf + j] = sum;
+      }
+    }
+  }
+  const float layers = static_cast<float>(k_.size());
+  for (size_t i = 0; i < n * nf; ++i) sums[i] /= layers;
+  return Status::Ok();
+}
+
 Status KvTensors::WriteSlots(std::span<const int64_t> slots, std::span<const std::byte> bytes) {
   VTOKEN_RETURN_IF_ERROR(CheckSlots(slots));
   const int64_t expected = static_cast<int64_t>(slots.size()) * bytes_per_slot();

@@ -90,6 +90,10 @@ class LlamaRunner final : public ModelRunner {
   Status WriteKv(std::span<const SlotIndex> slots, std::span<const std::byte> bytes) override {
     return kv_.WriteSlots(slots, bytes);
   }
+  Status TokenSignals(std::span<const SlotIndex> slots, std::span<const TokenSignalFn> fns,
+                      std::vector<float>& out) const override {
+    return kv_.TokenSignals(slots, fns, out);
+  }
   void ForgetRequest(int64_t request) override { samplers_.erase(request); }
 
   const LlamaModel& model() const { return model_; }

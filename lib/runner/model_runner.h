@@ -20,6 +20,7 @@
 #include "lib/core/copy_engine.h"
 #include "lib/core/policy.h"
 #include "lib/core/status.h"
+#include "lib/core/token_signal.h"
 #include "lib/core/types.h"
 
 namespace vtoken::model {
@@ -166,6 +167,17 @@ class ModelRunner {
     (void)slots, (void)bytes;
     return FailedPreconditionError("this runner cannot write KV rows");
   }
+  // Token signals (lib/core/token_signal.h) of the tokens at group slots `slots`: per slot, one
+  // value per function of `fns`, reduced over the KV rows the slot holds as ReduceTokenSignals
+  // does, appended to `out` slot-major. Read from the cached rows (converted to fp32), so every
+  // backend and KV dtype gives the signal of the rows attention reads. InvalidArgument for a slot
+  // out of range; FailedPrecondition from a runner that holds no K/V rows (the simulator's): a
+  // policy reading token signals cannot run on it.
+  virtual Status TokenSignals(std::span<const SlotIndex> slots, std::span<const TokenSignalFn> fns,
+                              std::vector<float>& out) const {
+    (void)slots, (void)fns, (void)out;
+    return FailedPreconditionError("this runner holds no K/V rows to compute token signals from");
+  }
   // Drops per-request state (sampler streams).
   virtual void ForgetRequest(int64_t request) = 0;
   // The run's clock; nullptr: the wall clock.
@@ -198,6 +210,10 @@ class ForwardingRunner : public ModelRunner {
   }
   Status WriteKv(std::span<const SlotIndex> slots, std::span<const std::byte> bytes) override {
     return inner_.WriteKv(slots, bytes);
+  }
+  Status TokenSignals(std::span<const SlotIndex> slots, std::span<const TokenSignalFn> fns,
+                      std::vector<float>& out) const override {
+    return inner_.TokenSignals(slots, fns, out);
   }
   void ForgetRequest(int64_t request) override { inner_.ForgetRequest(request); }
   RunClock* clock() override { return inner_.clock(); }

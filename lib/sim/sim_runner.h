@@ -78,6 +78,13 @@ class SimRunner final : public model::ModelRunner {
       const std::vector<model::RunnerInput>& inputs) override;
   CopyEngine& copy_engine() override;
   uint64_t TokenKvHash(SlotIndex slot) override;
+  // The simulator models attn, attn_sum and key_norm (its signal sources), not token signals:
+  // a policy that reads one is refused before the run starts.
+  Status TokenSignals(std::span<const SlotIndex>, std::span<const TokenSignalFn>,
+                      std::vector<float>&) const override {
+    return FailedPreconditionError(
+        "the simulator models attn, attn_sum and key_norm only, not token signals");
+  }
   void ForgetRequest(int64_t) override {}
   model::RunClock* clock() override;
 

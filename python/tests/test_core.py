@@ -133,6 +133,34 @@ def test_policy_score():
         tova.score({"attn": [0.1, 0.2], "age": [1, 2, 3]}, budget=1)
 
 
+def test_token_signals_are_the_registry_and_reach_policies_by_name():
+    names = [s["name"] for s in vtoken.token_signals()]
+    assert names == sorted(names) and "value_norm" in names and "value_l1_norm" in names
+    cli = os.environ.get("VTOKEN_CLI")
+    if cli and os.path.exists(cli):
+        out = subprocess.run([cli, "policies", "--token-signals"], check=True,
+                             capture_output=True, text=True).stdout
+        assert names == [line.split()[0] for line in out.splitlines()[1:] if line.strip()]
+    assert all(s["doc"] and s["source_file"].endswith(s["name"] + ".cc")
+               for s in vtoken.token_signals())
+    vatp = vtoken.Policy("vatp", recent_ratio=0.0)
+    assert vatp.token_signals == ["value_l1_norm"]
+    assert vtoken.Policy("h2o").token_signals == []
+    attn_sum = np.array([0.75, 0.4, 0.3, 0.35, 0.2], dtype=np.float32)
+    vnorm = np.array([0.1, 1.0, 4.0, 1.0, 1.0], dtype=np.float32)
+    scores = vatp.score({"attn_sum": attn_sum, "value_l1_norm": vnorm}, budget=4)
+    assert list(scores) == list(attn_sum * vnorm)
+    # The evictor takes them once per token: for the ids from unseen_from(seq) on.
+    e = vtoken.Evictor("vatp", budget_tokens=4, recent_ratio=0.0)
+    assert e.token_signals == ["value_l1_norm"] and e.unseen_from(1) == 0
+    e.observe(1, np.arange(5), attn_sum / attn_sum.sum(), np.ones(5, np.float32),
+              token_values=vnorm)
+    assert e.unseen_from(1) == 5
+    assert list(e.victims(1)) == [0]
+    with pytest.raises(vtoken.InvalidArgumentError, match="value_l1_norm"):
+        e.observe(1, np.arange(1, 7), np.full(6, 1 / 6, np.float32), np.ones(6, np.float32))
+
+
 def test_policy_observe_returns_state():
     pandas = pytest.importorskip("pandas")
     decayed = vtoken.Policy("decayed_attention", decay=0.5)

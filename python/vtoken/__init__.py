@@ -34,6 +34,7 @@ from vtoken._core import (  # noqa: F401
     VtokenError,
     policies,
     run_check,
+    token_signals,
 )
 from vtoken.results import ResultDb, load, rouge_l_f1  # noqa: F401
 

@@ -143,17 +143,18 @@ py::dict FragStatsDict(const FragStats& s) {
 }
 
 // One sequence's signals for Policy.score / observe: a mapping (dict, pandas DataFrame) with any
-// of position, age, attn, attn_sum, key_norm (1-D, one entry per live token, logical order) and
-// state ((n, state_size), dicts only; or the `state` argument). Missing: position = 0..n-1, the
-// others 0.
+// of position, age, attn, attn_sum, key_norm and the policy's token signals by name (1-D, one
+// entry per live token, logical order) and state ((n, state_size), dicts only; or the `state`
+// argument). Missing: position = 0..n-1, the others 0.
 struct Signals {
   std::vector<TokenId> position;
   std::vector<int64_t> age;
-  std::vector<float> attn, attn_sum, key_norm, state;
+  std::vector<float> attn, attn_sum, key_norm, state, token_values;
   int32_t state_size = 0;
   std::vector<TokenView> views;
 
-  Signals(const py::object& signals, const py::object& state_arg, int32_t ssize)
+  Signals(const py::object& signals, const py::object& state_arg, int32_t ssize,
+          const std::vector<std::string>& token_signals)
       : state_size(ssize) {
     static const char* kNames[] = {"position", "age", "attn", "attn_sum", "key_norm"};
     py::ssize_t n = -1;
@@ -199,15 +200,24 @@ struct Signals {
       }
       std::copy(a.data(), a.data() + a.size(), state.begin());
     }
+    const size_t nv = token_signals.size();
+    token_values.assign(size * nv, 0);
+    for (size_t j = 0; j < nv; ++j) {
+      py::object col = column(token_signals[j].c_str());
+      if (col.is_none()) continue;
+      F32Array a = F32Array::ensure(col);
+      for (size_t i = 0; i < size; ++i) token_values[i * nv + j] = a.data()[i];
+    }
     views.resize(size);
     for (size_t i = 0; i < size; ++i) {
       views[i] = TokenView{
-          position[i],
-          age[i],
-          attn[i],
-          attn_sum[i],
-          key_norm[i],
-          std::span<float>(state.data() + i * state_size, static_cast<size_t>(state_size))};
+          .position = position[i],
+          .age = age[i],
+          .attn = attn[i],
+          .attn_sum = attn_sum[i],
+          .key_norm = key_norm[i],
+          .state = std::span<float>(state.data() + i * state_size, static_cast<size_t>(state_size)),
+          .token_signals = std::span<const float>(token_values.data() + i * nv, nv)};
     }
   }
 
@@ -225,7 +235,7 @@ struct PyPolicy {
   py::array_t<float> Score(const py::object& signals, int64_t budget, int64_t step, uint64_t seed,
                            const py::object& state) const {
     if (budget < 1) ThrowInvalid("budget must be >= 1");
-    Signals s(signals, state, policy->state_size());
+    Signals s(signals, state, policy->state_size(), policy->token_signals());
     std::vector<float> scores(s.views.size(), 0.0f);
     PolicyRng rng(seed);
     PolicyContext ctx{.step = step, .budget = budget, .rng = rng};
@@ -236,7 +246,7 @@ struct PyPolicy {
   py::array_t<float> Observe(const py::object& signals, int64_t budget, int64_t step, uint64_t seed,
                              const py::object& state) const {
     if (budget < 1) ThrowInvalid("budget must be >= 1");
-    Signals s(signals, state, policy->state_size());
+    Signals s(signals, state, policy->state_size(), policy->token_signals());
     PolicyRng rng(seed);
     PolicyContext ctx{.step = step, .budget = budget, .rng = rng};
     policy->Observe(s.views, ctx);
@@ -522,6 +532,20 @@ void BindPolicies(py::module_& m) {
 
   m.def("policies", &RegisteredPolicies, py::return_value_policy::reference,
         "Every registered policy, sorted by name.");
+  m.def(
+      "token_signals",
+      [] {
+        py::list out;
+        for (const TokenSignalInfo* info : RegisteredTokenSignals()) {
+          py::dict d;
+          d["name"] = info->name;
+          d["doc"] = info->doc;
+          d["source_file"] = info->source_file;
+          out.append(d);
+        }
+        return out;
+      },
+      "Every registered token signal (signals/*.cc): name, doc, source_file, sorted by name.");
 
   py::class_<PyPolicy>(m, "Policy", "A registered policy built with its parameters.")
       .def(py::init([](const std::string& name, const py::kwargs& params) {
@@ -531,6 +555,9 @@ void BindPolicies(py::module_& m) {
            py::arg("name"))
       .def_readonly("name", &PyPolicy::name)
       .def_property_readonly("state_size", [](const PyPolicy& p) { return p.policy->state_size(); })
+      .def_property_readonly(
+          "token_signals", [](const PyPolicy& p) { return p.policy->token_signals(); },
+          "The token signals it reads (names; columns of the same names in `signals`).")
       .def("score", &PyPolicy::Score, py::arg("signals"), py::arg("budget"), py::kw_only(),
            py::arg("step") = 0, py::arg("seed") = 0, py::arg("state") = py::none(),
            "Scores one sequence's live tokens (higher = keep); float32 array.")
@@ -558,12 +585,32 @@ void BindPolicies(py::module_& m) {
       .def(
           "observe",
           [](PolicyEvictor& e, SeqId seq, const I64Array& live, const F32Array& attn,
-             const F32Array& key_norm) {
+             const F32Array& key_norm, const py::object& token_values) {
+            std::vector<float> values;
+            if (!token_values.is_none()) {
+              const F32Array v = F32Array::ensure(token_values);
+              if (!v) ThrowInvalid("token_values must be a float array");
+              values.assign(v.data(), v.data() + v.size());
+            }
             Check(e.Observe(seq, std::span<const TokenId>(live.data(), live.size()),
                             std::span<const float>(attn.data(), attn.size()),
-                            std::span<const float>(key_norm.data(), key_norm.size())));
+                            std::span<const float>(key_norm.data(), key_norm.size()), values));
           },
-          py::arg("seq"), py::arg("live_tokens"), py::arg("attn"), py::arg("key_norm"))
+          py::arg("seq"), py::arg("live_tokens"), py::arg("attn"), py::arg("key_norm"),
+          py::arg("token_values") = py::none(),
+          "token_values: the token signals of the tokens with ids >= unseen_from(seq), "
+          "(new tokens, len(token_signals)) float32; None when the policy reads none.")
+      .def_property_readonly("token_signals",
+                             [](const PolicyEvictor& e) {
+                               std::vector<std::string> names;
+                               for (const TokenSignalInfo* i : e.token_signals()) {
+                                 names.push_back(i->name);
+                               }
+                               return names;
+                             })
+      .def(
+          "unseen_from", [](const PolicyEvictor& e, SeqId seq) { return e.UnseenFrom(seq, 0); },
+          py::arg("seq"), "The first token id seq's observe takes token signals for.")
       .def("signals_wanted", &PolicyEvictor::SignalsWanted, py::arg("seq"),
            "Whether the next observe of seq reads its signals (else pass empty attn, key_norm).")
       .def("victims", [](PolicyEvictor& e, SeqId seq) { return ToArray(Value(e.Victims(seq))); })

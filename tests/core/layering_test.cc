@@ -86,7 +86,8 @@ TEST(LayeringTest, RunnerInterfaceIncludesOnlyStdAndCore) {
 TEST(LayeringTest, FrameworkHeadersStayInTheirLayers) {
   const std::vector<std::string> torch = {"torch/", "ATen/", "c10/"};
   const std::vector<std::string> cuda = {"cuda", "cub/", "thrust/"};
-  for (const char* dir : {"lib/core", "lib/runner", "lib/engine", "policies", "lib/model/io"}) {
+  for (const char* dir :
+       {"lib/core", "lib/runner", "lib/engine", "policies", "signals", "lib/model/io"}) {
     for (const auto& [file, header] : Includes(SourceDir() / dir)) {
       EXPECT_FALSE(Forbidden(header, torch)) << file << " includes " << header;
       EXPECT_FALSE(Forbidden(header, cuda)) << file << " includes " << header;
@@ -148,7 +149,7 @@ TEST(LayeringTest, SourcesIncludeTheCHeadersTheyUse) {
                              R"(strtod|atoi|malloc|free)\b)")},
   };
   std::map<fs::path, SourceFile> files;
-  for (const char* dir : {"lib", "apps", "bench", "tests", "policies", "python"}) {
+  for (const char* dir : {"lib", "apps", "bench", "tests", "policies", "signals", "python"}) {
     if (!fs::exists(SourceDir() / dir)) continue;
     for (const fs::path& file : SourceFiles(SourceDir() / dir)) {
       files[file.lexically_normal()] = ReadSource(file);

@@ -61,6 +61,33 @@ TEST(H2OTest, RanksByAccumulatedAttention) {
   EXPECT_EQ(victims, (std::vector<TokenId>{2}));
 }
 
+// VATP weighs H2O's accumulated attention by the value's L1 norm (the token signal
+// value_l1_norm, given once per token when it is first observed).
+TEST(VatpTest, WeighsAccumulatedAttentionByTheValueNorm) {
+  std::unique_ptr<PolicyEvictor> e = Make("vatp", {.budget_tokens = 4}, {{"recent_ratio", 0.0}});
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->token_signals().size(), 1u);
+  EXPECT_EQ(e->token_signals()[0]->name, "value_l1_norm");
+  // Step 0: tokens 0..3 (no eviction, 4 live). Token 0 draws most attention but its value is
+  // tiny; token 2's value is large.
+  const std::vector<float> norms0 = {0.1f, 1.0f, 4.0f, 1.0f}, attn0 = {0.7f, 0.1f, 0.1f, 0.1f};
+  const std::vector<float> ones(5, 1.0f), attn1 = {0.05f, 0.3f, 0.2f, 0.25f, 0.2f};
+  ASSERT_TRUE(e->Observe(1, Range(0, 4), attn0, std::span(ones).first(4), norms0).ok());
+  ASSERT_TRUE(e->Victims(1)->empty());
+  // Step 1: token 4 arrives with its value norm alone (the others' were given at step 0).
+  // attn_sum: 0.75, 0.4, 0.3, 0.35, 0.2; times the norms: 0.075, 0.4, 1.2, 0.35, 0.2.
+  const std::vector<float> norm4 = {1.0f};
+  ASSERT_TRUE(e->Observe(1, Range(0, 5), attn1, ones, norm4).ok());
+  EXPECT_EQ(*e->Victims(1), (std::vector<TokenId>{0}));  // H2O would drop token 4.
+  // Token signals are given for new tokens only: values for old ones are refused.
+  const std::vector<float> too_many = {1.0f, 1.0f};
+  const Status wrong = e->Observe(1, Range(1, 6), attn1, ones, too_many);
+  EXPECT_EQ(wrong.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.message().find("value_l1_norm): 1 values expected for 1 new tokens, got 2"),
+            std::string::npos)
+      << wrong.ToString();
+}
+
 TEST(TovaTest, KeepsTheTopAttentionOfTheLastStep) {
   std::vector<TokenId> victims;
   TwoSteps(*Make("tova", {.budget_tokens = 4}), &victims);

@@ -136,6 +136,7 @@ VTOKEN_REGISTER_POLICY(StatefulObserveCounter, "test_observe_stateful",
 
 using testing_util::Make;
 using testing_util::Range;
+using testing_util::UnseenTokenValues;
 
 std::vector<float> Uniform(size_t n) { return std::vector<float>(n, 1.0f / static_cast<float>(n)); }
 
@@ -234,7 +235,7 @@ TEST(PolicyEvictorTest, BudgetIsMetExactlyAndProtectedTokensSurviveForEveryPolic
           norm[i] = 0.5f + static_cast<float>(rng() % 100) / 40;
         }
         for (float& a : attn) a /= total;
-        ASSERT_TRUE(e->Observe(7, live, attn, norm).ok());
+        ASSERT_TRUE(e->Observe(7, live, attn, norm, UnseenTokenValues(*e, 7, 0, live)).ok());
         StatusOr<std::vector<TokenId>> victims = e->Victims(7);
         ASSERT_TRUE(victims.ok());
         const auto n = static_cast<int64_t>(live.size());

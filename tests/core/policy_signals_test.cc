@@ -16,9 +16,13 @@
 #include "lib/core/policy.h"
 #include "lib/core/policy_evictor.h"
 #include "lib/core/policy_registry.h"
+#include "tests/core/policy_test_util.h"
 
 namespace vtoken {
 namespace {
+
+using testing_util::TokenValueFor;
+using testing_util::UnseenTokenValues;
 
 TEST(PolicySignalsTest, EveryPolicyScoresTheSameWithOnlyTheSignalsItDeclares) {
   const uint64_t seed = std::random_device{}();
@@ -38,6 +42,12 @@ TEST(PolicySignalsTest, EveryPolicyScoresTheSameWithOnlyTheSignalsItDeclares) {
     // the declared ones.
     std::vector<float> full_state(kTokens * state_size, 0.0f), declared_state(full_state);
     std::vector<float> attn_sum(kTokens, 0.0f);
+    // The token signals it names, fixed per token (the same in both copies: it reads them all).
+    const size_t nv = p.token_signals().size();
+    std::vector<float> token_values(kTokens * nv);
+    for (size_t i = 0; i < kTokens; ++i) {
+      for (size_t j = 0; j < nv; ++j) token_values[i * nv + j] = TokenValueFor(i, j);
+    }
     PolicyRng full_rng(seed), declared_rng(seed);
     for (int64_t step = 0; step < 12; ++step) {
       std::vector<TokenView> full(kTokens), only(kTokens);
@@ -50,7 +60,8 @@ TEST(PolicySignalsTest, EveryPolicyScoresTheSameWithOnlyTheSignalsItDeclares) {
                    .attn = attn,
                    .attn_sum = attn_sum[i],
                    .key_norm = norm,
-                   .state = std::span<float>(full_state).subspan(i * state_size, state_size)};
+                   .state = std::span<float>(full_state).subspan(i * state_size, state_size),
+                   .token_signals = std::span<const float>(token_values).subspan(i * nv, nv)};
         only[i] = full[i];
         if (!(declared & kAttnSignal)) only[i].attn = 0;
         if (!(declared & kAttnSumSignal)) only[i].attn_sum = 0;
@@ -129,11 +140,15 @@ void ExpectLazySignalsPickTheSameVictims(const std::string& name, const EvictorO
       for (float& a : attn) total += a = uniform(rng);
       for (float& a : attn) a /= total;
       for (float& k : norm) k = 1 + 3 * uniform(rng);
-      ASSERT_TRUE((*eager)->Observe(1, g, live[g], attn, norm).ok());
+      ASSERT_TRUE(
+          (*eager)
+              ->Observe(1, g, live[g], attn, norm, UnseenTokenValues(**eager, 1, g, live[g]))
+              .ok());
       const std::vector<TokenId> appended = {live[g].back()};
-      const Status s = want            ? (*lazy)->Observe(1, g, live[g], attn, norm)
-                       : step % 2 == 0 ? (*lazy)->Observe(1, g, live[g], {}, {})
-                                       : (*lazy)->ObserveAppended(1, g, appended);
+      const std::vector<float> values = UnseenTokenValues(**lazy, 1, g, live[g]);
+      const Status s = want            ? (*lazy)->Observe(1, g, live[g], attn, norm, values)
+                       : step % 2 == 0 ? (*lazy)->Observe(1, g, live[g], {}, {}, values)
+                                       : (*lazy)->ObserveAppended(1, g, appended, values);
       ASSERT_TRUE(s.ok()) << s.ToString();
     }
     auto ve = (*eager)->GroupVictims(1);
@@ -247,7 +262,13 @@ TEST(PolicySignalsTest, SignalScheduleSaysWhenTheModelComputesSignals) {
     ASSERT_TRUE(policy.ok());
     const Policy& p = **policy;
     const std::string every = SignalSchedule(p, 1), eighth = SignalSchedule(p, 8);
-    if (p.signals() == 0) {
+    for (const std::string& name : p.token_signals()) {
+      EXPECT_NE(every.find(name), std::string::npos) << every;
+      EXPECT_NE(every.find(" once per token"), std::string::npos) << every;
+    }
+    if (p.signals() == 0 && !p.token_signals().empty()) {
+      EXPECT_EQ(every.rfind("reads no attention signals; token signals ", 0), 0u) << every;
+    } else if (p.signals() == 0) {
       EXPECT_EQ(every, "reads no signals: the model computes none");
       EXPECT_EQ(eighth, every);
     } else if (ReadsSignalsEveryStep(p.signals(), p.state_size())) {

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <numeric>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,25 @@ inline std::unique_ptr<PolicyEvictor> Make(const std::string& policy, const Evic
   StatusOr<std::unique_ptr<PolicyEvictor>> e = PolicyEvictor::Create(policy, params, options);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? std::move(e).value() : nullptr;
+}
+
+// A token signal's stand-in value for token `id` and signal `j`: in [0.5, 5.3), fixed per token
+// (token signals never change once a token is written).
+inline float TokenValueFor(TokenId id, size_t j) {
+  return 0.5f + static_cast<float>((static_cast<uint64_t>(id) * 7919 + j * 104729) % 97) / 20.0f;
+}
+
+// The token signals `e` takes with an observation of `live` for group `group` of `seq`: those of
+// the tokens it has not seen (ids >= UnseenFrom), token-major, by TokenValueFor.
+inline std::vector<float> UnseenTokenValues(const PolicyEvictor& e, SeqId seq, int32_t group,
+                                            std::span<const TokenId> live) {
+  std::vector<float> values;
+  const TokenId unseen = e.UnseenFrom(seq, group);
+  for (const TokenId id : live) {
+    if (id < unseen) continue;
+    for (size_t j = 0; j < e.token_signals().size(); ++j) values.push_back(TokenValueFor(id, j));
+  }
+  return values;
 }
 
 // Token ids begin, begin + 1, ..., end - 1.

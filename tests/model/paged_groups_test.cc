@@ -399,6 +399,62 @@ TEST(KvTensorsGroupsTest, LayoutCopyAndHashPerGranularity) {
   }
 }
 
+// Token signals read from the store (ModelRunner::TokenSignals): per slot, the bits of
+// ReduceTokenSignals over the rows that slot holds (every layer's at token granularity, one
+// layer's KV heads at layer, one row at head), in fp32 and, as rounded rows, in bf16.
+TEST(KvTensorsGroupsTest, TokenSignalsReduceTheRowsEachSlotHolds) {
+  const int64_t L = 3, KV = 2, hd = 8, tokens = 6;
+  std::vector<TokenSignalFn> fns;
+  for (const char* name : {"value_norm", "value_l1_norm"}) {
+    StatusOr<const TokenSignalInfo*> info = FindTokenSignal(name);
+    ASSERT_TRUE(info.ok()) << name;
+    fns.push_back((*info)->fn);
+  }
+  for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (Granularity gran : kAll) {
+      SCOPED_TRACE(std::string(GranularityName(gran)) +
+                   (dtype == torch::kFloat32 ? " fp32" : " bf16"));
+      const int64_t groups = NumKvGroups(gran, L, KV);
+      auto kv = KvTensors::Create({.num_layers = L,
+                                   .num_slots = tokens * groups,
+                                   .num_kv_heads = KV,
+                                   .head_dim = hd,
+                                   .dtype = dtype,
+                                   .granularity = gran});
+      ASSERT_TRUE(kv.ok());
+      torch::manual_seed(5);
+      for (size_t i = 0; i < kv->k_tensors().size(); ++i) {
+        kv->k_tensors()[i].normal_();
+        kv->v_tensors()[i].normal_();
+      }
+      const std::vector<SlotIndex> slots = {4, 0, kv->num_slots() - 1, 4};
+      std::vector<float> out = {-7.0f};  // Appended after what is there.
+      ASSERT_TRUE(kv->TokenSignals(slots, fns, out).ok());
+      ASSERT_EQ(out.size(), 1 + slots.size() * fns.size());
+      EXPECT_EQ(out[0], -7.0f);
+      const int64_t layers = static_cast<int64_t>(kv->k_tensors().size());
+      const int64_t heads = kv->rows_per_slot() / layers;
+      for (size_t i = 0; i < slots.size(); ++i) {
+        std::vector<float> keys, values;
+        for (int64_t l = 0; l < layers; ++l) {
+          for (const auto& [t, dst] :
+               {std::pair{kv->k_tensors()[l], &keys}, std::pair{kv->v_tensors()[l], &values}}) {
+            const torch::Tensor row = t[slots[i]].to(torch::kFloat32).contiguous();
+            dst->insert(dst->end(), row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
+          }
+        }
+        float expected[2];
+        ReduceTokenSignals(fns, keys.data(), values.data(), layers, heads, hd, expected);
+        EXPECT_EQ(out[1 + 2 * i], expected[0]) << "slot " << slots[i];
+        EXPECT_EQ(out[2 + 2 * i], expected[1]) << "slot " << slots[i];
+        EXPECT_GT(expected[0], 0.0f);
+      }
+      const std::vector<SlotIndex> outside = {kv->num_slots()};
+      EXPECT_EQ(kv->TokenSignals(outside, fns, out).code(), StatusCode::kInvalidArgument);
+    }
+  }
+}
+
 TEST(KvTensorsGroupsTest, RunnerReportsGroupsAndKeepsBytesPerToken) {
   for (Granularity gran : kAll) {
     auto m = LlamaModel::RandomInit(Config(4, 2, 8), 1);

@@ -175,3 +175,60 @@ TEST(TorchRuntimeTest, NaiveAndVtokenSampleIdenticalTokens) {
 
 }  // namespace
 }  // namespace vtoken::model
+
+namespace vtoken::model {
+namespace {
+
+// Counts the token signals the engine asks the runner for (ModelRunner::TokenSignals).
+class CountingRunner final : public ForwardingRunner {
+ public:
+  using ForwardingRunner::ForwardingRunner;
+  Status TokenSignals(std::span<const SlotIndex> slots, std::span<const TokenSignalFn> fns,
+                      std::vector<float>& out) const override {
+    slots_ += static_cast<int64_t>(slots.size());
+    return inner_.TokenSignals(slots, fns, out);
+  }
+  mutable int64_t slots_ = 0;
+};
+
+// A policy reading a token signal (vatp: attn_sum x value_l1_norm) on real tensors: every token's
+// value is asked for once (prompt and generated tokens but the last, which is never observed),
+// with a whole or a chunked prefill; naive and vtoken (which relocates the rows the values were
+// read from) give the same tokens.
+TEST(TorchRuntimeTest, TokenSignalsAreReadOncePerTokenAndFollowRelocations) {
+  const std::vector<engine::Request> requests = Requests(4, 150, 12);
+  std::vector<std::vector<int32_t>> first;
+  for (const auto& [mode, chunk] :
+       {std::pair{Mode::kNaive, int64_t{200}}, std::pair{Mode::kNaive, int64_t{48}},
+        std::pair{Mode::kVtoken, int64_t{48}}}) {
+    SCOPED_TRACE(std::string(ModeName(mode)) + " chunk " + std::to_string(chunk));
+    engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, chunk);
+    o.policy = "vatp";
+    StatusOr<LlamaModel> m = LlamaModel::RandomInit(SmallConfig(), 3);
+    ASSERT_TRUE(m.ok());
+    StatusOr<std::unique_ptr<LlamaRunner>> runner =
+        LlamaRunner::Create(*std::move(m), {.num_slots = 160 * 16});
+    ASSERT_TRUE(runner.ok());
+    CountingRunner counting(**runner);
+    StatusOr<engine::EngineResult> r = engine::RunEngine(o, counting, requests);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_GT(r->evictions, 0);
+    EXPECT_EQ(r->violations, 0);
+    int64_t tokens = 0;
+    std::vector<std::vector<int32_t>> outputs;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const auto& out = r->requests[i].output_tokens;
+      ASSERT_FALSE(out.empty());
+      // BOS, the prompt, and every output token but the last.
+      tokens += 1 + static_cast<int64_t>(requests[i].prompt_tokens.size() + out.size()) - 1;
+      outputs.push_back(out);
+    }
+    EXPECT_EQ(counting.slots_, tokens);
+    if (chunk != 48) continue;  // Other chunk shapes may round differently.
+    if (first.empty()) first = outputs;
+    EXPECT_EQ(outputs, first);
+  }
+}
+
+}  // namespace
+}  // namespace vtoken::model
