@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "apps/vtoken-cli/commands/command.h"
+#include "lib/pypolicy/python_policy.h"
 
 int main(int argc, char** argv) {
   // glibc returning large buffers to the OS after every torch op causes page-fault storms on
@@ -21,8 +23,35 @@ int main(int argc, char** argv) {
     execv("/proc/self/exe", argv);  // Only returns on failure; then run with the default policy.
   }
 
+  // Python policies (lib/pypolicy/python_policy.h) join the registry before any command reads
+  // it: VTOKEN_PYTHON_POLICIES, then each --python-policy FILE.py:CLASS before the command.
+  if (vtoken::Status env = vtoken::RegisterPythonPoliciesFromEnvironment(); !env.ok()) {
+    std::fprintf(stderr, "vtoken-cli: error: %s\n", env.message().c_str());
+    return 2;
+  }
+  std::vector<std::string> python_policies;
+  for (int i = 1; i < argc && argv[i][0] == '-'; ++i) {
+    const std::string arg = argv[i];
+    std::string spec;
+    if (arg == "--python-policy" && i + 1 < argc) {
+      spec = argv[++i];
+    } else if (arg.rfind("--python-policy=", 0) == 0) {
+      spec = arg.substr(std::string("--python-policy=").size());
+    } else {
+      continue;
+    }
+    vtoken::StatusOr<std::string> name = vtoken::RegisterPythonPolicy(spec);
+    if (!name.ok()) {
+      std::fprintf(stderr, "vtoken-cli: error: %s\n", name.status().message().c_str());
+      return 2;
+    }
+  }
+
   CLI::App app{"vtoken-cli: token-level KV-cache virtualization workbench"};
   app.require_subcommand(1);
+  app.add_option("--python-policy", python_policies,
+                 "Register the policy class CLASS of FILE.py (before the command; repeatable; "
+                 "also VTOKEN_PYTHON_POLICIES=SPEC,SPEC): docs/WRITING_A_POLICY.md");
   for (const auto& entry : vtoken::cli::Commands()) entry.setup(app);
   // CLI11 would take an empty --db as "not given" (the default database) or SQLite as a
   // temporary one; an unknown first word as "A subcommand is required".

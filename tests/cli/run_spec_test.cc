@@ -4,6 +4,7 @@
 #include "apps/vtoken-cli/run/run_spec.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -79,11 +80,9 @@ TEST(MakeRunSpecTest, RefusesASplitPastTheBlockIndexRangeAndALayerRunWithoutASha
 class ExperimentSpecTest : public ::testing::Test {
  protected:
   StatusOr<ExperimentConfig> Load(const std::string& toml) {
-    const std::string path =
-        (std::filesystem::temp_directory_path() /
-         ("run_spec_test_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
-          ".toml"))
-            .string();
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("run_spec_test_" + std::to_string(getpid()) + ".toml"))
+                                 .string();
     std::ofstream(path) << toml;
     StatusOr<ExperimentConfig> c = LoadExperimentConfig(path, {});
     std::remove(path.c_str());

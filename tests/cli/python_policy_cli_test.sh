@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Python policies inside the engine (lib/pypolicy/python_policy.h): python/policies/py_h2o.py
+# runs on vt-tiny through --python-policy and through VTOKEN_PYTHON_POLICIES, and its naive and
+# vtoken runs generate exactly what the C++ h2o's do; `policies` lists it; a bad spec is one
+# error line, a non-zero exit and no database. Prints both runs' wall times (the Python cost).
+# Usage: python_policy_cli_test.sh VTOKEN_CLI SOURCE_DIR
+source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
+
+bash scripts/make-corpus.sh build/corpus >/dev/null || { echo "FAIL: corpus"; exit 1; }
+spec=python/policies/py_h2o.py:PyH2O
+common=(--set workload.num_requests=12 --set 'modes=["naive","vtoken"]')
+
+start=$(date +%s.%N)
+"$CLI" run experiments/quickstart.toml "${common[@]}" --db "$TMP/cpp.db" >/dev/null \
+  2>"$TMP/cpp.err" || fail "h2o run exited $?: $(tail -2 "$TMP/cpp.err")"
+mid=$(date +%s.%N)
+"$CLI" --python-policy "$spec" run experiments/quickstart.toml "${common[@]}" \
+  --set policy.name=py_h2o --db "$TMP/py.db" >/dev/null 2>"$TMP/py.err" \
+  || fail "py_h2o run exited $?: $(tail -2 "$TMP/py.err")"
+end=$(date +%s.%N)
+awk -v a="$start" -v b="$mid" -v c="$end" 'BEGIN { printf "wall: h2o %.1f s, py_h2o %.1f s (2 modes, 12 requests)\n", b - a, c - b }'
+grep -q "policy py_h2o reads attn_sum (accumulated)" "$TMP/py.err" \
+  || fail "no py_h2o signal line in the run header"
+for mode in naive vtoken; do
+  cpp=$(outputs "$TMP/cpp.db" "$mode")
+  [[ -n "$cpp" && "$cpp" == "$(outputs "$TMP/py.db" "$mode")" ]] \
+    || fail "$mode: py_h2o generated other texts than h2o"
+done
+same_outputs "$TMP/py.db" || fail "py_h2o: naive and vtoken differ"
+
+VTOKEN_PYTHON_POLICIES="$spec" "$CLI" policies >"$TMP/policies.out" 2>&1 \
+  || fail "policies with VTOKEN_PYTHON_POLICIES exited $?"
+grep -q "^py_h2o .*h2o in Python" "$TMP/policies.out" || fail "policies does not list py_h2o"
+
+expect_error "python policy 'nope.py:X': no file" --python-policy nope.py:X run \
+  experiments/quickstart.toml
+expect_error "expected FILE.py:CLASS" --python-policy py_h2o run experiments/quickstart.toml
+expect_error "py_h2o.py has no class Nope" --python-policy python/policies/py_h2o.py:Nope run \
+  experiments/quickstart.toml
+finish python_policy_cli
