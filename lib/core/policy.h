@@ -42,6 +42,7 @@
 
 #include "lib/core/mix.h"
 #include "lib/core/policy_params.h"
+#include "lib/core/status.h"
 #include "lib/core/types.h"
 
 namespace vtoken {
@@ -138,6 +139,12 @@ class Policy {
   // tokens[i], higher = keep. Must not modify state. NaN scores count as lowest.
   virtual void Score(std::span<const TokenView> tokens, PolicyContext& ctx,
                      std::span<float> scores) const = 0;
+
+  // The first failure of an Observe or Score call, for a policy whose calls can fail (a Python
+  // policy whose code raised, lib/pypolicy): the evictor checks it after each call and returns
+  // it as its own Status, so a run ends with it as with any other error. Ok for C++ policies,
+  // which cannot fail. Must be thread-safe.
+  virtual Status failure() const { return Status::Ok(); }
 };
 
 // What the registry knows about a policy.

@@ -271,7 +271,7 @@ Status PolicyEvictor::ObserveAppended(SeqId seq, int32_t group, std::span<const 
             s.token_values.end() - static_cast<std::ptrdiff_t>(token_values.size()));
   if (!appended.empty()) s.known = appended.back() + 1;
   EndObserve(s, group);
-  return Status::Ok();
+  return policy_->failure();
 }
 
 bool PolicyEvictor::MatchLive(SeqState& s, std::span<const TokenId> live, int64_t step) const {
@@ -382,7 +382,7 @@ Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId>
     }
   }
   EndObserve(s, group);
-  return Status::Ok();
+  return policy_->failure();
 }
 
 void PolicyEvictor::Track(SeqId seq) {

@@ -199,12 +199,14 @@ StatusOr<std::vector<std::vector<TokenId>>> PolicyEvictor::GroupVictims(SeqId se
     for (int32_t first = 0; first < num_groups_; first += options_.num_kv_heads) {
       AdaptiveLayer(groups, first, victims);
     }
+    VTOKEN_RETURN_IF_ERROR(policy_->failure());
     return victims;
   }
   for (int32_t g = 0; g < num_groups_; ++g) {
     SeqState& s = groups[g];
     if (!Due(s, s.budget)) continue;
     const std::vector<float> scores = Score(s, g);
+    VTOKEN_RETURN_IF_ERROR(policy_->failure());  // Before any victim is picked.
     victims[g] = Pick(s, scores, s.budget);
   }
   return victims;

@@ -70,12 +70,17 @@ class PythonPolicy final : public Policy {
   int32_t state_size() const override { return cls_->state_size; }
 
   void Observe(std::span<const TokenView> tokens, PolicyContext& ctx) const override {
-    if (!cls_->has_observe) return;
-    Exit(Call("observe", tokens, ctx, {}));
+    if (!cls_->has_observe || !failure().ok()) return;
+    Record(Call("observe", tokens, ctx, {}));
   }
   void Score(std::span<const TokenView> tokens, PolicyContext& ctx,
              std::span<float> scores) const override {
-    Exit(Call("score", tokens, ctx, scores));
+    if (failure().ok()) Record(Call("score", tokens, ctx, scores));
+    if (!failure().ok()) std::fill(scores.begin(), scores.end(), 0.0f);
+  }
+  Status failure() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return failure_;
   }
 
   // Calls `method` with the tokens as numpy arrays; "score" writes `scores`, "observe" the
@@ -140,16 +145,18 @@ class PythonPolicy final : public Policy {
   }
 
  private:
-  // A failure inside a run has no way out through Policy's interface: one line, exit 1.
-  static void Exit(const Status& status) {
+  // Keeps the first failure for failure() (the evictor returns it; later calls do nothing).
+  void Record(const Status& status) const {
     if (status.ok()) return;
-    std::fprintf(stderr, "vtoken: error: %s\n", status.message().c_str());
-    std::fflush(stderr);
-    std::_Exit(1);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (failure_.ok()) failure_ = status;
   }
 
   std::shared_ptr<const PyPolicyClass> cls_;
   py::object instance_;
+  // The one mutable member a policy may have: its failure, behind a lock (Policy::failure).
+  mutable std::mutex mu_;
+  mutable Status failure_;
 };
 
 py::object ToPython(const ParamValue& v) {

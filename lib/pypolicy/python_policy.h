@@ -21,10 +21,12 @@
 //
 // Cost: each call converts the live tokens' views into numpy arrays and takes the interpreter's
 // lock, so calls from the engine's policy threads run one at a time. A Python exception or a
-// score array of the wrong size during a run cannot be returned through Policy::Score: it is
-// printed as one line (`vtoken-cli: error: python policy NAME: ...`) and the process exits with
-// status 1 before anything of the run is written; RegisterPythonPolicy runs score once on eight
-// synthetic tokens so that most mistakes are reported as a Status before a run starts.
+// score array of the wrong size during a run becomes the policy's failure() (policy.h), which
+// the evictor returns, so the run fails with one line naming it as with any other error;
+// RegisterPythonPolicy runs score once on eight synthetic tokens so that most mistakes are
+// reported before a run starts. Only constructing the class with parameters other than its
+// defaults has no Status to fail with (PolicyInfo::factory): a raise there prints one line and
+// exits with status 1.
 #pragma once
 
 #include <string>

@@ -2,7 +2,8 @@
 # Python policies inside the engine (lib/pypolicy/python_policy.h): python/policies/py_h2o.py
 # runs on vt-tiny through --python-policy and through VTOKEN_PYTHON_POLICIES, and its naive and
 # vtoken runs generate exactly what the C++ h2o's do; `policies` lists it; a bad spec is one
-# error line, a non-zero exit and no database. Prints both runs' wall times (the Python cost).
+# error line, a non-zero exit and no database; an exception during a run fails the run. Prints
+# both runs' wall times (the Python cost).
 # Usage: python_policy_cli_test.sh VTOKEN_CLI SOURCE_DIR
 source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
 
@@ -37,4 +38,26 @@ expect_error "python policy 'nope.py:X': no file" --python-policy nope.py:X run 
 expect_error "expected FILE.py:CLASS" --python-policy py_h2o run experiments/quickstart.toml
 expect_error "py_h2o.py has no class Nope" --python-policy python/policies/py_h2o.py:Nope run \
   experiments/quickstart.toml
+# An exception during a run fails the run like any other error: one line, a non-zero exit, the
+# run recorded as failed.
+cat >"$TMP/late.py" <<'PY'
+class Late:
+    name = "py_late"
+    signals = ["attn"]
+
+    def score(self, tokens, ctx):
+        if ctx["step"] >= 3:
+            raise RuntimeError("late failure at step %d" % ctx["step"])
+        return tokens["attn"]
+PY
+"$CLI" --python-policy "$TMP/late.py:Late" run experiments/quickstart.toml \
+  --set workload.num_requests=4 --set 'modes=["naive"]' --set policy.name=py_late \
+  --db "$TMP/late.db" >/dev/null 2>"$TMP/late.err"
+rc=$?
+[[ $rc -ne 0 ]] || fail "a run whose Python policy raised exited 0"
+[[ $(grep -c "error" "$TMP/late.err") -eq 1 ]] || fail "late failure: $(grep error "$TMP/late.err")"
+grep -q "python policy py_late: score raised RuntimeError: late failure at step 3" "$TMP/late.err" \
+  || fail "late failure not named: $(tail -2 "$TMP/late.err")"
+[[ $(sqlite3 "$TMP/late.db" "select status from runs") == failed ]] \
+  || fail "the failed run is recorded as $(sqlite3 "$TMP/late.db" "select status from runs")"
 finish python_policy_cli

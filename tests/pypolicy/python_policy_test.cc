@@ -95,6 +95,16 @@ class Raises:
         raise ValueError("deliberately")
 
 
+class RaisesLater:
+    name = "py_raises_later"
+    signals = ["attn"]
+
+    def score(self, tokens, ctx):
+        if ctx["step"] >= 2:
+            raise RuntimeError("at step %d" % ctx["step"])
+        return tokens["attn"]
+
+
 class Taken:
     name = "h2o"
 
@@ -235,6 +245,32 @@ TEST_F(PythonPolicyTest, RegistrationErrorsNameTheProblem) {
   expect((*dir_ / "broken.py").string() + ":X", StatusCode::kInvalidArgument,
          "loading broken.py raised SyntaxError");
   EXPECT_FALSE(FindPolicy("py_raises").ok());  // Nothing half-registered.
+}
+
+// An exception during a run is the policy's failure(): the evictor returns it, before picking
+// victims from the scores of the failed call.
+TEST_F(PythonPolicyTest, AnExceptionDuringARunIsTheEvictorsError) {
+  ASSERT_TRUE(Register("RaisesLater").ok());
+  auto e = PolicyEvictor::Create("py_raises_later", {}, {.budget_tokens = 4});
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  std::vector<TokenId> live = {0, 1, 2, 3, 4, 5};
+  for (int64_t step = 0; step < 2; ++step) {
+    const std::vector<float> attn(live.size(), 1.0f / static_cast<float>(live.size()));
+    ASSERT_TRUE((*e)->Observe(1, live, attn, attn).ok());
+    auto victims = (*e)->Victims(1);
+    ASSERT_TRUE(victims.ok()) << victims.status().ToString();
+    std::erase_if(
+        live, [&](TokenId t) { return std::binary_search(victims->begin(), victims->end(), t); });
+    live.push_back(live.back() + 1);
+    live.push_back(live.back() + 1);
+  }
+  const std::vector<float> attn(live.size(), 1.0f / static_cast<float>(live.size()));
+  ASSERT_TRUE((*e)->Observe(1, live, attn, attn).ok());
+  auto failed = (*e)->Victims(1);
+  EXPECT_EQ(failed.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(failed.status().message(),
+            "python policy py_raises_later: score raised RuntimeError: at step 2");
+  EXPECT_EQ((*e)->Observe(1, live, attn, attn).code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace
