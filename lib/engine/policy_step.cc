@@ -25,8 +25,9 @@ bool PolicyStep::InQuestion(const SeqState& s) {
 
 StatusOr<std::vector<std::vector<float>>> PolicyStep::TokenValues(SeqId seq,
                                                                   const model::RunnerInput& in) {
-  std::vector<std::vector<float>> values(static_cast<size_t>(groups_));
-  if (token_fns_.empty()) return values;
+  std::vector<std::vector<float>> values;
+  if (token_fns_.empty()) return values;  // Empty: no group has any (Observe's convention).
+  values.resize(static_cast<size_t>(groups_));
   const size_t n = in.positions.size();
   std::vector<SlotIndex> slots;
   for (int32_t g = 0; g < groups_; ++g) {
@@ -48,10 +49,14 @@ StatusOr<std::vector<std::vector<float>>> PolicyStep::TokenValues(SeqId seq,
 Status PolicyStep::Observe(SeqId seq, bool observed, const model::RunnerInput& in,
                            const model::RunnerOutput& out,
                            const std::vector<std::vector<float>>& token_values) {
+  auto values = [&](int32_t g) {
+    return token_values.empty() ? std::span<const float>()
+                                : std::span<const float>(token_values[g]);
+  };
   const bool signals = in.want_signals;
   if (!signals && observed) {
     for (int32_t g = 0; g < groups_; ++g) {
-      VTOKEN_RETURN_IF_ERROR(evictor_->ObserveAppended(seq, g, in.positions, token_values[g]));
+      VTOKEN_RETURN_IF_ERROR(evictor_->ObserveAppended(seq, g, in.positions, values(g)));
     }
     return Status::Ok();
   }
@@ -62,7 +67,7 @@ Status PolicyStep::Observe(SeqId seq, bool observed, const model::RunnerInput& i
     live.assign(in.context_positions.begin() + begin, in.context_positions.begin() + end);
     live.insert(live.end(), in.positions.begin(), in.positions.end());
     if (!signals) {
-      VTOKEN_RETURN_IF_ERROR(evictor_->Observe(seq, g, live, {}, {}, token_values[g]));
+      VTOKEN_RETURN_IF_ERROR(evictor_->Observe(seq, g, live, {}, {}, values(g)));
       continue;
     }
     if (offset + live.size() > out.attn.size() || out.attn.size() != out.key_norm.size()) {
@@ -72,7 +77,7 @@ Status PolicyStep::Observe(SeqId seq, bool observed, const model::RunnerInput& i
     }
     VTOKEN_RETURN_IF_ERROR(evictor_->Observe(
         seq, g, live, std::span<const float>(out.attn).subspan(offset, live.size()),
-        std::span<const float>(out.key_norm).subspan(offset, live.size()), token_values[g]));
+        std::span<const float>(out.key_norm).subspan(offset, live.size()), values(g)));
     offset += live.size();
   }
   if (signals && offset != out.attn.size()) {

@@ -59,12 +59,14 @@ class PolicyStep {
   // step's new tokens, which is also RunnerOutput's group-major layout of the signals.
   // A step without signals of a sequence the policy has seen (`observed`) lists only its new
   // tokens: the cache evicted nothing but the policy's victims since. `token_values[g]`: group
-  // g's token signals of the tokens it has not seen (TokenValues).
+  // g's token signals of the tokens it has not seen (TokenValues); empty when the policy reads
+  // none.
   Status Observe(SeqId seq, bool observed, const model::RunnerInput& in,
                  const model::RunnerOutput& out,
                  const std::vector<std::vector<float>>& token_values);
   // Per group, the token signals of the live tokens the policy has not seen yet (the suffix of
-  // context then new tokens from PolicyEvictor::UnseenFrom); empty lists when it reads none.
+  // context then new tokens from PolicyEvictor::UnseenFrom); no lists at all when it reads none
+  // (the step's hot path at 256 groups allocates nothing for them).
   StatusOr<std::vector<std::vector<float>>> TokenValues(SeqId seq, const model::RunnerInput& in);
 
   PolicyEvictor* evictor_;
