@@ -75,8 +75,8 @@ class PythonPolicy final : public Policy {
   }
   void Score(std::span<const TokenView> tokens, PolicyContext& ctx,
              std::span<float> scores) const override {
+    // After a failure the scores are not read (the evictor returns failure() first).
     if (failure().ok()) Record(Call("score", tokens, ctx, scores));
-    if (!failure().ok()) std::fill(scores.begin(), scores.end(), 0.0f);
   }
   Status failure() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -109,8 +109,9 @@ class PythonPolicy final : public Policy {
         for (py::ssize_t i = 0; i < n; ++i) a.mutable_at(i) = tokens[i].token_signals[j];
         t[cls_->token_signals[j].c_str()] = a;
       }
-      py::array_t<float> state({n, ss});
+      py::array_t<float> state;  // Only for a policy with state.
       if (ss > 0) {
+        state = py::array_t<float>({n, ss});
         for (py::ssize_t i = 0; i < n; ++i) {
           std::copy_n(tokens[i].state.data(), ss, state.mutable_data(i, 0));
         }

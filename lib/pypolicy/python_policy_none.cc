@@ -17,8 +17,8 @@ StatusOr<std::string> RegisterPythonPolicy(std::string_view spec) {
 Status RegisterPythonPoliciesFromEnvironment() {
   const char* env = std::getenv("VTOKEN_PYTHON_POLICIES");
   if (env == nullptr || *env == 0) return Status::Ok();
-  return Status(RegisterPythonPolicy(env).status().code(),
-                "VTOKEN_PYTHON_POLICIES: " + RegisterPythonPolicy(env).status().message());
+  const Status refused = RegisterPythonPolicy(env).status();
+  return Status(refused.code(), "VTOKEN_PYTHON_POLICIES: " + refused.message());
 }
 
 }  // namespace vtoken
