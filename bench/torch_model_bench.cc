@@ -562,9 +562,12 @@ BENCHMARK(BM_SmolLm2Shapes)
 // new tokens' slots (scattered) in an fp32 CPU store of SmolLM2-135M's KV shape (30 layers x 3 KV
 // heads x 64; random values, token granularity), with range(1) registered signals (value_norm,
 // then value_l1_norm). That is what a policy reading them adds to a step: tokens = the step's new
-// tokens (1 per sequence in decode, the prompt in a prefill). Counter ns_per_token.
+// tokens (1 per sequence in decode, the prompt in a prefill). With relative = 1 the signal is the
+// relative key_anchor_cosine (keydiff's) over `tokens` slots: what an eviction step costs a
+// policy reading it, tokens = the sequence's live tokens (its budget plus one in decode).
 void BM_TokenSignals(benchmark::State& state) {
   const int64_t tokens = state.range(0), signals = state.range(1);
+  const bool relative = state.range(2) != 0;
   constexpr int64_t kSlots = 4096;
   StatusOr<KvTensors> kv =
       KvTensors::Create({.num_layers = 30, .num_slots = kSlots, .num_kv_heads = 3, .head_dim = 64});
@@ -574,10 +577,11 @@ void BM_TokenSignals(benchmark::State& state) {
     kv->k_tensors()[i].normal_();
     kv->v_tensors()[i].normal_();
   }
-  std::vector<TokenSignalFn> fns;
+  std::vector<const TokenSignalInfo*> fns;
   for (const char* name : {"value_norm", "value_l1_norm"}) {
-    if (static_cast<int64_t>(fns.size()) < signals) fns.push_back((*FindTokenSignal(name))->fn);
+    if (static_cast<int64_t>(fns.size()) < signals) fns.push_back(*FindTokenSignal(name));
   }
+  if (relative) fns = {*FindTokenSignal("key_anchor_cosine")};
   std::vector<SlotIndex> slots(static_cast<size_t>(tokens));
   std::mt19937_64 rng(7);
   for (SlotIndex& s : slots) s = static_cast<SlotIndex>(rng() % kSlots);
@@ -592,8 +596,9 @@ void BM_TokenSignals(benchmark::State& state) {
       static_cast<double>(tokens), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_TokenSignals)
-    ->ArgNames({"tokens", "signals"})
-    ->ArgsProduct({{1, 32, 2048}, {1, 2}})
+    ->ArgNames({"tokens", "signals", "relative"})
+    ->ArgsProduct({{1, 32, 2048}, {1, 2}, {0}})
+    ->ArgsProduct({{128, 512, 2048}, {1}, {1}})
     ->Unit(benchmark::kMicrosecond);
 
 // One layer's attention for one decode query of vt-tiny (3 query heads sharing 1 KV head of 64

@@ -8,7 +8,8 @@
 namespace vtoken {
 namespace {
 
-float ValueL1Norm(std::span<const float> /*key*/, std::span<const float> value) {
+float ValueL1Norm(std::span<const float> /*key*/, std::span<const float> value,
+                  std::span<const float> /*anchor*/) {
   float sum = 0;
   for (const float x : value) sum += std::abs(x);
   return sum;

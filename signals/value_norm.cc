@@ -7,7 +7,8 @@
 namespace vtoken {
 namespace {
 
-float ValueNorm(std::span<const float> /*key*/, std::span<const float> value) {
+float ValueNorm(std::span<const float> /*key*/, std::span<const float> value,
+                std::span<const float> /*anchor*/) {
   float sum = 0;
   for (const float x : value) sum += x * x;
   return std::sqrt(sum);

@@ -85,10 +85,18 @@ std::string SignalSchedule(const Policy& policy, int64_t evict_interval) {
   std::string line = AttentionSchedule(policy, evict_interval);
   const std::vector<std::string> token = policy.token_signals();
   if (token.empty()) return line;
-  std::string names;
-  for (const std::string& name : token) names += (names.empty() ? "" : ", ") + name;
+  std::string absolute, relative;
+  for (const std::string& name : token) {
+    const StatusOr<const TokenSignalInfo*> info = FindTokenSignal(name);
+    std::string& names = info.ok() && (*info)->relative() ? relative : absolute;
+    names += (names.empty() ? "" : ", ") + name;
+  }
   if (policy.signals() == 0) line = "reads no attention signals";
-  return line + "; token signals " + names + " once per token";
+  if (!absolute.empty()) line += "; token signals " + absolute + " once per token";
+  if (!relative.empty()) {
+    line += "; relative token signals " + relative + " over the live tokens when it evicts";
+  }
+  return line;
 }
 
 StatusOr<std::vector<const TokenSignalInfo*>> ResolveTokenSignals(const Policy& policy,
@@ -129,6 +137,60 @@ PolicyEvictor::PolicyEvictor(std::string name, std::unique_ptr<Policy> policy,
       num_groups_(NumGroups(options)) {
   StatusOr<std::vector<const TokenSignalInfo*>> infos = ResolveTokenSignals(*policy_, name_);
   if (infos.ok()) token_signals_ = *std::move(infos);
+  for (size_t j = 0; j < token_signals_.size(); ++j) {
+    (token_signals_[j]->relative() ? relative_columns_ : absolute_columns_).push_back(j);
+  }
+  absolute_signals_ = TokenSignalsOfKind(token_signals_, /*relative=*/false);
+  relative_signals_ = TokenSignalsOfKind(token_signals_, /*relative=*/true);
+}
+
+bool PolicyEvictor::ScoresNext(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  const int64_t step = it == seqs_.end() ? 0 : it->second[0].step + 1;
+  return step % options_.evict_interval == 0;
+}
+
+Status PolicyEvictor::ObserveRelative(SeqId seq, int32_t group, std::span<const float> values) {
+  VTOKEN_RETURN_IF_ERROR(GroupError(seq, group));
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end() || it->second[group].step < 0) {
+    return FailedPreconditionError("observe " + SeqText(seq) +
+                                   ": relative token signals before its first Observe");
+  }
+  SeqState& s = it->second[group];
+  const size_t nr = relative_columns_.size(), nv = token_signals_.size();
+  if (values.size() != s.live.size() * nr) {
+    return InvalidArgumentError("observe " + SeqText(seq) + ": policy " + name_ + " reads " +
+                                std::to_string(nr) +
+                                " relative token signal(s): " + std::to_string(s.live.size() * nr) +
+                                " values expected for " + std::to_string(s.live.size()) +
+                                " live tokens, got " + std::to_string(values.size()));
+  }
+  for (const float v : values) {
+    if (!std::isfinite(v)) {
+      return InvalidArgumentError("observe " + SeqText(seq) + ": non-finite token signal value");
+    }
+  }
+  for (size_t i = 0; i < s.live.size(); ++i) {
+    for (size_t r = 0; r < nr; ++r)
+      s.token_values[i * nv + relative_columns_[r]] = values[i * nr + r];
+  }
+  s.relative_step = s.step;
+  return Status::Ok();
+}
+
+void PolicyEvictor::StoreAbsolute(SeqState& s, std::span<const float> values) const {
+  const size_t na = absolute_columns_.size(), nv = token_signals_.size();
+  if (na == 0) return;
+  const size_t count = values.size() / na;
+  float* row = s.token_values.data() + s.token_values.size() - count * nv;
+  if (na == nv) {  // Only absolute signals: the layouts agree.
+    std::copy(values.begin(), values.end(), row);
+    return;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    for (size_t a = 0; a < na; ++a) row[i * nv + absolute_columns_[a]] = values[i * na + a];
+  }
 }
 
 TokenId PolicyEvictor::UnseenFrom(SeqId seq, int32_t group) const {
@@ -139,18 +201,18 @@ TokenId PolicyEvictor::UnseenFrom(SeqId seq, int32_t group) const {
 
 Status PolicyEvictor::TokenValuesError(SeqId seq, size_t count,
                                        std::span<const float> values) const {
-  const size_t want = count * token_signals_.size();
+  const size_t want = count * absolute_signals_.size();
   if (values.size() != want) {
     std::string names;
-    for (const TokenSignalInfo* info : token_signals_) {
+    for (const TokenSignalInfo* info : absolute_signals_) {
       names += (names.empty() ? "" : ", ") + info->name;
     }
-    return InvalidArgumentError("observe " + SeqText(seq) + ": policy " + name_ + " reads " +
-                                std::to_string(token_signals_.size()) + " token signal(s)" +
-                                (names.empty() ? "" : " (" + names + ")") + ": " +
-                                std::to_string(want) + " values expected for " +
-                                std::to_string(count) + " new tokens, got " +
-                                std::to_string(values.size()));
+    return InvalidArgumentError(
+        "observe " + SeqText(seq) + ": policy " + name_ + " reads " +
+        std::to_string(absolute_signals_.size()) + " absolute token signal(s)" +
+        (names.empty() ? "" : " (" + names + ")") + ": " + std::to_string(want) +
+        " values expected for " + std::to_string(count) + " new tokens, got " +
+        std::to_string(values.size()));
   }
   for (const float v : values) {
     if (!std::isfinite(v)) {
@@ -267,8 +329,7 @@ Status PolicyEvictor::ObserveAppended(SeqId seq, int32_t group, std::span<const 
   VTOKEN_RETURN_IF_ERROR(TokenValuesError(seq, appended.size(), token_values));
   ++s.step;
   AppendNew(s, appended, s.step);
-  std::copy(token_values.begin(), token_values.end(),
-            s.token_values.end() - static_cast<std::ptrdiff_t>(token_values.size()));
+  StoreAbsolute(s, token_values);
   if (!appended.empty()) s.known = appended.back() + 1;
   EndObserve(s, group);
   return policy_->failure();
@@ -352,8 +413,7 @@ Status PolicyEvictor::Observe(SeqId seq, int32_t group, std::span<const TokenId>
     if (created) seqs_.erase(it);
     return error;
   }
-  std::copy(token_values.begin(), token_values.end(),
-            s.token_values.end() - static_cast<std::ptrdiff_t>(token_values.size()));
+  StoreAbsolute(s, token_values);
   const bool first = s.step < 0;
   ++s.step;
   if (n > 0) s.known = std::max(s.known, live.back() + 1);

@@ -25,9 +25,11 @@
 // (shared by a layer's heads).
 //
 // Token signals (token_signal.h): a policy that names some in Policy::token_signals() gets their
-// values for every token, given once per token: each Observe / ObserveAppended carries them for
-// the tokens the group has not seen yet (ids >= UnseenFrom(seq, group), a suffix of the live
-// list), and the evictor keeps them with the token until it is evicted.
+// values for every token. Absolute ones are given once per token: each Observe / ObserveAppended
+// carries them for the tokens the group has not seen yet (ids >= UnseenFrom(seq, group), a suffix
+// of the live list), and the evictor keeps them with the token until it is evicted. Relative ones
+// are given for every live token on each eviction step (ScoresNext before the step says which):
+// ObserveRelative after the group's Observe, before GroupVictims.
 //
 // Victim selection: when eviction is due (the prefill step, then every evict_interval-th decode
 // step) and the sequence holds more live tokens than its budget, the first num_sink and last
@@ -124,8 +126,19 @@ class PolicyEvictor {
   const std::string& policy_name() const { return name_; }
   // The signals the policy reads (Policy::signals()): the rest may be passed as zeros.
   uint8_t signals() const { return signals_; }
-  // The token signals the policy reads (ResolveTokenSignals), in its order.
+  // The token signals the policy reads (ResolveTokenSignals), in its order; then those of them
+  // that are absolute (given once per token to Observe) and relative (ObserveRelative), each in
+  // that order.
   std::span<const TokenSignalInfo* const> token_signals() const { return token_signals_; }
+  std::span<const TokenSignalInfo* const> absolute_token_signals() const {
+    return absolute_signals_;
+  }
+  std::span<const TokenSignalInfo* const> relative_token_signals() const {
+    return relative_signals_;
+  }
+  // Whether the next step of `seq` is an eviction step (its first Observe, then every
+  // evict_interval-th), on which a policy with relative token signals needs ObserveRelative.
+  bool ScoresNext(SeqId seq) const;
   // The first token id `group` of `seq` has not seen: Observe and ObserveAppended take the token
   // signals of the tokens from this id on (0 for a sequence never observed).
   TokenId UnseenFrom(SeqId seq, int32_t group) const;
@@ -141,11 +154,11 @@ class PolicyEvictor {
   // mass each received this step and its key norm; then runs the policy's Observe. Tokens never
   // seen are new (age 0, zero state); a token seen before and missing now was evicted. Empty
   // attn and key_norm for a non-empty `live`: no signals this step (SignalsWanted false).
-  // `token_values`: with token signals, their values for the live tokens with ids >=
-  // UnseenFrom(seq, group) before this call, token-major ([new tokens][token_signals().size()]);
-  // else empty. InvalidArgument for mismatched lengths, missing signals the policy reads this
-  // step, ids not strictly increasing, a non-finite signal, or a token that was evicted and is
-  // listed as live again.
+  // `token_values`: with absolute token signals, their values for the live tokens with ids >=
+  // UnseenFrom(seq, group) before this call, token-major ([new tokens]
+  // [absolute_token_signals().size()]); else empty. InvalidArgument for mismatched lengths, missing
+  // signals the policy reads this step, ids not strictly increasing, a non-finite signal, or a
+  // token that was evicted and is listed as live again.
   Status Observe(SeqId seq, std::span<const TokenId> live, std::span<const float> attn,
                  std::span<const float> key_norm, std::span<const float> token_values = {}) {
     return Observe(seq, 0, live, attn, key_norm, token_values);
@@ -164,6 +177,12 @@ class PolicyEvictor {
   // length or not finite.
   Status ObserveAppended(SeqId seq, int32_t group, std::span<const TokenId> appended,
                          std::span<const float> token_values = {});
+  // Gives group `group`'s relative token signals for this step: the values of every live token
+  // of its last Observe, token-major ([live][relative_token_signals().size()]). Required on an
+  // eviction step of a policy that reads relative token signals (GroupVictims is
+  // FailedPrecondition without it). FailedPrecondition before the group's first Observe;
+  // InvalidArgument for the wrong length or a non-finite value.
+  Status ObserveRelative(SeqId seq, int32_t group, std::span<const float> values);
   // Returns the tokens to evict now, in increasing order (empty when eviction is not due this
   // step, already ran this step, or the sequence is within budget). The evictor treats them as
   // evicted at once; the caller must evict each from the cache. NotFound for a sequence never
@@ -188,8 +207,9 @@ class PolicyEvictor {
  private:
   struct SeqState {  // One group of one sequence.
     explicit SeqState(uint64_t seed) : rng(seed) {}
-    int64_t step = -1;          // Observe calls so far minus one.
-    int64_t evicted_step = -1;  // Step of the last eviction.
+    int64_t step = -1;           // Observe calls so far minus one.
+    int64_t evicted_step = -1;   // Step of the last eviction.
+    int64_t relative_step = -1;  // Step of the last ObserveRelative.
     int64_t budget = 0;
     TokenId known = 0;          // One past the largest id ever observed.
     std::vector<TokenId> live;  // Live tokens, increasing.
@@ -218,7 +238,10 @@ class PolicyEvictor {
   void AppendNew(SeqState& s, std::span<const TokenId> ids, int64_t step) const;
   // Runs the policy's Observe on the step just recorded in `s` (a policy with state only).
   void EndObserve(SeqState& s, int32_t group);
-  // InvalidArgument unless `values` holds the token signals of `count` new tokens (finite).
+  // Writes the absolute token signals `values` of the tokens appended last to s (their columns).
+  void StoreAbsolute(SeqState& s, std::span<const float> values) const;
+  // InvalidArgument unless `values` holds the absolute token signals of `count` new tokens
+  // (finite).
   Status TokenValuesError(SeqId seq, size_t count, std::span<const float> values) const;
   // InvalidArgument for a group outside [0, num_groups_), else Ok.
   Status GroupError(SeqId seq, int32_t group) const;
@@ -246,6 +269,8 @@ class PolicyEvictor {
   int32_t state_size_;
   uint8_t signals_;  // policy_->signals()
   std::vector<const TokenSignalInfo*> token_signals_;
+  std::vector<const TokenSignalInfo*> absolute_signals_, relative_signals_;
+  std::vector<size_t> absolute_columns_, relative_columns_;  // Their indices in token_signals_.
   bool every_step_;  // ReadsSignalsEveryStep(signals_, state_size_)
   EvictorOptions options_;
   int32_t num_groups_;

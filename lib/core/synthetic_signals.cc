@@ -19,6 +19,7 @@ std::vector<std::vector<TokenId>> SyntheticSignalDriver::ChooseVictims(const Vir
   std::vector<std::vector<TokenId>> live(static_cast<size_t>(groups));
   uint64_t noise = entropy;
   ++policy_steps_;
+  const bool relative = !evictor_.relative_token_signals().empty() && evictor_.ScoresNext(seq);
   for (int32_t g = 0; g < groups; ++g) {
     live[g] = cache.table(seq, g).LiveTokens();
     attn_.resize(live[g].size());
@@ -40,9 +41,9 @@ std::vector<std::vector<TokenId>> SyntheticSignalDriver::ChooseVictims(const Vir
       key_norm_[i] = heavy || sink ? norm / 2 : norm;
     }
     for (float& a : attn_) a = static_cast<float>(a / total);
-    // Token signals of the tokens the group has not seen: in [1, 3) by hash of the token, group
-    // and signal, the same whenever the token is first observed.
-    const size_t nv = evictor_.token_signals().size();
+    // Absolute token signals of the tokens the group has not seen: in [1, 3) by hash of the token,
+    // group and signal, the same whenever the token is first observed.
+    const size_t nv = evictor_.absolute_token_signals().size();
     const TokenId unseen = evictor_.UnseenFrom(seq, g);
     token_values_.clear();
     for (size_t i = 0; nv > 0 && i < live[g].size(); ++i) {
@@ -55,6 +56,21 @@ std::vector<std::vector<TokenId>> SyntheticSignalDriver::ChooseVictims(const Vir
       }
     }
     status_ = evictor_.Observe(seq, g, live[g], attn_, key_norm_, token_values_);
+    if (!status_.ok()) return std::vector<std::vector<TokenId>>(static_cast<size_t>(groups));
+    if (!relative) continue;
+    // Relative token signals of every live token on an eviction step: in [-1, 1) by hash of the
+    // token, group, signal and step (they move with the live set, as an anchor does).
+    const size_t nr = evictor_.relative_token_signals().size();
+    token_values_.clear();
+    for (size_t i = 0; i < live[g].size(); ++i) {
+      for (size_t j = 0; j < nr; ++j) {
+        const uint64_t h = SplitMix64Finalize(
+            ((static_cast<uint64_t>(seq) << 40) ^ static_cast<uint64_t>(live[g][i])) ^ salt ^
+            (static_cast<uint64_t>(j + 1) << 32) ^ (policy_steps_ << 48));
+        token_values_.push_back(static_cast<float>(h % 2000) / 1000.0f - 1.0f);
+      }
+    }
+    status_ = evictor_.ObserveRelative(seq, g, token_values_);
     if (!status_.ok()) return std::vector<std::vector<TokenId>>(static_cast<size_t>(groups));
   }
   StatusOr<std::vector<std::vector<TokenId>>> victims = evictor_.GroupVictims(seq);

@@ -1,5 +1,6 @@
 #include "lib/core/token_signal.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -50,27 +51,55 @@ StatusOr<const TokenSignalInfo*> FindTokenSignal(std::string_view name) {
                        "' (registered: " + (known.empty() ? "none" : known) + ")");
 }
 
-std::vector<TokenSignalFn> TokenSignalFns(std::span<const TokenSignalInfo* const> infos) {
-  std::vector<TokenSignalFn> fns;
-  fns.reserve(infos.size());
-  for (const TokenSignalInfo* info : infos) fns.push_back(info->fn);
-  return fns;
+std::vector<const TokenSignalInfo*> TokenSignalsOfKind(
+    std::span<const TokenSignalInfo* const> infos, bool relative) {
+  std::vector<const TokenSignalInfo*> out;
+  for (const TokenSignalInfo* info : infos) {
+    if (info->relative() == relative) out.push_back(info);
+  }
+  return out;
 }
 
-void ReduceTokenSignals(std::span<const TokenSignalFn> fns, const float* keys, const float* values,
-                        int64_t layers, int64_t heads, int64_t head_dim, float* out) {
+void ReduceTokenSignals(std::span<const TokenSignalInfo* const> infos, const float* keys,
+                        const float* values, int64_t layers, int64_t heads, int64_t head_dim,
+                        float* out, const float* anchors) {
   const float inv_heads = 1.0f / static_cast<float>(heads);
   const auto dim = static_cast<size_t>(head_dim);
-  for (size_t j = 0; j < fns.size(); ++j) {
+  const auto rows = static_cast<size_t>(layers * heads);
+  for (size_t j = 0; j < infos.size(); ++j) {
     float sum = 0;
-    for (int64_t row = 0; row < layers * heads; ++row) {
-      const size_t at = static_cast<size_t>(row) * dim;
-      sum +=
-          fns[j](std::span<const float>(keys + at, dim), std::span<const float>(values + at, dim)) *
-          inv_heads;
+    for (size_t row = 0; row < rows; ++row) {
+      const size_t at = row * dim;
+      const std::span<const float> anchor =
+          infos[j]->relative() ? std::span<const float>(anchors + (j * rows + row) * dim, dim)
+                               : std::span<const float>();
+      sum += infos[j]->fn(std::span<const float>(keys + at, dim),
+                          std::span<const float>(values + at, dim), anchor) *
+             inv_heads;
     }
     out[j] = sum / static_cast<float>(layers);
   }
+}
+
+std::vector<float> TokenSignalAnchors(std::span<const TokenSignalInfo* const> infos,
+                                      const float* keys, const float* values, int64_t n,
+                                      int64_t rows, int64_t head_dim) {
+  const auto dim = static_cast<size_t>(head_dim), nr = static_cast<size_t>(rows);
+  std::vector<float> anchors(infos.size() * nr * dim, 0.0f);
+  std::vector<float> k(static_cast<size_t>(n) * dim), v(static_cast<size_t>(n) * dim);
+  for (size_t j = 0; j < infos.size(); ++j) {
+    if (!infos[j]->relative()) continue;
+    for (size_t r = 0; r < nr; ++r) {
+      for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+        std::copy_n(keys + (i * nr + r) * dim, dim,
+                    k.begin() + static_cast<std::ptrdiff_t>(i * dim));
+        std::copy_n(values + (i * nr + r) * dim, dim,
+                    v.begin() + static_cast<std::ptrdiff_t>(i * dim));
+      }
+      infos[j]->anchor(k.data(), v.data(), n, head_dim, anchors.data() + (j * nr + r) * dim);
+    }
+  }
+  return anchors;
 }
 
 }  // namespace vtoken

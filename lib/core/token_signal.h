@@ -1,13 +1,17 @@
-// Token signals: per-token numbers that depend on nothing but the token's own K and V rows (the
-// value norm, a key's L1 norm, ...). A token signal is declared once, in one file
-// signals/NAME.cc holding one function and its registration; every backend computes it the same
-// way (lib/runner/model_runner.h, ModelRunner::TokenSignals), and a policy reads it by naming it
-// (Policy::token_signals in policy.h).
+// Token signals: per-token numbers computed from the cached K and V rows. A token signal is
+// declared once, in one file signals/NAME.cc holding its function(s) and its registration; every
+// backend computes it the same way (lib/runner/model_runner.h, ModelRunner::TokenSignals), and a
+// policy reads it by naming it (Policy::token_signals in policy.h). Two kinds:
 //
-// Because a token's K and V never change (a relocation copies them exactly), a token signal is
-// computed once per token and KV group, when the policy first sees the token, and kept by the
-// evictor with the token's other per-token data: it costs one pass over the new tokens' rows,
-// not over the whole cache each step.
+// - Absolute (the value norm, ...): a function of the token's own K and V rows alone. Because a
+//   token's K and V never change (a relocation copies them exactly), it is computed once per
+//   token and KV group, when the policy first sees the token, and kept by the evictor with the
+//   token's other per-token data: one pass over the new tokens' rows, not over the cache.
+// - Relative (KeyDiff's cosine to the mean key, ...): a function of the token's rows and an
+//   anchor, head_dim floats that an anchor function reduces from the rows of every live token of
+//   the same KV row (layer, KV head) of the group. The anchor moves as tokens come and go, so a
+//   relative signal is computed for every live token each time the policy scores (an eviction
+//   step): one pass over the group's live rows per eviction, nothing between evictions.
 //
 // Reduction: the function sees one KV row (one layer, one KV head: head_dim floats of K and of
 // V); the value of a token in a KV group is the mean over the group's rows (token granularity:
@@ -29,14 +33,24 @@
 namespace vtoken {
 
 // A token signal's value for one KV row: `key` and `value` are head_dim floats each (the cache's
-// rows converted to fp32). Must be a pure function: the same rows give the same bits.
-using TokenSignalFn = float (*)(std::span<const float> key, std::span<const float> value);
+// rows converted to fp32); `anchor` is the row's anchor (head_dim floats) for a relative signal,
+// empty for an absolute one. Must be a pure function: the same rows give the same bits.
+using TokenSignalFn = float (*)(std::span<const float> key, std::span<const float> value,
+                                std::span<const float> anchor);
+// A relative signal's anchor of one KV row: reduces the `n` live tokens' rows (token i's key at
+// keys + i * head_dim, its value at values + i * head_dim) to head_dim floats in `anchor`. Must be
+// a pure function of the rows in their order.
+using TokenSignalAnchorFn = void (*)(const float* keys, const float* values, int64_t n,
+                                     int64_t head_dim, float* anchor);
 
 struct TokenSignalInfo {
   std::string name;  // snake_case; how policies name it.
   std::string doc;   // One line: what it measures.
   std::string source_file;
   TokenSignalFn fn = nullptr;
+  TokenSignalAnchorFn anchor = nullptr;  // Null for an absolute signal.
+
+  bool relative() const { return anchor != nullptr; }
 };
 
 // Adds a token signal to the process-wide registry (static initialization). A name registered
@@ -50,22 +64,40 @@ std::vector<const TokenSignalInfo*> RegisteredTokenSignals();
 // The token signal registered as `name`, or NotFound naming it and listing the registered ones.
 StatusOr<const TokenSignalInfo*> FindTokenSignal(std::string_view name);
 
-// The functions of `infos`, in order.
-std::vector<TokenSignalFn> TokenSignalFns(std::span<const TokenSignalInfo* const> infos);
+// The signals of `infos` of one kind (relative or absolute), in order.
+std::vector<const TokenSignalInfo*> TokenSignalsOfKind(
+    std::span<const TokenSignalInfo* const> infos, bool relative);
 
 // Reference reduction of one token's signals over its group's rows (see the file comment), for
 // runners and tests: `keys` and `values` hold `layers` x `heads` rows of `head_dim` floats,
-// layer-major; writes one value per function to out[j].
-void ReduceTokenSignals(std::span<const TokenSignalFn> fns, const float* keys, const float* values,
-                        int64_t layers, int64_t heads, int64_t head_dim, float* out);
+// layer-major; writes one value per signal to out[j]. `anchors`: for relative signals, signal j's
+// anchor of row r at anchors + (j * layers * heads + r) * head_dim (TokenSignalAnchors); may be
+// null when every signal is absolute.
+void ReduceTokenSignals(std::span<const TokenSignalInfo* const> infos, const float* keys,
+                        const float* values, int64_t layers, int64_t heads, int64_t head_dim,
+                        float* out, const float* anchors = nullptr);
+
+// Reference anchors of `infos` over `n` live tokens whose `rows` KV rows of `head_dim` floats are
+// at keys + (i * rows + r) * head_dim (and values likewise): per signal and row, its anchor
+// (zeros for an absolute signal), in ReduceTokenSignals' layout.
+std::vector<float> TokenSignalAnchors(std::span<const TokenSignalInfo* const> infos,
+                                      const float* keys, const float* values, int64_t n,
+                                      int64_t rows, int64_t head_dim);
 
 }  // namespace vtoken
 
 #define VTOKEN_TOKEN_SIGNAL_CONCAT_INNER(a, b) a##b
 #define VTOKEN_TOKEN_SIGNAL_CONCAT(a, b) VTOKEN_TOKEN_SIGNAL_CONCAT_INNER(a, b)
 
-// Registers function `fn` (a TokenSignalFn) as token signal `name` with a one-line `doc`, e.g.
+// Registers function `fn` (a TokenSignalFn) as absolute token signal `name` with a one-line
+// `doc`, e.g.
 //   VTOKEN_REGISTER_TOKEN_SIGNAL(ValueNorm, "value_norm", "L2 norm of the token's value");
 #define VTOKEN_REGISTER_TOKEN_SIGNAL(fn, name, doc)                                               \
   [[maybe_unused]] static const bool VTOKEN_TOKEN_SIGNAL_CONCAT(vtoken_token_signal_, __LINE__) = \
-      ::vtoken::RegisterTokenSignal(::vtoken::TokenSignalInfo{name, doc, __FILE__, fn})
+      ::vtoken::RegisterTokenSignal(::vtoken::TokenSignalInfo{name, doc, __FILE__, fn, nullptr})
+
+// Registers `fn` with its anchor function `anchor` (a TokenSignalAnchorFn) as relative token
+// signal `name`.
+#define VTOKEN_REGISTER_RELATIVE_TOKEN_SIGNAL(fn, anchor, name, doc)                              \
+  [[maybe_unused]] static const bool VTOKEN_TOKEN_SIGNAL_CONCAT(vtoken_token_signal_, __LINE__) = \
+      ::vtoken::RegisterTokenSignal(::vtoken::TokenSignalInfo{name, doc, __FILE__, fn, anchor})

@@ -194,6 +194,16 @@ StatusOr<std::vector<std::vector<TokenId>>> PolicyEvictor::GroupVictims(SeqId se
                                      " times, group 0 " + std::to_string(groups[0].step + 1));
     }
   }
+  for (int32_t g = 0; g < num_groups_ && !relative_columns_.empty(); ++g) {
+    const SeqState& s = groups[g];
+    if (s.step % options_.evict_interval == 0 && s.evicted_step != s.step &&
+        s.relative_step != s.step) {
+      return FailedPreconditionError("victims: " + SeqText(seq) + " group " + std::to_string(g) +
+                                     ": policy " + name_ + " reads relative token signal " +
+                                     relative_signals_[0]->name +
+                                     " and none were given this eviction step (ObserveRelative)");
+    }
+  }
   std::vector<std::vector<TokenId>> victims(static_cast<size_t>(num_groups_));
   if (options_.allocation == BudgetAllocation::kAdaptive) {
     for (int32_t first = 0; first < num_groups_; first += options_.num_kv_heads) {

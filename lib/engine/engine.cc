@@ -331,7 +331,7 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
                             PolicyEvictor::Create(o.policy, o.policy_params, o.evictor));
     if (!evictor->token_signals().empty()) {  // A runner without K/V rows cannot give them.
       std::vector<float> none;
-      const Status can = runner.TokenSignals({}, TokenSignalFns(evictor->token_signals()), none);
+      const Status can = runner.TokenSignals({}, evictor->token_signals(), none);
       if (!can.ok()) {
         return FailedPreconditionError("policy " + o.policy + " reads token signal " +
                                        evictor->token_signals()[0]->name + ": " + can.message());

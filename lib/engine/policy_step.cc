@@ -12,7 +12,10 @@ PolicyStep::PolicyStep(PolicyEvictor* evictor, int32_t threads, const model::Mod
                        const VirtualKvCache& cache, int32_t groups,
                        const std::vector<SeqState>& seqs)
     : evictor_(evictor), runner_(runner), cache_(cache), groups_(groups), seqs_(seqs) {
-  if (evictor_ != nullptr) token_fns_ = TokenSignalFns(evictor_->token_signals());
+  if (evictor_ != nullptr) {
+    absolute_ = evictor_->absolute_token_signals();
+    relative_ = evictor_->relative_token_signals();
+  }
   const int n =
       threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (evictor_ != nullptr && n > 1) team_ = std::make_unique<TaskTeam>(n);
@@ -26,7 +29,7 @@ bool PolicyStep::InQuestion(const SeqState& s) {
 StatusOr<std::vector<std::vector<float>>> PolicyStep::TokenValues(SeqId seq,
                                                                   const model::RunnerInput& in) {
   std::vector<std::vector<float>> values;
-  if (token_fns_.empty()) return values;  // Empty: no group has any (Observe's convention).
+  if (absolute_.empty()) return values;  // Empty: no group has any (Observe's convention).
   values.resize(static_cast<size_t>(groups_));
   const size_t n = in.positions.size();
   std::vector<SlotIndex> slots;
@@ -41,7 +44,21 @@ StatusOr<std::vector<std::vector<float>>> PolicyStep::TokenValues(SeqId seq,
     slots.assign(in.context_slots.begin() + begin + from_ctx, in.context_slots.begin() + end);
     const auto new_slots = in.write_slots.begin() + static_cast<std::ptrdiff_t>(g * n);
     slots.insert(slots.end(), new_slots + from_new, new_slots + static_cast<std::ptrdiff_t>(n));
-    VTOKEN_RETURN_IF_ERROR(runner_.TokenSignals(slots, token_fns_, values[g]));
+    VTOKEN_RETURN_IF_ERROR(runner_.TokenSignals(slots, absolute_, values[g]));
+  }
+  return values;
+}
+
+StatusOr<std::vector<std::vector<float>>> PolicyStep::RelativeValues(const model::RunnerInput& in) {
+  std::vector<std::vector<float>> values(static_cast<size_t>(groups_));
+  const size_t n = in.positions.size();
+  std::vector<SlotIndex> slots;
+  for (int32_t g = 0; g < groups_; ++g) {
+    const auto [begin, end] = model::ContextRange(in, g);
+    slots.assign(in.context_slots.begin() + begin, in.context_slots.begin() + end);
+    const auto new_slots = in.write_slots.begin() + static_cast<std::ptrdiff_t>(g * n);
+    slots.insert(slots.end(), new_slots, new_slots + static_cast<std::ptrdiff_t>(n));
+    VTOKEN_RETURN_IF_ERROR(runner_.TokenSignals(slots, relative_, values[g]));
   }
   return values;
 }
@@ -94,14 +111,20 @@ StatusOr<std::vector<std::optional<PolicyStep::GroupVictimLists>>> PolicyStep::R
   if (!evictor_) return victims;
   std::vector<size_t> observed;  // Indices into planned.
   // Per observed sequence and group, its token signals (the runner's, on this thread).
-  std::vector<std::vector<std::vector<float>>> token_values;
+  std::vector<std::vector<std::vector<float>>> token_values, relative_values;
   for (size_t i = 0; i < planned.size(); ++i) {
     const SeqState& s = seqs_[planned[i].index];
     if (s.num_computed + planned[i].n != static_cast<int64_t>(s.tokens.size())) continue;
     observed.push_back(i);
+    // Relative signals on an eviction step only (a query-agnostic question never evicts).
+    const bool relative = !relative_.empty() && !InQuestion(s) && evictor_->ScoresNext(s.seq);
     evictor_->Track(s.seq);  // Known before the calls that may run concurrently.
     VTOKEN_ASSIGN_OR_RETURN(std::vector<std::vector<float>> values, TokenValues(s.seq, inputs[i]));
     token_values.push_back(std::move(values));
+    relative_values.emplace_back();
+    if (relative) {
+      VTOKEN_ASSIGN_OR_RETURN(relative_values.back(), RelativeValues(inputs[i]));
+    }
   }
   std::vector<Status> status(observed.size());
   auto work = [&](int64_t k) {
@@ -115,6 +138,9 @@ StatusOr<std::vector<std::optional<PolicyStep::GroupVictimLists>>> PolicyStep::R
       return;
     }
     status[k] = Observe(seq, s.observed, inputs[i], outputs[i], token_values[k]);
+    for (size_t g = 0; g < relative_values[k].size() && status[k].ok(); ++g) {
+      status[k] = evictor_->ObserveRelative(seq, static_cast<int32_t>(g), relative_values[k][g]);
+    }
     if (!status[k].ok()) return;
     StatusOr<GroupVictimLists> v = evictor_->GroupVictims(seq);
     if (!v.ok()) {

@@ -6,8 +6,10 @@
 // depend on the thread count. Not thread-safe (one step at a time).
 //
 // Token signals (lib/core/token_signal.h): for a policy that reads some, the runner computes them
-// (ModelRunner::TokenSignals) for each group's tokens the policy has not seen yet, on this thread
-// before the sequences go to the team, and Observe hands them over with the live tokens.
+// (ModelRunner::TokenSignals) on this thread before the sequences go to the team: absolute ones
+// for each group's tokens the policy has not seen yet (Observe hands them over with the live
+// tokens), relative ones for every live token of each group on an eviction step
+// (PolicyEvictor::ObserveRelative after Observe).
 #pragma once
 
 #include <cstddef>
@@ -68,11 +70,15 @@ class PolicyStep {
   // context then new tokens from PolicyEvictor::UnseenFrom); no lists at all when it reads none
   // (the step's hot path at 256 groups allocates nothing for them).
   StatusOr<std::vector<std::vector<float>>> TokenValues(SeqId seq, const model::RunnerInput& in);
+  // Per group, the relative token signals of every live token (context then new tokens), for an
+  // eviction step; no lists when the policy reads none.
+  StatusOr<std::vector<std::vector<float>>> RelativeValues(const model::RunnerInput& in);
 
   PolicyEvictor* evictor_;
   const model::ModelRunner& runner_;
-  std::vector<TokenSignalFn> token_fns_;  // The evictor's token signals' functions.
-  std::unique_ptr<TaskTeam> team_;        // Null with one thread or without a policy.
+  // The evictor's absolute and relative token signals (none without a policy).
+  std::span<const TokenSignalInfo*const> absolute_, relative_;
+  std::unique_ptr<TaskTeam> team_;  // Null with one thread or without a policy.
   const VirtualKvCache& cache_;
   const int32_t groups_;
   const std::vector<SeqState>& seqs_;

@@ -1,5 +1,6 @@
 #include "lib/model/kv_tensors.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -103,14 +104,17 @@ Status KvTensors::ReadSlots(std::span<const int64_t> slots, std::vector<std::byt
   return Status::Ok();
 }
 
-Status KvTensors::TokenSignals(std::span<const int64_t> slots, std::span<const TokenSignalFn> fns,
+Status KvTensors::TokenSignals(std::span<const int64_t> slots,
+                               std::span<const TokenSignalInfo* const> signals,
                                std::vector<float>& out) const {
   VTOKEN_RETURN_IF_ERROR(CheckSlots(slots));
-  const size_t n = slots.size(), nf = fns.size(), at = out.size();
+  const size_t n = slots.size(), nf = signals.size(), at = out.size();
   out.resize(at + n * nf, 0.0f);
   if (n == 0 || nf == 0) return Status::Ok();
   torch::NoGradGuard no_grad;
   const bool in_place = options_.device.is_cpu() && options_.dtype == torch::kFloat32;
+  const bool relative = std::any_of(signals.begin(), signals.end(),
+                                    [](const TokenSignalInfo* s) { return s->relative(); });
   torch::Tensor index;
   if (!in_place) {
     index = torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()),
@@ -120,6 +124,10 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots, std::span<const T
   const float inv_heads = 1.0f / static_cast<float>(heads);
   const auto row = static_cast<size_t>(dim);
   float* sums = out.data() + at;
+  // Relative signals: per head of a tensor, the live rows gathered contiguous for the anchor
+  // functions (TokenSignalAnchors' input), then each signal's anchor of that row.
+  std::vector<float> gathered_k, gathered_v,
+      anchors(relative ? nf * static_cast<size_t>(heads) * row : 0);
   // Layer by layer (one tensor each at token granularity), then head by head: the order of
   // ReduceTokenSignals' sum, so the bits are its.
   for (size_t t = 0; t < k_.size(); ++t) {
@@ -131,14 +139,41 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots, std::span<const T
     const float* kbase = keys.data_ptr<float>();
     const float* vbase = values.data_ptr<float>();
     const auto stride = static_cast<size_t>(keys.stride(0));
-    for (size_t i = 0; i < n; ++i) {
+    auto offset = [&](size_t i, int64_t h) {
       const size_t slot = in_place ? static_cast<size_t>(slots[i]) : i;
+      return slot * stride + static_cast<size_t>(h) * row;
+    };
+    if (relative) {
+      gathered_k.resize(n * row);
+      gathered_v.resize(n * row);
+      for (int64_t h = 0; h < heads; ++h) {
+        for (size_t i = 0; i < n; ++i) {
+          std::copy_n(kbase + offset(i, h), row, gathered_k.data() + i * row);
+          std::copy_n(vbase + offset(i, h), row, gathered_v.data() + i * row);
+        }
+        for (size_t j = 0; j < nf; ++j) {
+          if (!signals[j]->relative()) continue;
+          signals[j]->anchor(
+              gathered_k.data(), gathered_v.data(), static_cast<int64_t>(n), dim,
+              anchors.data() + (j * static_cast<size_t>(heads) + static_cast<size_t>(h)) * row);
+        }
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
       for (size_t j = 0; j < nf; ++j) {
+        const TokenSignalInfo& signal = *signals[j];
         float sum = sums[i * nf + j];
         for (int64_t h = 0; h < heads; ++h) {
-          const size_t off = slot * stride + static_cast<size_t>(h) * row;
-          sum += fns[j](std::span<const float>(kbase + off, row),
-                        std::span<const float>(vbase + off, row)) *
+          const size_t off = offset(i, h);
+          const std::span<const float> anchor =
+              signal.relative()
+                  ? std::span<const float>(
+                        anchors.data() +
+                            (j * static_cast<size_t>(heads) + static_cast<size_t>(h)) * row,
+                        row)
+                  : std::span<const float>();
+          sum += signal.fn(std::span<const float>(kbase + off, row),
+                           std::span<const float>(vbase + off, row), anchor) *
                  inv_heads;
         }
         sums[i * nf + j] = sum;

@@ -81,11 +81,13 @@ class KvTensors {
   // Appends the K and V rows of `slots` to `out` as bytes on the host: per distinct tensor (in
   // layer order) the K rows of every slot, then their V rows; bytes_per_slot() per slot in all.
   Status ReadSlots(std::span<const int64_t> slots, std::vector<std::byte>& out) const;
-  // ModelRunner::TokenSignals over this store: per slot, one value per function, the mean over
-  // the rows the slot holds (ReduceTokenSignals' order and bits), appended to `out` slot-major.
-  // On the CPU in fp32 it reads the rows in place; elsewhere it copies the slots' rows to the host
-  // as fp32 first. InvalidArgument for a slot out of range.
-  Status TokenSignals(std::span<const int64_t> slots, std::span<const TokenSignalFn> fns,
+  // ModelRunner::TokenSignals over this store: per slot, one value per signal, the mean over the
+  // rows the slot holds (ReduceTokenSignals' order and bits, relative signals' anchors taken over
+  // `slots` as TokenSignalAnchors does), appended to `out` slot-major. On the CPU in fp32 it reads
+  // the rows in place; elsewhere it copies the slots' rows to the host as fp32 first.
+  // InvalidArgument for a slot out of range.
+  Status TokenSignals(std::span<const int64_t> slots,
+                      std::span<const TokenSignalInfo* const> signals,
                       std::vector<float>& out) const;
   // Writes bytes in ReadSlots' layout into `slots`. InvalidArgument on a size mismatch or a slot
   // out of range.

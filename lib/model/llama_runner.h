@@ -90,9 +90,10 @@ class LlamaRunner final : public ModelRunner {
   Status WriteKv(std::span<const SlotIndex> slots, std::span<const std::byte> bytes) override {
     return kv_.WriteSlots(slots, bytes);
   }
-  Status TokenSignals(std::span<const SlotIndex> slots, std::span<const TokenSignalFn> fns,
+  Status TokenSignals(std::span<const SlotIndex> slots,
+                      std::span<const TokenSignalInfo* const> signals,
                       std::vector<float>& out) const override {
-    return kv_.TokenSignals(slots, fns, out);
+    return kv_.TokenSignals(slots, signals, out);
   }
   void ForgetRequest(int64_t request) override { samplers_.erase(request); }
 

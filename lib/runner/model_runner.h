@@ -168,14 +168,16 @@ class ModelRunner {
     return FailedPreconditionError("this runner cannot write KV rows");
   }
   // Token signals (lib/core/token_signal.h) of the tokens at group slots `slots`: per slot, one
-  // value per function of `fns`, reduced over the KV rows the slot holds as ReduceTokenSignals
-  // does, appended to `out` slot-major. Read from the cached rows (converted to fp32), so every
-  // backend and KV dtype gives the signal of the rows attention reads. InvalidArgument for a slot
-  // out of range; FailedPrecondition from a runner that holds no K/V rows (the simulator's): a
-  // policy reading token signals cannot run on it.
-  virtual Status TokenSignals(std::span<const SlotIndex> slots, std::span<const TokenSignalFn> fns,
+  // value per signal of `signals`, reduced over the KV rows the slot holds as ReduceTokenSignals
+  // does, appended to `out` slot-major. A relative signal's anchors are taken over `slots` (the
+  // caller lists every live token of one group). Read from the cached rows (converted to fp32),
+  // so every backend and KV dtype gives the signal of the rows attention reads. InvalidArgument
+  // for a slot out of range; FailedPrecondition from a runner that holds no K/V rows (the
+  // simulator's): a policy reading token signals cannot run on it.
+  virtual Status TokenSignals(std::span<const SlotIndex> slots,
+                              std::span<const TokenSignalInfo* const> signals,
                               std::vector<float>& out) const {
-    (void)slots, (void)fns, (void)out;
+    (void)slots, (void)signals, (void)out;
     return FailedPreconditionError("this runner holds no K/V rows to compute token signals from");
   }
   // Drops per-request state (sampler streams).
@@ -211,9 +213,10 @@ class ForwardingRunner : public ModelRunner {
   Status WriteKv(std::span<const SlotIndex> slots, std::span<const std::byte> bytes) override {
     return inner_.WriteKv(slots, bytes);
   }
-  Status TokenSignals(std::span<const SlotIndex> slots, std::span<const TokenSignalFn> fns,
+  Status TokenSignals(std::span<const SlotIndex> slots,
+                      std::span<const TokenSignalInfo* const> signals,
                       std::vector<float>& out) const override {
-    return inner_.TokenSignals(slots, fns, out);
+    return inner_.TokenSignals(slots, signals, out);
   }
   void ForgetRequest(int64_t request) override { inner_.ForgetRequest(request); }
   RunClock* clock() override { return inner_.clock(); }

@@ -80,7 +80,7 @@ class SimRunner final : public model::ModelRunner {
   uint64_t TokenKvHash(SlotIndex slot) override;
   // The simulator models attn, attn_sum and key_norm (its signal sources), not token signals:
   // a policy that reads one is refused before the run starts.
-  Status TokenSignals(std::span<const SlotIndex>, std::span<const TokenSignalFn>,
+  Status TokenSignals(std::span<const SlotIndex>, std::span<const TokenSignalInfo* const>,
                       std::vector<float>&) const override {
     return FailedPreconditionError(
         "the simulator models attn, attn_sum and key_norm only, not token signals");

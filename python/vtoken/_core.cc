@@ -227,6 +227,12 @@ struct Signals {
   }
 };
 
+std::vector<std::string> SignalNames(std::span<const TokenSignalInfo* const> infos) {
+  std::vector<std::string> names;
+  for (const TokenSignalInfo* i : infos) names.push_back(i->name);
+  return names;
+}
+
 // A registered policy constructed with resolved parameters.
 struct PyPolicy {
   std::string name;
@@ -541,11 +547,13 @@ void BindPolicies(py::module_& m) {
           d["name"] = info->name;
           d["doc"] = info->doc;
           d["source_file"] = info->source_file;
+          d["relative"] = info->relative();
           out.append(d);
         }
         return out;
       },
-      "Every registered token signal (signals/*.cc): name, doc, source_file, sorted by name.");
+      "Every registered token signal (signals/*.cc): name, doc, source_file, relative (computed "
+      "over the live tokens at each eviction, not once per token), sorted by name.");
 
   py::class_<PyPolicy>(m, "Policy", "A registered policy built with its parameters.")
       .def(py::init([](const std::string& name, const py::kwargs& params) {
@@ -598,16 +606,26 @@ void BindPolicies(py::module_& m) {
           },
           py::arg("seq"), py::arg("live_tokens"), py::arg("attn"), py::arg("key_norm"),
           py::arg("token_values") = py::none(),
-          "token_values: the token signals of the tokens with ids >= unseen_from(seq), "
-          "(new tokens, len(token_signals)) float32; None when the policy reads none.")
+          "token_values: the absolute token signals of the tokens with ids >= unseen_from(seq), "
+          "(new tokens, len(absolute_token_signals)) float32; None when the policy reads none.")
+      .def(
+          "observe_relative",
+          [](PolicyEvictor& e, SeqId seq, const F32Array& values) {
+            Check(e.ObserveRelative(seq, 0, std::span<const float>(values.data(), values.size())));
+          },
+          py::arg("seq"), py::arg("values"),
+          "On an eviction step (scores_next(seq) before observe), after observe: the relative "
+          "token signals of every live token, (live tokens, len(relative_token_signals)) float32.")
+      .def("scores_next", &PolicyEvictor::ScoresNext, py::arg("seq"),
+           "Whether seq's next step is an eviction step (relative token signals needed).")
       .def_property_readonly("token_signals",
-                             [](const PolicyEvictor& e) {
-                               std::vector<std::string> names;
-                               for (const TokenSignalInfo* i : e.token_signals()) {
-                                 names.push_back(i->name);
-                               }
-                               return names;
-                             })
+                             [](const PolicyEvictor& e) { return SignalNames(e.token_signals()); })
+      .def_property_readonly(
+          "absolute_token_signals",
+          [](const PolicyEvictor& e) { return SignalNames(e.absolute_token_signals()); })
+      .def_property_readonly(
+          "relative_token_signals",
+          [](const PolicyEvictor& e) { return SignalNames(e.relative_token_signals()); })
       .def(
           "unseen_from", [](const PolicyEvictor& e, SeqId seq) { return e.UnseenFrom(seq, 0); },
           py::arg("seq"), "The first token id seq's observe takes token signals for.")

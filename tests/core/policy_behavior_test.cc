@@ -8,6 +8,7 @@
 #include <set>
 
 #include "lib/core/policy_evictor.h"
+#include "lib/core/token_signal.h"
 #include "tests/core/policy_test_util.h"
 
 namespace vtoken {
@@ -86,6 +87,42 @@ TEST(VatpTest, WeighsAccumulatedAttentionByTheValueNorm) {
   EXPECT_NE(wrong.message().find("value_l1_norm): 1 values expected for 1 new tokens, got 2"),
             std::string::npos)
       << wrong.ToString();
+}
+
+// KeyDiff keeps the keys least like the others: with most keys along x, the budget goes to the
+// odd ones out; and the anchor moves with the live set: once the x keys are gone, a new x key is
+// no longer the most alike (under the first step's anchor it would be).
+TEST(KeyDiffTest, EvictsTheKeysMostSimilarToTheMeanUnitKey) {
+  std::unique_ptr<PolicyEvictor> e = Make("keydiff", {.budget_tokens = 3});
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->signals(), 0);  // Query-agnostic: no attention is computed for it.
+  ASSERT_EQ(e->relative_token_signals().size(), 1u);
+  ASSERT_TRUE(e->absolute_token_signals().empty());
+  // One KV row of 2 floats per token: the cosine to the mean unit key, as the runner computes it.
+  auto cosines = [&](const std::vector<float>& keys) {
+    const int64_t n = static_cast<int64_t>(keys.size() / 2);
+    const std::vector<float> anchors =
+        TokenSignalAnchors(e->relative_token_signals(), keys.data(), keys.data(), n, 1, 2);
+    std::vector<float> out(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      ReduceTokenSignals(e->relative_token_signals(), keys.data() + 2 * i, keys.data() + 2 * i, 1,
+                         1, 2, &out[static_cast<size_t>(i)], anchors.data());
+    }
+    return out;
+  };
+  // t0: x, t1: y, t2: x, t3: about -y, t4: x, t5: x + y. Cosines 0.98, 0.19, 0.99, -0.38, 0.96,
+  // 0.83.
+  const std::vector<float> keys = {1, 0, 0, 1, 2, 0.1f, -0.2f, -1, 1, -0.1f, 1, 1};
+  ASSERT_TRUE(e->Observe(1, Range(0, 6), {}, {}).ok());
+  ASSERT_TRUE(e->ObserveRelative(1, 0, cosines(keys)).ok());
+  EXPECT_EQ(*e->Victims(1), (std::vector<TokenId>{0, 2, 4}));  // The x keys.
+  // Step 1: tokens 1, 3, 5 and a new x key 6. Cosines 0.43, -0.60, 0.94, 0.90: token 5 goes.
+  const std::vector<float> keys1 = {0, 1, -0.2f, -1, 1, 1, 1, 0};
+  ASSERT_TRUE(e->ObserveAppended(1, 0, std::vector<TokenId>{6}).ok());
+  const std::vector<float> c = cosines(keys1);
+  EXPECT_GT(c[2], c[3]);
+  ASSERT_TRUE(e->ObserveRelative(1, 0, c).ok());
+  EXPECT_EQ(*e->Victims(1), (std::vector<TokenId>{5}));
 }
 
 TEST(TovaTest, KeepsTheTopAttentionOfTheLastStep) {

@@ -134,6 +134,7 @@ VTOKEN_REGISTER_POLICY(StatelessObserveCounter, "test_observe_stateless",
 VTOKEN_REGISTER_POLICY(StatefulObserveCounter, "test_observe_stateful",
                        "test: counts Observe calls, one float of state");
 
+using testing_util::GiveRelativeValues;
 using testing_util::Make;
 using testing_util::Range;
 using testing_util::UnseenTokenValues;
@@ -235,7 +236,9 @@ TEST(PolicyEvictorTest, BudgetIsMetExactlyAndProtectedTokensSurviveForEveryPolic
           norm[i] = 0.5f + static_cast<float>(rng() % 100) / 40;
         }
         for (float& a : attn) a /= total;
+        const bool scores = e->ScoresNext(7);
         ASSERT_TRUE(e->Observe(7, live, attn, norm, UnseenTokenValues(*e, 7, 0, live)).ok());
+        ASSERT_TRUE(GiveRelativeValues(*e, 7, 0, live, scores, step).ok());
         StatusOr<std::vector<TokenId>> victims = e->Victims(7);
         ASSERT_TRUE(victims.ok());
         const auto n = static_cast<int64_t>(live.size());

@@ -16,11 +16,13 @@
 #include "lib/core/policy.h"
 #include "lib/core/policy_evictor.h"
 #include "lib/core/policy_registry.h"
+#include "lib/core/token_signal.h"
 #include "tests/core/policy_test_util.h"
 
 namespace vtoken {
 namespace {
 
+using testing_util::GiveRelativeValues;
 using testing_util::TokenValueFor;
 using testing_util::UnseenTokenValues;
 
@@ -98,6 +100,7 @@ TEST(PolicySignalsTest, DeclarationsOfTheBundledPolicies) {
   EXPECT_EQ(signals("knorm"), kKeyNormSignal);
   EXPECT_EQ(signals("streaming_llm"), 0);
   EXPECT_EQ(signals("random"), 0);
+  EXPECT_EQ(signals("keydiff"), 0);
 }
 
 }  // namespace
@@ -134,6 +137,8 @@ void ExpectLazySignalsPickTheSameVictims(const std::string& name, const EvictorO
     wanted += want;
     const bool due = step % options.evict_interval == 0;
     ASSERT_EQ(want, (*lazy)->signals() != 0 && (every_step || due));
+    const bool scores = (*lazy)->ScoresNext(1);
+    ASSERT_EQ(scores, due);
     for (int32_t g = 0; g < groups; ++g) {
       std::vector<float> attn(live[g].size()), norm(live[g].size());
       float total = 0;
@@ -150,6 +155,8 @@ void ExpectLazySignalsPickTheSameVictims(const std::string& name, const EvictorO
                        : step % 2 == 0 ? (*lazy)->Observe(1, g, live[g], {}, {}, values)
                                        : (*lazy)->ObserveAppended(1, g, appended, values);
       ASSERT_TRUE(s.ok()) << s.ToString();
+      ASSERT_TRUE(GiveRelativeValues(**eager, 1, g, live[g], scores, step).ok());
+      ASSERT_TRUE(GiveRelativeValues(**lazy, 1, g, live[g], scores, step).ok());
     }
     auto ve = (*eager)->GroupVictims(1);
     auto vl = (*lazy)->GroupVictims(1);
@@ -264,10 +271,14 @@ TEST(PolicySignalsTest, SignalScheduleSaysWhenTheModelComputesSignals) {
     const std::string every = SignalSchedule(p, 1), eighth = SignalSchedule(p, 8);
     for (const std::string& name : p.token_signals()) {
       EXPECT_NE(every.find(name), std::string::npos) << every;
-      EXPECT_NE(every.find(" once per token"), std::string::npos) << every;
+      EXPECT_NE(
+          every.find((*FindTokenSignal(name))->relative() ? " over the live tokens when it evicts"
+                                                          : " once per token"),
+          std::string::npos)
+          << every;
     }
     if (p.signals() == 0 && !p.token_signals().empty()) {
-      EXPECT_EQ(every.rfind("reads no attention signals; token signals ", 0), 0u) << every;
+      EXPECT_EQ(every.rfind("reads no attention signals; ", 0), 0u) << every;
     } else if (p.signals() == 0) {
       EXPECT_EQ(every, "reads no signals: the model computes none");
       EXPECT_EQ(eighth, every);

@@ -57,17 +57,81 @@ TEST(TokenSignalTest, ValueNormsMatchADoubleReference) {
     for (float& x : value) x = normal(rng);
     double sq = 0, abs = 0;
     for (float x : value) sq += double{x} * x, abs += std::abs(double{x});
-    EXPECT_NEAR(l2(key, value), std::sqrt(sq), 1e-5 * std::sqrt(sq)) << "seed " << seed;
-    EXPECT_NEAR(l1(key, value), abs, 1e-5 * abs) << "seed " << seed;
+    EXPECT_NEAR(l2(key, value, {}), std::sqrt(sq), 1e-5 * std::sqrt(sq)) << "seed " << seed;
+    EXPECT_NEAR(l1(key, value, {}), abs, 1e-5 * abs) << "seed " << seed;
     // A function of the value alone: the key does not change it.
     std::vector<float> other(64, 3.0f);
-    EXPECT_EQ(l2(other, value), l2(key, value));
+    EXPECT_EQ(l2(other, value, {}), l2(key, value, {}));
   }
 }
 
+// kvpress's KeyDiffPress in double: anchor = mean over tokens of normalize(key), score =
+// cosine(key, anchor), per row; a token's value is the mean of its rows' cosines.
+std::vector<double> KeyDiffCosines(const std::vector<float>& keys, int64_t n, int64_t rows,
+                                   int64_t dim) {
+  auto at = [&](int64_t i, int64_t r) { return keys.data() + (i * rows + r) * dim; };
+  auto norm = [&](const double* x) {
+    double s = 0;
+    for (int64_t d = 0; d < dim; ++d) s += x[d] * x[d];
+    return std::sqrt(s);
+  };
+  std::vector<double> out(static_cast<size_t>(n), 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<double> anchor(static_cast<size_t>(dim), 0.0), k(static_cast<size_t>(dim));
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(at(i, r), dim, k.begin());
+      const double inv = 1.0 / norm(k.data());
+      for (int64_t d = 0; d < dim; ++d) anchor[d] += k[d] * inv / static_cast<double>(n);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(at(i, r), dim, k.begin());
+      double dot = 0;
+      for (int64_t d = 0; d < dim; ++d) dot += k[d] * anchor[d];
+      out[i] += dot / (norm(k.data()) * norm(anchor.data())) / static_cast<double>(rows);
+    }
+  }
+  return out;
+}
+
+TEST(TokenSignalTest, KeyAnchorCosineIsKvpressKeyDiffOverTheLiveTokens) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.5f, 1.0f);
+  const TokenSignalInfo* cosine = *FindTokenSignal("key_anchor_cosine");
+  const TokenSignalInfo* l1 = *FindTokenSignal("value_l1_norm");
+  ASSERT_TRUE(cosine->relative());
+  ASSERT_FALSE(l1->relative());
+  const TokenSignalInfo* infos[] = {l1, cosine};
+  // 2 layers x 3 heads of 16 floats, 37 live tokens.
+  const int64_t n = 37, layers = 2, heads = 3, dim = 16, rows = layers * heads;
+  std::vector<float> keys(static_cast<size_t>(n * rows * dim)), values(keys.size());
+  for (float& x : keys) x = normal(rng);
+  for (float& x : values) x = normal(rng);
+  const std::vector<float> anchors =
+      TokenSignalAnchors(infos, keys.data(), values.data(), n, rows, dim);
+  ASSERT_EQ(anchors.size(), static_cast<size_t>(2 * rows * dim));
+  for (size_t i = 0; i < static_cast<size_t>(rows * dim); ++i) EXPECT_EQ(anchors[i], 0.0f);
+  const std::vector<double> want = KeyDiffCosines(keys, n, rows, dim);
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t at = static_cast<size_t>(i * rows * dim);
+    float out[2];
+    ReduceTokenSignals(infos, keys.data() + at, values.data() + at, layers, heads, dim, out,
+                       anchors.data());
+    EXPECT_NEAR(out[1], want[i], 1e-5) << "token " << i << " seed " << seed;
+    float alone;
+    ReduceTokenSignals(std::span(infos).first(1), keys.data() + at, values.data() + at, layers,
+                       heads, dim, &alone);
+    EXPECT_EQ(out[0], alone);  // The absolute signal ignores the anchors.
+  }
+  // A zero key has cosine 0, not NaN.
+  const std::vector<float> zero(static_cast<size_t>(dim), 0.0f), unit(zero.size(), 1.0f);
+  EXPECT_EQ(cosine->fn(zero, zero, unit), 0.0f);
+}
+
 TEST(TokenSignalTest, ReductionIsTheMeanOverTheGroupsRows) {
-  const TokenSignalFn l1 = (*FindTokenSignal("value_l1_norm"))->fn;
-  const TokenSignalFn fns[] = {l1, l1};
+  const TokenSignalInfo* l1 = *FindTokenSignal("value_l1_norm");
+  const TokenSignalInfo* fns[] = {l1, l1};
   // 2 layers x 3 heads of 2 floats: row r's value is (r + 1, 0), so its L1 norm is r + 1.
   std::vector<float> keys(12, 0.0f), values(12, 0.0f);
   for (int r = 0; r < 6; ++r) values[2 * r] = static_cast<float>(r + 1);
@@ -117,6 +181,71 @@ TEST(TokenSignalTest, EvictorResolvesNamesAndRefusesUnknownOnes) {
   ASSERT_EQ(good->size(), 2u);
   EXPECT_EQ((*good)[0]->name, "value_norm");
   EXPECT_EQ((*good)[1]->name, "value_l1_norm");
+}
+
+// Reads value_l1_norm (absolute) and key_anchor_cosine (relative), and checks on each eviction
+// that the absolute value is the one given for its token and the relative one is this step's.
+class ReadsBothKinds final : public Policy {
+ public:
+  std::vector<std::string> token_signals() const override {
+    return {"key_anchor_cosine", "value_l1_norm"};
+  }
+  uint8_t signals() const override { return 0; }
+  void Score(std::span<const TokenView> tokens, PolicyContext& ctx,
+             std::span<float> scores) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      EXPECT_EQ(tokens[i].token_signals[1], static_cast<float>(tokens[i].position % 5));
+      EXPECT_EQ(tokens[i].token_signals[0],
+                static_cast<float>((tokens[i].position * 3 + ctx.step) % 11));
+      scores[i] = tokens[i].token_signals[0];
+    }
+  }
+};
+
+TEST(TokenSignalTest, RelativeValuesAreGivenForEveryLiveTokenOnEvictionSteps) {
+  PolicyEvictor e("both", std::make_unique<ReadsBothKinds>(),
+                  {.budget_tokens = 10, .evict_interval = 2});
+  ASSERT_EQ(e.absolute_token_signals().size(), 1u);
+  ASSERT_EQ(e.relative_token_signals().size(), 1u);
+  EXPECT_EQ(e.relative_token_signals()[0]->name, "key_anchor_cosine");
+  EXPECT_EQ(SignalSchedule(ReadsBothKinds(), 2),
+            "reads no attention signals; token signals value_l1_norm once per token; relative "
+            "token signals key_anchor_cosine over the live tokens when it evicts");
+  auto absolute = [](std::span<const TokenId> ids) {
+    std::vector<float> v;
+    for (TokenId id : ids) v.push_back(static_cast<float>(id % 5));
+    return v;
+  };
+  auto relative = [](std::span<const TokenId> ids, int64_t step) {
+    std::vector<float> v;
+    for (TokenId id : ids) v.push_back(static_cast<float>((id * 3 + step) % 11));
+    return v;
+  };
+  std::vector<TokenId> live = Range(0, 20);
+  EXPECT_TRUE(e.ScoresNext(4));
+  ASSERT_TRUE(e.Observe(4, live, {}, {}, absolute(live)).ok());
+  // An eviction step without the relative values is refused, before any victim is picked.
+  const StatusOr<std::vector<TokenId>> missing = e.Victims(4);
+  EXPECT_EQ(missing.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(missing.status().message().find("reads relative token signal key_anchor_cosine"),
+            std::string::npos)
+      << missing.status().ToString();
+  EXPECT_EQ(e.ObserveRelative(4, 0, std::vector<float>(3, 1.0f)).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(e.ObserveRelative(4, 0, relative(live, 0)).ok());
+  for (int64_t step = 0; step < 12; ++step) {
+    StatusOr<std::vector<TokenId>> victims = e.Victims(4);
+    ASSERT_TRUE(victims.ok()) << victims.status().ToString();
+    EXPECT_EQ(victims->empty(), step % 2 != 0) << "step " << step;
+    std::erase_if(
+        live, [&](TokenId t) { return std::binary_search(victims->begin(), victims->end(), t); });
+    const TokenId next = 20 + step;
+    live.push_back(next);
+    EXPECT_EQ(e.ScoresNext(4), (step + 1) % 2 == 0);
+    const std::vector<TokenId> fresh = {next};
+    ASSERT_TRUE(e.ObserveAppended(4, 0, fresh, absolute(fresh)).ok());
+    if ((step + 1) % 2 == 0) ASSERT_TRUE(e.ObserveRelative(4, 0, relative(live, step + 1)).ok());
+  }
 }
 
 // Values are given once, when a token is first observed, and follow their token through

@@ -401,14 +401,15 @@ TEST(KvTensorsGroupsTest, LayoutCopyAndHashPerGranularity) {
 
 // Token signals read from the store (ModelRunner::TokenSignals): per slot, the bits of
 // ReduceTokenSignals over the rows that slot holds (every layer's at token granularity, one
-// layer's KV heads at layer, one row at head), in fp32 and, as rounded rows, in bf16.
+// layer's KV heads at layer, one row at head), in fp32 and, as rounded rows, in bf16; a relative
+// signal's anchors (TokenSignalAnchors) are taken over the slots listed.
 TEST(KvTensorsGroupsTest, TokenSignalsReduceTheRowsEachSlotHolds) {
   const int64_t L = 3, KV = 2, hd = 8, tokens = 6;
-  std::vector<TokenSignalFn> fns;
-  for (const char* name : {"value_norm", "value_l1_norm"}) {
+  std::vector<const TokenSignalInfo*> fns;
+  for (const char* name : {"value_norm", "key_anchor_cosine", "value_l1_norm"}) {
     StatusOr<const TokenSignalInfo*> info = FindTokenSignal(name);
     ASSERT_TRUE(info.ok()) << name;
-    fns.push_back((*info)->fn);
+    fns.push_back(*info);
   }
   for (torch::Dtype dtype : {torch::kFloat32, torch::kBFloat16}) {
     for (Granularity gran : kAll) {
@@ -434,8 +435,9 @@ TEST(KvTensorsGroupsTest, TokenSignalsReduceTheRowsEachSlotHolds) {
       EXPECT_EQ(out[0], -7.0f);
       const int64_t layers = static_cast<int64_t>(kv->k_tensors().size());
       const int64_t heads = kv->rows_per_slot() / layers;
+      const int64_t rows = layers * heads;
+      std::vector<float> keys, values;  // [slot][row][hd]
       for (size_t i = 0; i < slots.size(); ++i) {
-        std::vector<float> keys, values;
         for (int64_t l = 0; l < layers; ++l) {
           for (const auto& [t, dst] :
                {std::pair{kv->k_tensors()[l], &keys}, std::pair{kv->v_tensors()[l], &values}}) {
@@ -443,11 +445,19 @@ TEST(KvTensorsGroupsTest, TokenSignalsReduceTheRowsEachSlotHolds) {
             dst->insert(dst->end(), row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
           }
         }
-        float expected[2];
-        ReduceTokenSignals(fns, keys.data(), values.data(), layers, heads, hd, expected);
-        EXPECT_EQ(out[1 + 2 * i], expected[0]) << "slot " << slots[i];
-        EXPECT_EQ(out[2 + 2 * i], expected[1]) << "slot " << slots[i];
+      }
+      const std::vector<float> anchors = TokenSignalAnchors(
+          fns, keys.data(), values.data(), static_cast<int64_t>(slots.size()), rows, hd);
+      for (size_t i = 0; i < slots.size(); ++i) {
+        const size_t at = i * static_cast<size_t>(rows * hd);
+        float expected[3];
+        ReduceTokenSignals(fns, keys.data() + at, values.data() + at, layers, heads, hd, expected,
+                           anchors.data());
+        for (size_t j = 0; j < 3; ++j) {
+          EXPECT_EQ(out[1 + 3 * i + j], expected[j]) << "slot " << slots[i] << " signal " << j;
+        }
         EXPECT_GT(expected[0], 0.0f);
+        EXPECT_NE(expected[1], 0.0f);
       }
       const std::vector<SlotIndex> outside = {kv->num_slots()};
       EXPECT_EQ(kv->TokenSignals(outside, fns, out).code(), StatusCode::kInvalidArgument);

@@ -183,10 +183,11 @@ namespace {
 class CountingRunner final : public ForwardingRunner {
  public:
   using ForwardingRunner::ForwardingRunner;
-  Status TokenSignals(std::span<const SlotIndex> slots, std::span<const TokenSignalFn> fns,
+  Status TokenSignals(std::span<const SlotIndex> slots,
+                      std::span<const TokenSignalInfo* const> signals,
                       std::vector<float>& out) const override {
     slots_ += static_cast<int64_t>(slots.size());
-    return inner_.TokenSignals(slots, fns, out);
+    return inner_.TokenSignals(slots, signals, out);
   }
   mutable int64_t slots_ = 0;
 };
@@ -225,6 +226,44 @@ TEST(TorchRuntimeTest, TokenSignalsAreReadOncePerTokenAndFollowRelocations) {
     }
     EXPECT_EQ(counting.slots_, tokens);
     if (chunk != 48) continue;  // Other chunk shapes may round differently.
+    if (first.empty()) first = outputs;
+    EXPECT_EQ(outputs, first);
+  }
+}
+
+// A policy reading a relative token signal (keydiff: key_anchor_cosine) on real tensors: on every
+// eviction step the runner is asked for every live token (the prompt at the prefill, then the
+// budget plus the new token), and naive and vtoken (which relocates the rows) give the same
+// tokens.
+TEST(TorchRuntimeTest, RelativeTokenSignalsAreReadForEveryLiveTokenWhenThePolicyEvicts) {
+  const std::vector<engine::Request> requests = Requests(4, 150, 12);
+  std::vector<std::vector<int32_t>> first;
+  for (const Mode mode : {Mode::kNaive, Mode::kVtoken}) {
+    SCOPED_TRACE(ModeName(mode));
+    engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, 48);
+    o.policy = "keydiff";
+    StatusOr<LlamaModel> m = LlamaModel::RandomInit(SmallConfig(), 3);
+    ASSERT_TRUE(m.ok());
+    StatusOr<std::unique_ptr<LlamaRunner>> runner =
+        LlamaRunner::Create(*std::move(m), {.num_slots = 160 * 16});
+    ASSERT_TRUE(runner.ok());
+    CountingRunner counting(**runner);
+    StatusOr<engine::EngineResult> r = engine::RunEngine(o, counting, requests);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_GT(r->evictions, 0);
+    EXPECT_EQ(r->violations, 0);
+    int64_t tokens = 0;
+    std::vector<std::vector<int32_t>> outputs;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const auto& out = r->requests[i].output_tokens;
+      ASSERT_FALSE(out.empty());
+      const int64_t prompt = 1 + static_cast<int64_t>(requests[i].prompt_tokens.size());  // BOS
+      const auto budget = static_cast<int64_t>(o.evictor.keep_ratio * static_cast<double>(prompt));
+      // The prefill's live tokens, then budget + 1 at each observed decode step.
+      tokens += prompt + (static_cast<int64_t>(out.size()) - 1) * (budget + 1);
+      outputs.push_back(out);
+    }
+    EXPECT_EQ(counting.slots_, tokens);
     if (first.empty()) first = outputs;
     EXPECT_EQ(outputs, first);
   }

@@ -1,0 +1,47 @@
+// Key-anchor cosine: the cosine similarity of the token's key to the mean of the unit-normalised
+// keys of the live tokens of its KV row, KeyDiff's measure (Park et al., "KeyDiff: Key
+// Similarity-Based KV Cache Eviction for Long-Context LLM Inference in Resource-Constrained
+// Environments", 2025; kvpress's KeyDiffPress: anchor = mean(normalize(keys)), score =
+// -cosine(key, anchor)). Relative: the anchor is taken over the live tokens at each eviction.
+#include <algorithm>
+#include <cmath>
+
+#include "lib/core/token_signal.h"
+
+namespace vtoken {
+namespace {
+
+// A zero vector's norm is taken as 1e-12 (F.normalize's and F.cosine_similarity's eps order),
+// so a zero key or anchor gives cosine 0.
+float Norm(const float* x, int64_t n) {
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
+  return std::max(std::sqrt(sum), 1e-12f);
+}
+
+void MeanUnitKey(const float* keys, const float* /*values*/, int64_t n, int64_t dim,
+                 float* anchor) {
+  std::fill_n(anchor, dim, 0.0f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* k = keys + i * dim;
+    const float inv = 1.0f / Norm(k, dim);
+    for (int64_t d = 0; d < dim; ++d) anchor[d] += k[d] * inv;
+  }
+  for (int64_t d = 0; n > 0 && d < dim; ++d) anchor[d] /= static_cast<float>(n);
+}
+
+float KeyAnchorCosine(std::span<const float> key, std::span<const float> /*value*/,
+                      std::span<const float> anchor) {
+  const auto dim = static_cast<int64_t>(key.size());
+  float dot = 0;
+  for (int64_t d = 0; d < dim; ++d) dot += key[d] * anchor[d];
+  return dot / (Norm(key.data(), dim) * Norm(anchor.data(), dim));
+}
+
+}  // namespace
+
+VTOKEN_REGISTER_RELATIVE_TOKEN_SIGNAL(KeyAnchorCosine, MeanUnitKey, "key_anchor_cosine",
+                                      "cosine of the token's key to the mean unit key of the live "
+                                      "tokens (KeyDiff)");
+
+}  // namespace vtoken
