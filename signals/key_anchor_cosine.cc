@@ -11,14 +11,10 @@
 namespace vtoken {
 namespace {
 
-// A zero vector's norm is taken as 1e-12 (F.normalize's and F.cosine_similarity's eps order),
-// so a zero key or anchor gives cosine 0.
-float Norm(const float* x, int64_t n) {
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
-  return std::max(std::sqrt(sum), 1e-12f);
-}
+// A norm below 1e-12 counts as 1e-12 (F.normalize's eps order): a zero key or anchor gives 0.
+float Norm(const float* x, int64_t n) { return std::max(std::sqrt(SignalDot(x, x, n)), 1e-12f); }
 
+// The direction of the mean unit key, as a unit vector (the cosine ignores the length).
 void MeanUnitKey(const float* keys, const float* /*values*/, int64_t n, int64_t dim,
                  float* anchor) {
   std::fill_n(anchor, dim, 0.0f);
@@ -27,20 +23,19 @@ void MeanUnitKey(const float* keys, const float* /*values*/, int64_t n, int64_t 
     const float inv = 1.0f / Norm(k, dim);
     for (int64_t d = 0; d < dim; ++d) anchor[d] += k[d] * inv;
   }
-  for (int64_t d = 0; n > 0 && d < dim; ++d) anchor[d] /= static_cast<float>(n);
+  const float inv = 1.0f / Norm(anchor, dim);
+  for (int64_t d = 0; d < dim; ++d) anchor[d] *= inv;
 }
 
 float KeyAnchorCosine(std::span<const float> key, std::span<const float> /*value*/,
                       std::span<const float> anchor) {
   const auto dim = static_cast<int64_t>(key.size());
-  float dot = 0;
-  for (int64_t d = 0; d < dim; ++d) dot += key[d] * anchor[d];
-  return dot / (Norm(key.data(), dim) * Norm(anchor.data(), dim));
+  return SignalDot(key.data(), anchor.data(), dim) / Norm(key.data(), dim);
 }
 
 }  // namespace
 
-VTOKEN_REGISTER_RELATIVE_TOKEN_SIGNAL(KeyAnchorCosine, MeanUnitKey, "key_anchor_cosine",
+VTOKEN_REGISTER_RELATIVE_TOKEN_SIGNAL(KeyAnchorCosine, MeanUnitKey, kKeys, "key_anchor_cosine",
                                       "cosine of the token's key to the mean unit key of the live "
                                       "tokens (KeyDiff)");
 

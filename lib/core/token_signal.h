@@ -43,14 +43,21 @@ using TokenSignalFn = float (*)(std::span<const float> key, std::span<const floa
 using TokenSignalAnchorFn = void (*)(const float* keys, const float* values, int64_t n,
                                      int64_t head_dim, float* anchor);
 
+// The rows a signal reads: a runner copies (or streams) only those; the others' spans and
+// pointers are empty or null.
+enum class TokenSignalRows : uint8_t { kKeys = 1, kValues = 2, kKeysAndValues = 3 };
+
 struct TokenSignalInfo {
   std::string name;  // snake_case; how policies name it.
   std::string doc;   // One line: what it measures.
   std::string source_file;
   TokenSignalFn fn = nullptr;
   TokenSignalAnchorFn anchor = nullptr;  // Null for an absolute signal.
+  TokenSignalRows rows = TokenSignalRows::kKeysAndValues;
 
   bool relative() const { return anchor != nullptr; }
+  bool reads_keys() const { return (static_cast<uint8_t>(rows) & 1) != 0; }
+  bool reads_values() const { return (static_cast<uint8_t>(rows) & 2) != 0; }
 };
 
 // Adds a token signal to the process-wide registry (static initialization). A name registered
@@ -67,6 +74,19 @@ StatusOr<const TokenSignalInfo*> FindTokenSignal(std::string_view name);
 // The signals of `infos` of one kind (relative or absolute), in order.
 std::vector<const TokenSignalInfo*> TokenSignalsOfKind(
     std::span<const TokenSignalInfo* const> infos, bool relative);
+
+// The dot product of n floats in a fixed order that compilers vectorise: 8 partial sums over
+// strided lanes, then added pairwise. For signals' inner loops (a plain left-to-right sum is
+// latency-bound: one add every 4 cycles); the same inputs always give the same bits.
+inline float SignalDot(const float* a, const float* b, int64_t n) {
+  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lane[j] += a[i + j] * b[i + j];
+  }
+  for (; i < n; ++i) lane[i % 8] += a[i] * b[i];
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
 
 // Reference reduction of one token's signals over its group's rows (see the file comment), for
 // runners and tests: `keys` and `values` hold `layers` x `heads` rows of `head_dim` floats,
@@ -97,7 +117,8 @@ std::vector<float> TokenSignalAnchors(std::span<const TokenSignalInfo* const> in
       ::vtoken::RegisterTokenSignal(::vtoken::TokenSignalInfo{name, doc, __FILE__, fn, nullptr})
 
 // Registers `fn` with its anchor function `anchor` (a TokenSignalAnchorFn) as relative token
-// signal `name`.
-#define VTOKEN_REGISTER_RELATIVE_TOKEN_SIGNAL(fn, anchor, name, doc)                              \
+// signal `name` that reads `rows` (a TokenSignalRows: kKeys, kValues or kKeysAndValues).
+#define VTOKEN_REGISTER_RELATIVE_TOKEN_SIGNAL(fn, anchor, rows, name, doc)                        \
   [[maybe_unused]] static const bool VTOKEN_TOKEN_SIGNAL_CONCAT(vtoken_token_signal_, __LINE__) = \
-      ::vtoken::RegisterTokenSignal(::vtoken::TokenSignalInfo{name, doc, __FILE__, fn, anchor})
+      ::vtoken::RegisterTokenSignal(::vtoken::TokenSignalInfo{name, doc, __FILE__, fn, anchor,    \
+                                                              ::vtoken::TokenSignalRows::rows})

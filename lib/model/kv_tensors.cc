@@ -113,68 +113,81 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
   if (n == 0 || nf == 0) return Status::Ok();
   torch::NoGradGuard no_grad;
   const bool in_place = options_.device.is_cpu() && options_.dtype == torch::kFloat32;
-  const bool relative = std::any_of(signals.begin(), signals.end(),
-                                    [](const TokenSignalInfo* s) { return s->relative(); });
+  bool relative = false, need_k = false, need_v = false;
+  for (const TokenSignalInfo* s : signals) {
+    relative = relative || s->relative();
+    need_k = need_k || s->reads_keys();
+    need_v = need_v || s->reads_values();
+  }
   torch::Tensor index;
   if (!in_place) {
     index = torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()),
                           torch::TensorOptions().dtype(torch::kInt64).device(options_.device));
   }
   const int64_t heads = k_[0].size(1), dim = options_.head_dim;
+  const auto nh = static_cast<size_t>(heads);
   const float inv_heads = 1.0f / static_cast<float>(heads);
   const auto row = static_cast<size_t>(dim);
   float* sums = out.data() + at;
-  // Relative signals: per head of a tensor, the live rows gathered contiguous for the anchor
-  // functions (TokenSignalAnchors' input), then each signal's anchor of that row.
-  std::vector<float> gathered_k, gathered_v,
-      anchors(relative ? nf * static_cast<size_t>(heads) * row : 0);
+  // With a relative signal, each head's rows are gathered contiguous ([head][slot][dim]: the
+  // anchor functions' input, and a sequential read for the values), then each relative signal's
+  // anchor of that head.
+  std::vector<float> gathered_k(relative && need_k ? nh * n * row : 0);
+  std::vector<float> gathered_v(relative && need_v ? nh * n * row : 0);
+  std::vector<float> anchors(relative ? nf * nh * row : 0);
   // Layer by layer (one tensor each at token granularity), then head by head: the order of
   // ReduceTokenSignals' sum, so the bits are its.
   for (size_t t = 0; t < k_.size(); ++t) {
-    torch::Tensor keys = k_[t], values = v_[t];
-    if (!in_place) {
-      keys = keys.index_select(0, index).to(torch::kCPU, torch::kFloat32).contiguous();
-      values = values.index_select(0, index).to(torch::kCPU, torch::kFloat32).contiguous();
+    torch::Tensor keys, values;
+    if (in_place) {
+      keys = k_[t], values = v_[t];
+    } else {
+      if (need_k) keys = k_[t].index_select(0, index).to(torch::kCPU, torch::kFloat32).contiguous();
+      if (need_v) {
+        values = v_[t].index_select(0, index).to(torch::kCPU, torch::kFloat32).contiguous();
+      }
     }
-    const float* kbase = keys.data_ptr<float>();
-    const float* vbase = values.data_ptr<float>();
-    const auto stride = static_cast<size_t>(keys.stride(0));
-    auto offset = [&](size_t i, int64_t h) {
-      const size_t slot = in_place ? static_cast<size_t>(slots[i]) : i;
-      return slot * stride + static_cast<size_t>(h) * row;
+    const float* kbase = need_k ? keys.data_ptr<float>() : nullptr;
+    const float* vbase = need_v ? values.data_ptr<float>() : nullptr;
+    const auto stride = static_cast<size_t>(need_k ? keys.stride(0) : values.stride(0));
+    auto offset = [&](size_t i, size_t h) {
+      return (in_place ? static_cast<size_t>(slots[i]) : i) * stride + h * row;
     };
     if (relative) {
-      gathered_k.resize(n * row);
-      gathered_v.resize(n * row);
-      for (int64_t h = 0; h < heads; ++h) {
-        for (size_t i = 0; i < n; ++i) {
-          std::copy_n(kbase + offset(i, h), row, gathered_k.data() + i * row);
-          std::copy_n(vbase + offset(i, h), row, gathered_v.data() + i * row);
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t h = 0; h < nh; ++h) {
+          if (need_k) std::copy_n(kbase + offset(i, h), row, gathered_k.data() + (h * n + i) * row);
+          if (need_v) std::copy_n(vbase + offset(i, h), row, gathered_v.data() + (h * n + i) * row);
         }
+      }
+      for (size_t h = 0; h < nh; ++h) {
         for (size_t j = 0; j < nf; ++j) {
           if (!signals[j]->relative()) continue;
-          signals[j]->anchor(
-              gathered_k.data(), gathered_v.data(), static_cast<int64_t>(n), dim,
-              anchors.data() + (j * static_cast<size_t>(heads) + static_cast<size_t>(h)) * row);
+          signals[j]->anchor(need_k ? gathered_k.data() + h * n * row : nullptr,
+                             need_v ? gathered_v.data() + h * n * row : nullptr,
+                             static_cast<int64_t>(n), dim, anchors.data() + (j * nh + h) * row);
         }
       }
     }
+    // Token i's row of head h, in the gathered copy or in the store.
+    auto rows_of = [&](const float* base, const std::vector<float>& gathered, size_t i, size_t h) {
+      return relative ? gathered.data() + (h * n + i) * row : base + offset(i, h);
+    };
     for (size_t i = 0; i < n; ++i) {
       for (size_t j = 0; j < nf; ++j) {
         const TokenSignalInfo& signal = *signals[j];
         float sum = sums[i * nf + j];
-        for (int64_t h = 0; h < heads; ++h) {
-          const size_t off = offset(i, h);
+        for (size_t h = 0; h < nh; ++h) {
+          const std::span<const float> key =
+              signal.reads_keys() ? std::span<const float>(rows_of(kbase, gathered_k, i, h), row)
+                                  : std::span<const float>();
+          const std::span<const float> value =
+              signal.reads_values() ? std::span<const float>(rows_of(vbase, gathered_v, i, h), row)
+                                    : std::span<const float>();
           const std::span<const float> anchor =
-              signal.relative()
-                  ? std::span<const float>(
-                        anchors.data() +
-                            (j * static_cast<size_t>(heads) + static_cast<size_t>(h)) * row,
-                        row)
-                  : std::span<const float>();
-          sum += signal.fn(std::span<const float>(kbase + off, row),
-                           std::span<const float>(vbase + off, row), anchor) *
-                 inv_heads;
+              signal.relative() ? std::span<const float>(anchors.data() + (j * nh + h) * row, row)
+                                : std::span<const float>();
+          sum += signal.fn(key, value, anchor) * inv_heads;
         }
         sums[i * nf + j] = sum;
       }
