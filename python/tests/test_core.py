@@ -161,6 +161,27 @@ def test_token_signals_are_the_registry_and_reach_policies_by_name():
         e.observe(1, np.arange(1, 7), np.full(6, 1 / 6, np.float32), np.ones(6, np.float32))
 
 
+def test_relative_token_signals_are_given_for_every_live_token_on_eviction_steps():
+    kinds = {s["name"]: s["relative"] for s in vtoken.token_signals()}
+    assert kinds["key_anchor_cosine"] and not kinds["value_norm"]
+    e = vtoken.Evictor("keydiff", budget_tokens=3)
+    assert e.relative_token_signals == ["key_anchor_cosine"] and e.absolute_token_signals == []
+    # kvpress's KeyDiffPress on one KV row: anchor = mean(normalize(keys)), score = -cosine.
+    keys = np.array([[1, 0], [0, 1], [2, 0.1], [-0.2, -1], [1, -0.1], [1, 1]], np.float32)
+    unit = keys / np.linalg.norm(keys, axis=1, keepdims=True)
+    anchor = unit.mean(axis=0)
+    cosine = (keys @ anchor) / (np.linalg.norm(keys, axis=1) * np.linalg.norm(anchor))
+    assert e.scores_next(1)
+    e.observe(1, np.arange(6), np.zeros(0, np.float32), np.zeros(0, np.float32))
+    with pytest.raises(vtoken.FailedPreconditionError, match="key_anchor_cosine"):
+        e.victims(1)
+    with pytest.raises(vtoken.InvalidArgumentError, match="6 live tokens"):
+        e.observe_relative(1, cosine[:3].astype(np.float32))
+    e.observe_relative(1, cosine.astype(np.float32))
+    # The three keys most like the anchor (the x keys) go.
+    assert list(e.victims(1)) == sorted(np.argsort(-cosine)[:3].tolist()) == [0, 2, 4]
+
+
 def test_policy_observe_returns_state():
     pandas = pytest.importorskip("pandas")
     decayed = vtoken.Policy("decayed_attention", decay=0.5)
