@@ -15,11 +15,11 @@ namespace {
 float Norm(const float* x, int64_t n) { return std::max(std::sqrt(SignalDot(x, x, n)), 1e-12f); }
 
 // The direction of the mean unit key, as a unit vector (the cosine ignores the length).
-void MeanUnitKey(const float* keys, const float* /*values*/, int64_t n, int64_t dim,
+void MeanUnitKey(const float* const* keys, const float* const* /*values*/, int64_t n, int64_t dim,
                  float* anchor) {
   std::fill_n(anchor, dim, 0.0f);
   for (int64_t i = 0; i < n; ++i) {
-    const float* k = keys + i * dim;
+    const float* k = keys[i];
     const float inv = 1.0f / Norm(k, dim);
     for (int64_t d = 0; d < dim; ++d) anchor[d] += k[d] * inv;
   }

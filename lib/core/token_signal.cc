@@ -86,15 +86,13 @@ std::vector<float> TokenSignalAnchors(std::span<const TokenSignalInfo* const> in
                                       int64_t rows, int64_t head_dim) {
   const auto dim = static_cast<size_t>(head_dim), nr = static_cast<size_t>(rows);
   std::vector<float> anchors(infos.size() * nr * dim, 0.0f);
-  std::vector<float> k(static_cast<size_t>(n) * dim), v(static_cast<size_t>(n) * dim);
+  std::vector<const float*> k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
   for (size_t j = 0; j < infos.size(); ++j) {
     if (!infos[j]->relative()) continue;
     for (size_t r = 0; r < nr; ++r) {
       for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
-        std::copy_n(keys + (i * nr + r) * dim, dim,
-                    k.begin() + static_cast<std::ptrdiff_t>(i * dim));
-        std::copy_n(values + (i * nr + r) * dim, dim,
-                    v.begin() + static_cast<std::ptrdiff_t>(i * dim));
+        k[i] = keys + (i * nr + r) * dim;
+        v[i] = values + (i * nr + r) * dim;
       }
       infos[j]->anchor(k.data(), v.data(), n, head_dim, anchors.data() + (j * nr + r) * dim);
     }

@@ -38,10 +38,11 @@ namespace vtoken {
 using TokenSignalFn = float (*)(std::span<const float> key, std::span<const float> value,
                                 std::span<const float> anchor);
 // A relative signal's anchor of one KV row: reduces the `n` live tokens' rows (token i's key at
-// keys + i * head_dim, its value at values + i * head_dim) to head_dim floats in `anchor`. Must be
-// a pure function of the rows in their order.
-using TokenSignalAnchorFn = void (*)(const float* keys, const float* values, int64_t n,
-                                     int64_t head_dim, float* anchor);
+// keys[i], its value at values[i], head_dim floats each; the runner passes pointers into its
+// store, so nothing is copied) to head_dim floats in `anchor`. The arrays a signal does not read
+// (TokenSignalRows) are null. Must be a pure function of the rows in their order.
+using TokenSignalAnchorFn = void (*)(const float* const* keys, const float* const* values,
+                                     int64_t n, int64_t head_dim, float* anchor);
 
 // The rows a signal reads: a runner copies (or streams) only those; the others' spans and
 // pointers are empty or null.

@@ -129,11 +129,10 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
   const float inv_heads = 1.0f / static_cast<float>(heads);
   const auto row = static_cast<size_t>(dim);
   float* sums = out.data() + at;
-  // With a relative signal, each head's rows are gathered contiguous ([head][slot][dim]: the
-  // anchor functions' input, and a sequential read for the values), then each relative signal's
-  // anchor of that head.
-  std::vector<float> gathered_k(relative && need_k ? nh * n * row : 0);
-  std::vector<float> gathered_v(relative && need_v ? nh * n * row : 0);
+  // With a relative signal, per head: pointers to the live tokens' rows (in the store, or in the
+  // host copy), then each relative signal's anchor of that head.
+  std::vector<const float*> key_rows(relative && need_k ? n : 0);
+  std::vector<const float*> value_rows(relative && need_v ? n : 0);
   std::vector<float> anchors(relative ? nf * nh * row : 0);
   // Layer by layer (one tensor each at token granularity), then head by head: the order of
   // ReduceTokenSignals' sum, so the bits are its.
@@ -153,37 +152,29 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
     auto offset = [&](size_t i, size_t h) {
       return (in_place ? static_cast<size_t>(slots[i]) : i) * stride + h * row;
     };
-    if (relative) {
+    for (size_t h = 0; relative && h < nh; ++h) {
       for (size_t i = 0; i < n; ++i) {
-        for (size_t h = 0; h < nh; ++h) {
-          if (need_k) std::copy_n(kbase + offset(i, h), row, gathered_k.data() + (h * n + i) * row);
-          if (need_v) std::copy_n(vbase + offset(i, h), row, gathered_v.data() + (h * n + i) * row);
-        }
+        if (need_k) key_rows[i] = kbase + offset(i, h);
+        if (need_v) value_rows[i] = vbase + offset(i, h);
       }
-      for (size_t h = 0; h < nh; ++h) {
-        for (size_t j = 0; j < nf; ++j) {
-          if (!signals[j]->relative()) continue;
-          signals[j]->anchor(need_k ? gathered_k.data() + h * n * row : nullptr,
-                             need_v ? gathered_v.data() + h * n * row : nullptr,
-                             static_cast<int64_t>(n), dim, anchors.data() + (j * nh + h) * row);
-        }
+      for (size_t j = 0; j < nf; ++j) {
+        if (!signals[j]->relative()) continue;
+        signals[j]->anchor(need_k ? key_rows.data() : nullptr, need_v ? value_rows.data() : nullptr,
+                           static_cast<int64_t>(n), dim, anchors.data() + (j * nh + h) * row);
       }
     }
-    // Token i's row of head h, in the gathered copy or in the store.
-    auto rows_of = [&](const float* base, const std::vector<float>& gathered, size_t i, size_t h) {
-      return relative ? gathered.data() + (h * n + i) * row : base + offset(i, h);
-    };
     for (size_t i = 0; i < n; ++i) {
       for (size_t j = 0; j < nf; ++j) {
         const TokenSignalInfo& signal = *signals[j];
         float sum = sums[i * nf + j];
         for (size_t h = 0; h < nh; ++h) {
-          const std::span<const float> key =
-              signal.reads_keys() ? std::span<const float>(rows_of(kbase, gathered_k, i, h), row)
-                                  : std::span<const float>();
-          const std::span<const float> value =
-              signal.reads_values() ? std::span<const float>(rows_of(vbase, gathered_v, i, h), row)
-                                    : std::span<const float>();
+          const size_t off = offset(i, h);
+          const std::span<const float> key = signal.reads_keys()
+                                                 ? std::span<const float>(kbase + off, row)
+                                                 : std::span<const float>();
+          const std::span<const float> value = signal.reads_values()
+                                                   ? std::span<const float>(vbase + off, row)
+                                                   : std::span<const float>();
           const std::span<const float> anchor =
               signal.relative() ? std::span<const float>(anchors.data() + (j * nh + h) * row, row)
                                 : std::span<const float>();
