@@ -131,9 +131,9 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
   const auto row = static_cast<size_t>(dim);
   float* sums = out.data() + at;
   // With a relative signal, the rows of a tensor are first copied slot after slot into a dense
-  // buffer (the store's slots are scattered; the passes below then read sequential memory: 15%
-  // faster at 2048 live SmolLM2 tokens), then per head: pointers to the live tokens' rows and
-  // each relative signal's anchor of that head.
+  // buffer (the store's slots are scattered; the passes below then read sequential memory: 8.6
+  // against 12.6 ms at 2048 live SmolLM2 tokens), then per head: pointers to the live tokens'
+  // rows and each relative signal's anchor of that head.
   std::vector<float> dense_k, dense_v;
   std::vector<const float*> key_rows(relative && need_k ? n : 0);
   std::vector<const float*> value_rows(relative && need_v ? n : 0);
