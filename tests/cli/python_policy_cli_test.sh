@@ -3,7 +3,7 @@
 # runs on vt-tiny through --python-policy and through VTOKEN_PYTHON_POLICIES, and its naive and
 # vtoken runs generate exactly what the C++ h2o's do; `policies` lists it; a bad spec is one
 # error line, a non-zero exit and no database; an exception during a run fails the run. Prints
-# both runs' wall times (the Python cost).
+# both runs' wall times (the Python cost). Runs record the hash of the policy's file.
 # Usage: python_policy_cli_test.sh VTOKEN_CLI SOURCE_DIR
 source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
 
@@ -38,6 +38,25 @@ expect_error "python policy 'nope.py:X': no file" --python-policy nope.py:X run 
 expect_error "expected FILE.py:CLASS" --python-policy py_h2o run experiments/quickstart.toml
 expect_error "py_h2o.py has no class Nope" --python-policy python/policies/py_h2o.py:Nope run \
   experiments/quickstart.toml
+# A run records the hash of the policy's file (policy.source_xxh64): an edited file gives another
+# config hash, and the recorded config refuses to run the edited file.
+mkdir -p "$TMP/edit"
+cp python/policies/py_h2o.py "$TMP/edit/py_h2o.py"
+small=(--set workload.num_requests=2 --set 'modes=["naive"]' --set policy.name=py_h2o)
+"$CLI" --python-policy "$TMP/edit/py_h2o.py:PyH2O" run experiments/quickstart.toml "${small[@]}" \
+  --db "$TMP/edit.db" >/dev/null 2>"$TMP/edit.err" || fail "edit run 1: $(tail -2 "$TMP/edit.err")"
+sqlite3 "$TMP/edit.db" "select config_toml from runs" >"$TMP/recorded.toml"
+grep -q "^source_xxh64 = '[0-9a-f]\{16\}'" "$TMP/recorded.toml" \
+  || fail "the recorded config lacks policy.source_xxh64: $(grep -A3 '^\[policy\]' "$TMP/recorded.toml")"
+echo "# edited" >>"$TMP/edit/py_h2o.py"
+"$CLI" --python-policy "$TMP/edit/py_h2o.py:PyH2O" run experiments/quickstart.toml "${small[@]}" \
+  --db "$TMP/edit.db" >/dev/null 2>"$TMP/edit.err" || fail "edit run 2: $(tail -2 "$TMP/edit.err")"
+[[ $(sqlite3 "$TMP/edit.db" "select count(distinct config_hash) from runs") -eq 2 ]] \
+  || fail "an edited Python policy file kept the config hash"
+expect_error "it changed since the config was recorded" \
+  --python-policy "$TMP/edit/py_h2o.py:PyH2O" run "$TMP/recorded.toml"
+expect_error "is not a Python policy" run "$TMP/recorded.toml" --set policy.name=h2o
+
 # An exception during a run fails the run like any other error: one line, a non-zero exit, the
 # run recorded as failed.
 cat >"$TMP/late.py" <<'PY'

@@ -177,6 +177,12 @@ class Key {
     }
     return std::move(*this);
   }
+  // Records the key when `when` holds (a rule the enum does not have); `doc` says when.
+  Key&& RecordWhen(std::function<bool(const ExperimentConfig&)> when, std::string doc) && {
+    key_.record_when = std::move(when);
+    key_.record_doc = std::move(doc);
+    return std::move(*this);
+  }
   Key&& NotResolved() && { return key_.resolved = false, std::move(*this); }
   operator ConfigKey() && { return std::move(key_); }
 

@@ -489,6 +489,25 @@ std::vector<ConfigKey> MakeKeys() {
                "key given both here and as `policy.params.KEY` for the running policy is an error. "
                "Runs record the applied parameters as `policy.params.KEY`"),
       Custom(
+          "policy.source_xxh64", KeyType::kString,
+          [](const ExperimentConfig& c) -> KeyValue {
+            return c.policy_source_xxh64.empty() ? PythonPolicySourceHash(c.engine.policy)
+                                                 : c.policy_source_xxh64;
+          },
+          [](ExperimentConfig& c, const KeyValue& v) {
+            c.policy_source_xxh64 = std::get<std::string>(v);
+            return Status::Ok();
+          })
+          .DefaultText("the file's")
+          .RecordWhen(
+              [](const ExperimentConfig& c) {
+                return Evicts(c) && !PythonPolicySourceHash(c.engine.policy).empty();
+              },
+              "when the mode evicts and the policy is a Python one")
+          .Doc("xxhash64 of a Python policy's file (`--python-policy`), recorded so that a "
+               "changed file gives other config hashes (`sweep --resume` reruns its points); "
+               "given, as in a recorded config, it must match the file"),
+      Custom(
           "cache.granularity", KeyType::kString,
           [](const ExperimentConfig& c) -> KeyValue {
             return std::string(GranularityName(c.granularity));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <sstream>
 #include <variant>
@@ -315,6 +316,20 @@ Status CrossCheck(const toml::table& root, const ConfigSource& source, Experimen
       if (!info.ok() || e.indirection_only || node == nullptr || node->is_table()) continue;
       VTOKEN_RETURN_IF_ERROR(CheckParam(source, key, node, **info, name, value));
     }
+    if (!c.policy_source_xxh64.empty()) {
+      const std::string now = PythonPolicySourceHash(e.policy);
+      if (now.empty()) {
+        return error("policy.source_xxh64",
+                     "is given but policy " + e.policy + " is not a Python policy");
+      }
+      if (now != c.policy_source_xxh64) {
+        return error("policy.source_xxh64",
+                     "= \"" + c.policy_source_xxh64 + "\" but policy " + e.policy + "'s file " +
+                         (*info)->source_file + " hashes to \"" + now +
+                         "\" now: it changed since the config was recorded (drop the key to "
+                         "run the file as it is)");
+      }
+    }
   }
   return Status::Ok();
 }
@@ -407,6 +422,16 @@ std::string ResolvedToml(const ExperimentConfig& config, Mode mode) {
   std::ostringstream out;
   out << ResolvedTable(config, mode);
   return out.str();
+}
+
+std::string PythonPolicySourceHash(const std::string& policy) {
+  const StatusOr<const PolicyInfo*> info = FindPolicy(policy);
+  if (!info.ok() || std::filesystem::path((*info)->source_file).extension() != ".py") return "";
+  std::ifstream in((*info)->source_file, std::ios::binary);
+  if (!in) return "";
+  std::ostringstream text;
+  text << in.rdbuf();
+  return ConfigHash(text.str());
 }
 
 std::string ConfigHash(const std::string& resolved_toml) {

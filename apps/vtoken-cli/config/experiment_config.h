@@ -53,6 +53,9 @@ struct ExperimentConfig {
   Granularity granularity = Granularity::kToken;
   engine::WorkloadOptions workload;
   engine::EngineOptions engine;  // `mode` is set per run.
+  // policy.source_xxh64 as a config gave it ("" when not given): the hash of the Python policy's
+  // file that the config was recorded with, checked against the file (CrossCheck).
+  std::string policy_source_xxh64;
   // The [sweep] table, read only by `sweep` (`run` ignores it): `name` (default: the
   // experiment's name), the [sweep.grid] axes (with `seeds`), the [[sweep.exclude]] entries and
   // the [[sweep.add]] points (ExpandSweep). It is not part of the resolved config, so editing
@@ -82,5 +85,11 @@ std::string ResolvedToml(const ExperimentConfig& config, Mode mode);
 
 // Hex xxhash64 of a resolved config text.
 std::string ConfigHash(const std::string& resolved_toml);
+
+// Hex xxhash64 of the source file of registered policy `policy` when it is a Python policy
+// (lib/pypolicy/python_policy.h: a .py file), "" for a C++ policy, an unknown name or an
+// unreadable file. Recorded in resolved configs (policy.source_xxh64), so that runs of a changed
+// file get another config hash.
+std::string PythonPolicySourceHash(const std::string& policy);
 
 }  // namespace vtoken::cli
