@@ -144,10 +144,24 @@ PolicyEvictor::PolicyEvictor(std::string name, std::unique_ptr<Policy> policy,
   relative_signals_ = TokenSignalsOfKind(token_signals_, /*relative=*/true);
 }
 
-bool PolicyEvictor::ScoresNext(SeqId seq) const {
+bool PolicyEvictor::ScoresNext(SeqId seq, std::span<const int64_t> live_counts) const {
   auto it = seqs_.find(seq);
-  const int64_t step = it == seqs_.end() ? 0 : it->second[0].step + 1;
-  return step % options_.evict_interval == 0;
+  const bool known = it != seqs_.end() && it->second[0].step >= 0;
+  const int64_t step = known ? it->second[0].step + 1 : 0;
+  if (step % options_.evict_interval != 0) return false;
+  if (!known || live_counts.size() != static_cast<size_t>(num_groups_)) return true;
+  const std::vector<SeqState>& groups = it->second;
+  const bool adaptive = options_.allocation == BudgetAllocation::kAdaptive;
+  const int32_t span = adaptive ? options_.num_kv_heads : 1;  // Groups sharing one budget.
+  for (int32_t first = 0; first < num_groups_; first += span) {
+    int64_t live = 0, keep = 0;
+    for (int32_t g = first; g < first + span; ++g) {
+      live += live_counts[static_cast<size_t>(g)];
+      keep += groups[g].budget;
+    }
+    if (live > keep) return true;
+  }
+  return false;
 }
 
 Status PolicyEvictor::ObserveRelative(SeqId seq, int32_t group, std::span<const float> values) {
@@ -166,11 +180,7 @@ Status PolicyEvictor::ObserveRelative(SeqId seq, int32_t group, std::span<const 
                                 " values expected for " + std::to_string(s.live.size()) +
                                 " live tokens, got " + std::to_string(values.size()));
   }
-  for (const float v : values) {
-    if (!std::isfinite(v)) {
-      return InvalidArgumentError("observe " + SeqText(seq) + ": non-finite token signal value");
-    }
-  }
+  VTOKEN_RETURN_IF_ERROR(NonFiniteError(seq, values));
   for (size_t i = 0; i < s.live.size(); ++i) {
     for (size_t r = 0; r < nr; ++r)
       s.token_values[i * nv + relative_columns_[r]] = values[i * nr + r];
@@ -214,6 +224,10 @@ Status PolicyEvictor::TokenValuesError(SeqId seq, size_t count,
         " values expected for " + std::to_string(count) + " new tokens, got " +
         std::to_string(values.size()));
   }
+  return NonFiniteError(seq, values);
+}
+
+Status PolicyEvictor::NonFiniteError(SeqId seq, std::span<const float> values) {
   for (const float v : values) {
     if (!std::isfinite(v)) {
       return InvalidArgumentError("observe " + SeqText(seq) + ": non-finite token signal value");

@@ -29,7 +29,8 @@
 // carries them for the tokens the group has not seen yet (ids >= UnseenFrom(seq, group), a suffix
 // of the live list), and the evictor keeps them with the token until it is evicted. Relative ones
 // are given for every live token on each eviction step (ScoresNext before the step says which):
-// ObserveRelative after the group's Observe, before GroupVictims.
+// ObserveRelative after the group's Observe, before GroupVictims; they hold this step's values
+// in Score (in a policy's Observe, which runs inside the evictor's, the last eviction's).
 //
 // Victim selection: when eviction is due (the prefill step, then every evict_interval-th decode
 // step) and the sequence holds more live tokens than its budget, the first num_sink and last
@@ -136,9 +137,11 @@ class PolicyEvictor {
   std::span<const TokenSignalInfo* const> relative_token_signals() const {
     return relative_signals_;
   }
-  // Whether the next step of `seq` is an eviction step (its first Observe, then every
-  // evict_interval-th), on which a policy with relative token signals needs ObserveRelative.
-  bool ScoresNext(SeqId seq) const;
+  // Whether the policy may score `seq` at its next step, which then needs ObserveRelative for a
+  // policy with relative token signals: an eviction step (its first Observe, then every
+  // evict_interval-th) and, given `live_counts` (each group's live tokens at that step, one per
+  // group), a group above what it keeps (for a sequence never observed: any eviction step).
+  bool ScoresNext(SeqId seq, std::span<const int64_t> live_counts = {}) const;
   // The first token id `group` of `seq` has not seen: Observe and ObserveAppended take the token
   // signals of the tokens from this id on (0 for a sequence never observed).
   TokenId UnseenFrom(SeqId seq, int32_t group) const;
@@ -243,6 +246,8 @@ class PolicyEvictor {
   // InvalidArgument unless `values` holds the absolute token signals of `count` new tokens
   // (finite).
   Status TokenValuesError(SeqId seq, size_t count, std::span<const float> values) const;
+  // InvalidArgument when a token signal value of `values` is not finite, else Ok.
+  static Status NonFiniteError(SeqId seq, std::span<const float> values);
   // InvalidArgument for a group outside [0, num_groups_), else Ok.
   Status GroupError(SeqId seq, int32_t group) const;
   // The InvalidArgument of an observation without the signals the policy reads at `step`.
@@ -254,6 +259,9 @@ class PolicyEvictor {
   bool ReadsSignals(int64_t step) const;
   // True when group state `s` evicts this step (due, not yet run, above `keep`).
   bool Due(const SeqState& s, int64_t keep) const;
+  // True when GroupVictims scores group g of `groups` (one sequence's) this step: Due for its
+  // budget, or under adaptive allocation its layer due and above the layer's shared budget.
+  bool Scored(const std::vector<SeqState>& groups, int32_t g) const;
   // The policy's scores for s's live tokens (marks the step as evicted).
   std::vector<float> Score(SeqState& s, int32_t group);
   // Protected tokens at the front (sinks) and back (recent) of s.live for a group keeping `keep`.

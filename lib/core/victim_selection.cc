@@ -22,6 +22,18 @@ bool PolicyEvictor::Due(const SeqState& s, int64_t keep) const {
          static_cast<int64_t>(s.live.size()) > keep;
 }
 
+bool PolicyEvictor::Scored(const std::vector<SeqState>& groups, int32_t g) const {
+  if (options_.allocation != BudgetAllocation::kAdaptive) return Due(groups[g], groups[g].budget);
+  const int32_t first = g - g % options_.num_kv_heads;
+  int64_t live = 0;
+  for (int32_t h = first; h < first + options_.num_kv_heads; ++h) {
+    const SeqState& s = groups[h];
+    if (s.step % options_.evict_interval != 0 || s.evicted_step == s.step) return false;
+    live += static_cast<int64_t>(s.live.size());
+  }
+  return live > groups[first].budget * options_.num_kv_heads;
+}
+
 std::vector<float> PolicyEvictor::Score(SeqState& s, int32_t group) {
   s.evicted_step = s.step;
   const std::span<const TokenView> views = Views(s);
@@ -195,9 +207,7 @@ StatusOr<std::vector<std::vector<TokenId>>> PolicyEvictor::GroupVictims(SeqId se
     }
   }
   for (int32_t g = 0; g < num_groups_ && !relative_columns_.empty(); ++g) {
-    const SeqState& s = groups[g];
-    if (s.step % options_.evict_interval == 0 && s.evicted_step != s.step &&
-        s.relative_step != s.step) {
+    if (Scored(groups, g) && groups[g].relative_step != groups[g].step) {
       return FailedPreconditionError("victims: " + SeqText(seq) + " group " + std::to_string(g) +
                                      ": policy " + name_ + " reads relative token signal " +
                                      relative_signals_[0]->name +

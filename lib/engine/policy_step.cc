@@ -112,12 +112,22 @@ StatusOr<std::vector<std::optional<PolicyStep::GroupVictimLists>>> PolicyStep::R
   std::vector<size_t> observed;  // Indices into planned.
   // Per observed sequence and group, its token signals (the runner's, on this thread).
   std::vector<std::vector<std::vector<float>>> token_values, relative_values;
+  std::vector<int64_t> live_counts;  // Per group, of the sequence at hand.
   for (size_t i = 0; i < planned.size(); ++i) {
     const SeqState& s = seqs_[planned[i].index];
     if (s.num_computed + planned[i].n != static_cast<int64_t>(s.tokens.size())) continue;
     observed.push_back(i);
-    // Relative signals on an eviction step only (a query-agnostic question never evicts).
-    const bool relative = !relative_.empty() && !InQuestion(s) && evictor_->ScoresNext(s.seq);
+    // Relative signals only when the policy will score (an eviction step with a group above its
+    // budget; a query-agnostic question never evicts).
+    bool relative = !relative_.empty() && !InQuestion(s);
+    if (relative) {
+      live_counts.resize(static_cast<size_t>(groups_));
+      for (int32_t g = 0; g < groups_; ++g) {
+        const auto [begin, end] = model::ContextRange(inputs[i], g);
+        live_counts[g] = static_cast<int64_t>(end - begin + inputs[i].positions.size());
+      }
+      relative = evictor_->ScoresNext(s.seq, live_counts);
+    }
     evictor_->Track(s.seq);  // Known before the calls that may run concurrently.
     VTOKEN_ASSIGN_OR_RETURN(std::vector<std::vector<float>> values, TokenValues(s.seq, inputs[i]));
     token_values.push_back(std::move(values));

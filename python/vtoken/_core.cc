@@ -616,8 +616,10 @@ void BindPolicies(py::module_& m) {
           py::arg("seq"), py::arg("values"),
           "On an eviction step (scores_next(seq) before observe), after observe: the relative "
           "token signals of every live token, (live tokens, len(relative_token_signals)) float32.")
-      .def("scores_next", &PolicyEvictor::ScoresNext, py::arg("seq"),
-           "Whether seq's next step is an eviction step (relative token signals needed).")
+      .def(
+          "scores_next", [](const PolicyEvictor& e, SeqId seq) { return e.ScoresNext(seq); },
+          py::arg("seq"),
+          "Whether seq's next step is an eviction step (relative token signals needed).")
       .def_property_readonly("token_signals",
                              [](const PolicyEvictor& e) { return SignalNames(e.token_signals()); })
       .def_property_readonly(

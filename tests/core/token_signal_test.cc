@@ -242,9 +242,38 @@ TEST(TokenSignalTest, RelativeValuesAreGivenForEveryLiveTokenOnEvictionSteps) {
     const TokenId next = 20 + step;
     live.push_back(next);
     EXPECT_EQ(e.ScoresNext(4), (step + 1) % 2 == 0);
+    const std::vector<int64_t> counts = {static_cast<int64_t>(live.size())};  // 11 > budget 10
+    EXPECT_EQ(e.ScoresNext(4, counts), (step + 1) % 2 == 0);
     const std::vector<TokenId> fresh = {next};
     ASSERT_TRUE(e.ObserveAppended(4, 0, fresh, absolute(fresh)).ok());
     if ((step + 1) % 2 == 0) ASSERT_TRUE(e.ObserveRelative(4, 0, relative(live, step + 1)).ok());
+  }
+}
+
+// A sequence within its budget is never scored, so it needs no relative values; ScoresNext with
+// the live counts says so before the step (the engine then reads none).
+TEST(TokenSignalTest, NoRelativeValuesAreNeededWithinTheBudget) {
+  PolicyEvictor e("both", std::make_unique<ReadsBothKinds>(), {.budget_tokens = 10});
+  std::vector<TokenId> live = Range(0, 6);
+  const std::vector<float> absolute(6, 1.0f), one(1, 1.0f);
+  EXPECT_TRUE(e.ScoresNext(9, std::vector<int64_t>{6}));  // Never observed: any eviction step.
+  ASSERT_TRUE(e.Observe(9, live, {}, {}, absolute).ok());
+  StatusOr<std::vector<TokenId>> victims = e.Victims(9);
+  ASSERT_TRUE(victims.ok()) << victims.status().ToString();
+  EXPECT_TRUE(victims->empty());
+  for (TokenId next = 6; next < 12; ++next) {
+    const std::vector<int64_t> counts = {static_cast<int64_t>(live.size()) + 1};
+    EXPECT_EQ(e.ScoresNext(9, counts), counts[0] > 10) << "token " << next;
+    EXPECT_TRUE(e.ScoresNext(9));  // Every step is an eviction step (evict_interval 1).
+    live.push_back(next);
+    ASSERT_TRUE(e.ObserveAppended(9, 0, std::vector<TokenId>{next}, one).ok());
+    victims = e.Victims(9);
+    if (counts[0] <= 10) {
+      ASSERT_TRUE(victims.ok()) << victims.status().ToString();
+      EXPECT_TRUE(victims->empty());
+    } else {  // 11 live: the policy scores, and the values are missing.
+      EXPECT_EQ(victims.status().code(), StatusCode::kFailedPrecondition);
+    }
   }
 }
 

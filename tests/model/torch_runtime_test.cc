@@ -192,6 +192,20 @@ class CountingRunner final : public ForwardingRunner {
   mutable int64_t slots_ = 0;
 };
 
+// Runs `requests` under `o` on the small random model, counting the slots whose token signals
+// the engine asks for into `slots`.
+StatusOr<engine::EngineResult> RunCounting(const engine::EngineOptions& o,
+                                           const std::vector<engine::Request>& requests,
+                                           int64_t& slots) {
+  VTOKEN_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::RandomInit(SmallConfig(), 3));
+  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaRunner> runner,
+                          LlamaRunner::Create(std::move(m), {.num_slots = 160 * 16}));
+  CountingRunner counting(*runner);
+  StatusOr<engine::EngineResult> r = engine::RunEngine(o, counting, requests);
+  slots = counting.slots_;
+  return r;
+}
+
 // A policy reading a token signal (vatp: attn_sum x value_l1_norm) on real tensors: every token's
 // value is asked for once (prompt and generated tokens but the last, which is never observed),
 // with a whole or a chunked prefill; naive and vtoken (which relocates the rows the values were
@@ -205,13 +219,8 @@ TEST(TorchRuntimeTest, TokenSignalsAreReadOncePerTokenAndFollowRelocations) {
     SCOPED_TRACE(std::string(ModeName(mode)) + " chunk " + std::to_string(chunk));
     engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, chunk);
     o.policy = "vatp";
-    StatusOr<LlamaModel> m = LlamaModel::RandomInit(SmallConfig(), 3);
-    ASSERT_TRUE(m.ok());
-    StatusOr<std::unique_ptr<LlamaRunner>> runner =
-        LlamaRunner::Create(*std::move(m), {.num_slots = 160 * 16});
-    ASSERT_TRUE(runner.ok());
-    CountingRunner counting(**runner);
-    StatusOr<engine::EngineResult> r = engine::RunEngine(o, counting, requests);
+    int64_t slots = 0;
+    StatusOr<engine::EngineResult> r = RunCounting(o, requests, slots);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_GT(r->evictions, 0);
     EXPECT_EQ(r->violations, 0);
@@ -224,7 +233,7 @@ TEST(TorchRuntimeTest, TokenSignalsAreReadOncePerTokenAndFollowRelocations) {
       tokens += 1 + static_cast<int64_t>(requests[i].prompt_tokens.size() + out.size()) - 1;
       outputs.push_back(out);
     }
-    EXPECT_EQ(counting.slots_, tokens);
+    EXPECT_EQ(slots, tokens);
     if (chunk != 48) continue;  // Other chunk shapes may round differently.
     if (first.empty()) first = outputs;
     EXPECT_EQ(outputs, first);
@@ -242,13 +251,8 @@ TEST(TorchRuntimeTest, RelativeTokenSignalsAreReadForEveryLiveTokenWhenThePolicy
     SCOPED_TRACE(ModeName(mode));
     engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, 48);
     o.policy = "keydiff";
-    StatusOr<LlamaModel> m = LlamaModel::RandomInit(SmallConfig(), 3);
-    ASSERT_TRUE(m.ok());
-    StatusOr<std::unique_ptr<LlamaRunner>> runner =
-        LlamaRunner::Create(*std::move(m), {.num_slots = 160 * 16});
-    ASSERT_TRUE(runner.ok());
-    CountingRunner counting(**runner);
-    StatusOr<engine::EngineResult> r = engine::RunEngine(o, counting, requests);
+    int64_t slots = 0;
+    StatusOr<engine::EngineResult> r = RunCounting(o, requests, slots);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_GT(r->evictions, 0);
     EXPECT_EQ(r->violations, 0);
@@ -263,7 +267,7 @@ TEST(TorchRuntimeTest, RelativeTokenSignalsAreReadForEveryLiveTokenWhenThePolicy
       tokens += prompt + (static_cast<int64_t>(out.size()) - 1) * (budget + 1);
       outputs.push_back(out);
     }
-    EXPECT_EQ(counting.slots_, tokens);
+    EXPECT_EQ(slots, tokens);
     if (first.empty()) first = outputs;
     EXPECT_EQ(outputs, first);
   }
