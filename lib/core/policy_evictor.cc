@@ -164,14 +164,20 @@ bool PolicyEvictor::ScoresNext(SeqId seq, std::span<const int64_t> live_counts) 
   return false;
 }
 
-Status PolicyEvictor::ObserveRelative(SeqId seq, int32_t group, std::span<const float> values) {
+StatusOr<PolicyEvictor::SeqState*> PolicyEvictor::ObservedGroup(SeqId seq, int32_t group,
+                                                                std::string_view what) {
   VTOKEN_RETURN_IF_ERROR(GroupError(seq, group));
   auto it = seqs_.find(seq);
   if (it == seqs_.end() || it->second[group].step < 0) {
-    return FailedPreconditionError("observe " + SeqText(seq) +
-                                   ": relative token signals before its first Observe");
+    return FailedPreconditionError("observe " + SeqText(seq) + ": " + std::string(what) +
+                                   " before its first Observe");
   }
-  SeqState& s = it->second[group];
+  return &it->second[group];
+}
+
+Status PolicyEvictor::ObserveRelative(SeqId seq, int32_t group, std::span<const float> values) {
+  VTOKEN_ASSIGN_OR_RETURN(SeqState * state, ObservedGroup(seq, group, "relative token signals"));
+  SeqState& s = *state;
   const size_t nr = relative_columns_.size(), nv = token_signals_.size();
   if (values.size() != s.live.size() * nr) {
     return InvalidArgumentError("observe " + SeqText(seq) + ": policy " + name_ + " reads " +
@@ -326,13 +332,8 @@ void PolicyEvictor::EndObserve(SeqState& s, int32_t group) {
 
 Status PolicyEvictor::ObserveAppended(SeqId seq, int32_t group, std::span<const TokenId> appended,
                                       std::span<const float> token_values) {
-  VTOKEN_RETURN_IF_ERROR(GroupError(seq, group));
-  auto it = seqs_.find(seq);
-  if (it == seqs_.end() || it->second[group].step < 0) {
-    return FailedPreconditionError("observe " + SeqText(seq) +
-                                   ": appended tokens before its first Observe");
-  }
-  SeqState& s = it->second[group];
+  VTOKEN_ASSIGN_OR_RETURN(SeqState * state, ObservedGroup(seq, group, "appended tokens"));
+  SeqState& s = *state;
   if (ReadsSignals(s.step + 1)) return MissingSignalsError(seq, s.step + 1);
   for (size_t i = 0; i < appended.size(); ++i) {
     if (appended[i] < (i == 0 ? s.known : appended[i - 1] + 1)) {

@@ -246,6 +246,9 @@ class PolicyEvictor {
   // InvalidArgument unless `values` holds the absolute token signals of `count` new tokens
   // (finite).
   Status TokenValuesError(SeqId seq, size_t count, std::span<const float> values) const;
+  // The state of `group` of `seq`: InvalidArgument for a bad group, FailedPrecondition naming
+  // `what` when the group was never observed.
+  StatusOr<SeqState*> ObservedGroup(SeqId seq, int32_t group, std::string_view what);
   // InvalidArgument when a token signal value of `values` is not finite, else Ok.
   static Status NonFiniteError(SeqId seq, std::span<const float> values);
   // InvalidArgument for a group outside [0, num_groups_), else Ok.

@@ -3,6 +3,8 @@
 // tokens while vtoken relocates real K/V tensors.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "lib/engine/engine.h"
 #include "lib/model/llama_runner.h"
 #include "lib/model/torch_copy_engine.h"
@@ -192,18 +194,36 @@ class CountingRunner final : public ForwardingRunner {
   mutable int64_t slots_ = 0;
 };
 
-// Runs `requests` under `o` on the small random model, counting the slots whose token signals
-// the engine asks for into `slots`.
-StatusOr<engine::EngineResult> RunCounting(const engine::EngineOptions& o,
-                                           const std::vector<engine::Request>& requests,
-                                           int64_t& slots) {
-  VTOKEN_ASSIGN_OR_RETURN(LlamaModel m, LlamaModel::RandomInit(SmallConfig(), 3));
-  VTOKEN_ASSIGN_OR_RETURN(std::unique_ptr<LlamaRunner> runner,
-                          LlamaRunner::Create(std::move(m), {.num_slots = 160 * 16}));
-  CountingRunner counting(*runner);
+// Runs `requests` under `o` on the small random model (evicting, without violations) and
+// expects the engine to ask the runner for the token signals of `slots(prompt, outputs)` slots
+// per request (prompt with BOS, outputs generated) in all; returns the outputs.
+std::vector<std::vector<int32_t>> ExpectSignalSlots(
+    const engine::EngineOptions& o, const std::vector<engine::Request>& requests,
+    const std::function<int64_t(int64_t prompt, int64_t outputs)>& slots) {
+  StatusOr<LlamaModel> m = LlamaModel::RandomInit(SmallConfig(), 3);
+  EXPECT_TRUE(m.ok());
+  if (!m.ok()) return {};
+  StatusOr<std::unique_ptr<LlamaRunner>> runner =
+      LlamaRunner::Create(*std::move(m), {.num_slots = 160 * 16});
+  EXPECT_TRUE(runner.ok());
+  if (!runner.ok()) return {};
+  CountingRunner counting(**runner);
   StatusOr<engine::EngineResult> r = engine::RunEngine(o, counting, requests);
-  slots = counting.slots_;
-  return r;
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  if (!r.ok()) return {};
+  EXPECT_GT(r->evictions, 0);
+  EXPECT_EQ(r->violations, 0);
+  int64_t expected = 0;
+  std::vector<std::vector<int32_t>> outputs;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    const auto& out = r->requests[i].output_tokens;
+    EXPECT_FALSE(out.empty());
+    expected += slots(1 + static_cast<int64_t>(requests[i].prompt_tokens.size()),
+                      static_cast<int64_t>(out.size()));
+    outputs.push_back(out);
+  }
+  EXPECT_EQ(counting.slots_, expected);
+  return outputs;
 }
 
 // A policy reading a token signal (vatp: attn_sum x value_l1_norm) on real tensors: every token's
@@ -219,21 +239,9 @@ TEST(TorchRuntimeTest, TokenSignalsAreReadOncePerTokenAndFollowRelocations) {
     SCOPED_TRACE(std::string(ModeName(mode)) + " chunk " + std::to_string(chunk));
     engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, chunk);
     o.policy = "vatp";
-    int64_t slots = 0;
-    StatusOr<engine::EngineResult> r = RunCounting(o, requests, slots);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_GT(r->evictions, 0);
-    EXPECT_EQ(r->violations, 0);
-    int64_t tokens = 0;
-    std::vector<std::vector<int32_t>> outputs;
-    for (size_t i = 0; i < requests.size(); ++i) {
-      const auto& out = r->requests[i].output_tokens;
-      ASSERT_FALSE(out.empty());
-      // BOS, the prompt, and every output token but the last.
-      tokens += 1 + static_cast<int64_t>(requests[i].prompt_tokens.size() + out.size()) - 1;
-      outputs.push_back(out);
-    }
-    EXPECT_EQ(slots, tokens);
+    // The prompt (with BOS) and every output token but the last, once each.
+    const std::vector<std::vector<int32_t>> outputs = ExpectSignalSlots(
+        o, requests, [](int64_t prompt, int64_t out) { return prompt + out - 1; });
     if (chunk != 48) continue;  // Other chunk shapes may round differently.
     if (first.empty()) first = outputs;
     EXPECT_EQ(outputs, first);
@@ -251,23 +259,13 @@ TEST(TorchRuntimeTest, RelativeTokenSignalsAreReadForEveryLiveTokenWhenThePolicy
     SCOPED_TRACE(ModeName(mode));
     engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, 48);
     o.policy = "keydiff";
-    int64_t slots = 0;
-    StatusOr<engine::EngineResult> r = RunCounting(o, requests, slots);
-    ASSERT_TRUE(r.ok()) << r.status().ToString();
-    EXPECT_GT(r->evictions, 0);
-    EXPECT_EQ(r->violations, 0);
-    int64_t tokens = 0;
-    std::vector<std::vector<int32_t>> outputs;
-    for (size_t i = 0; i < requests.size(); ++i) {
-      const auto& out = r->requests[i].output_tokens;
-      ASSERT_FALSE(out.empty());
-      const int64_t prompt = 1 + static_cast<int64_t>(requests[i].prompt_tokens.size());  // BOS
-      const auto budget = static_cast<int64_t>(o.evictor.keep_ratio * static_cast<double>(prompt));
-      // The prefill's live tokens, then budget + 1 at each observed decode step.
-      tokens += prompt + (static_cast<int64_t>(out.size()) - 1) * (budget + 1);
-      outputs.push_back(out);
-    }
-    EXPECT_EQ(slots, tokens);
+    // The prefill's live tokens, then budget + 1 at each observed decode step.
+    const double keep = o.evictor.keep_ratio;
+    const std::vector<std::vector<int32_t>> outputs =
+        ExpectSignalSlots(o, requests, [keep](int64_t prompt, int64_t out) {
+          const auto budget = static_cast<int64_t>(keep * static_cast<double>(prompt));
+          return prompt + (out - 1) * (budget + 1);
+        });
     if (first.empty()) first = outputs;
     EXPECT_EQ(outputs, first);
   }
