@@ -38,9 +38,9 @@ namespace vtoken {
 using TokenSignalFn = float (*)(std::span<const float> key, std::span<const float> value,
                                 std::span<const float> anchor);
 // A relative signal's anchor of one KV row: reduces the `n` live tokens' rows (token i's key at
-// keys[i], its value at values[i], head_dim floats each; the runner passes pointers into its
-// store, so nothing is copied) to head_dim floats in `anchor`. The arrays a signal does not read
-// (TokenSignalRows) are null. Must be a pure function of the rows in their order.
+// keys[i], its value at values[i], head_dim floats each: pointers into the runner's store or a
+// dense copy of the live rows) to head_dim floats in `anchor`. An array of rows that no signal of
+// the call reads (TokenSignalRows) is null. Must be a pure function of the rows in their order.
 using TokenSignalAnchorFn = void (*)(const float* const* keys, const float* const* values,
                                      int64_t n, int64_t head_dim, float* anchor);
 
