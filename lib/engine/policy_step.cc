@@ -1,6 +1,7 @@
 #include "lib/engine/policy_step.h"
 
 #include <algorithm>
+#include <functional>
 #include <span>
 #include <string>
 #include <thread>
@@ -28,37 +29,32 @@ bool PolicyStep::InQuestion(const SeqState& s) {
 
 StatusOr<std::vector<std::vector<float>>> PolicyStep::TokenValues(SeqId seq,
                                                                   const model::RunnerInput& in) {
-  std::vector<std::vector<float>> values;
-  if (absolute_.empty()) return values;  // Empty: no group has any (Observe's convention).
-  values.resize(static_cast<size_t>(groups_));
-  const size_t n = in.positions.size();
-  std::vector<SlotIndex> slots;
-  for (int32_t g = 0; g < groups_; ++g) {
-    const auto [begin, end] = model::ContextRange(in, g);
-    const TokenId unseen = evictor_->UnseenFrom(seq, g);
-    const auto ctx_first = in.context_positions.begin() + begin;
-    const auto ctx_last = in.context_positions.begin() + end;
-    const auto from_ctx = std::lower_bound(ctx_first, ctx_last, unseen) - ctx_first;
-    const auto from_new =
-        std::lower_bound(in.positions.begin(), in.positions.end(), unseen) - in.positions.begin();
-    slots.assign(in.context_slots.begin() + begin + from_ctx, in.context_slots.begin() + end);
-    const auto new_slots = in.write_slots.begin() + static_cast<std::ptrdiff_t>(g * n);
-    slots.insert(slots.end(), new_slots + from_new, new_slots + static_cast<std::ptrdiff_t>(n));
-    VTOKEN_RETURN_IF_ERROR(runner_.TokenSignals(slots, absolute_, values[g]));
-  }
-  return values;
+  if (absolute_.empty()) return std::vector<std::vector<float>>();  // Observe's convention.
+  return GroupValues(in, absolute_, [&](int32_t g) { return evictor_->UnseenFrom(seq, g); });
 }
 
 StatusOr<std::vector<std::vector<float>>> PolicyStep::RelativeValues(const model::RunnerInput& in) {
+  return GroupValues(in, relative_, [](int32_t) { return TokenId{0}; });
+}
+
+StatusOr<std::vector<std::vector<float>>> PolicyStep::GroupValues(
+    const model::RunnerInput& in, std::span<const TokenSignalInfo* const> signals,
+    const std::function<TokenId(int32_t group)>& from) {
   std::vector<std::vector<float>> values(static_cast<size_t>(groups_));
   const size_t n = in.positions.size();
   std::vector<SlotIndex> slots;
   for (int32_t g = 0; g < groups_; ++g) {
     const auto [begin, end] = model::ContextRange(in, g);
-    slots.assign(in.context_slots.begin() + begin, in.context_slots.begin() + end);
+    const TokenId first = from(g);
+    const auto ctx_first = in.context_positions.begin() + begin;
+    const auto ctx_last = in.context_positions.begin() + end;
+    const auto from_ctx = std::lower_bound(ctx_first, ctx_last, first) - ctx_first;
+    const auto from_new =
+        std::lower_bound(in.positions.begin(), in.positions.end(), first) - in.positions.begin();
+    slots.assign(in.context_slots.begin() + begin + from_ctx, in.context_slots.begin() + end);
     const auto new_slots = in.write_slots.begin() + static_cast<std::ptrdiff_t>(g * n);
-    slots.insert(slots.end(), new_slots, new_slots + static_cast<std::ptrdiff_t>(n));
-    VTOKEN_RETURN_IF_ERROR(runner_.TokenSignals(slots, relative_, values[g]));
+    slots.insert(slots.end(), new_slots + from_new, new_slots + static_cast<std::ptrdiff_t>(n));
+    VTOKEN_RETURN_IF_ERROR(runner_.TokenSignals(slots, signals, values[g]));
   }
   return values;
 }

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -73,6 +74,11 @@ class PolicyStep {
   // Per group, the relative token signals of every live token (context then new tokens), for an
   // eviction step; no lists when the policy reads none.
   StatusOr<std::vector<std::vector<float>>> RelativeValues(const model::RunnerInput& in);
+  // Per group g, `signals` of its live tokens with ids >= from(g) (a suffix of context then new
+  // tokens), from the runner.
+  StatusOr<std::vector<std::vector<float>>> GroupValues(
+      const model::RunnerInput& in, std::span<const TokenSignalInfo* const> signals,
+      const std::function<TokenId(int32_t group)>& from);
 
   PolicyEvictor* evictor_;
   const model::ModelRunner& runner_;
