@@ -34,6 +34,7 @@
 #include "lib/model/io/model_files.h"
 #include "lib/model/kv_tensors.h"
 #include "lib/model/llama.h"
+#include "lib/model/query_moments.h"
 #include "lib/model/sampler.h"
 #include "lib/model/torch_copy_engine.h"
 
@@ -564,10 +565,12 @@ BENCHMARK(BM_SmolLm2Shapes)
 // then value_l1_norm). That is what a policy reading them adds to a step: tokens = the step's new
 // tokens (1 per sequence in decode, the prompt in a prefill). With relative = 1 the signal is the
 // relative key_anchor_cosine (keydiff's) over `tokens` slots: what an eviction step costs a
-// policy reading it, tokens = the sequence's live tokens (its budget plus one in decode).
+// policy reading it, tokens = the sequence's live tokens (its budget plus one in decode); with
+// relative = 2 it is expected_attention (expected_attention's), with the query statistics of
+// 2048 random queries of SmolLM2's 9 query heads.
 void BM_TokenSignals(benchmark::State& state) {
   const int64_t tokens = state.range(0), signals = state.range(1);
-  const bool relative = state.range(2) != 0;
+  const int64_t relative = state.range(2);
   constexpr int64_t kSlots = 4096;
   StatusOr<KvTensors> kv =
       KvTensors::Create({.num_layers = 30, .num_slots = kSlots, .num_kv_heads = 3, .head_dim = 64});
@@ -581,14 +584,38 @@ void BM_TokenSignals(benchmark::State& state) {
   for (const char* name : {"value_norm", "value_l1_norm"}) {
     if (static_cast<int64_t>(fns.size()) < signals) fns.push_back(*FindTokenSignal(name));
   }
-  if (relative) fns = {*FindTokenSignal("key_anchor_cosine")};
+  if (relative != 0) {
+    fns = {*FindTokenSignal(relative == 1 ? "key_anchor_cosine" : "expected_attention")};
+  }
   std::vector<SlotIndex> slots(static_cast<size_t>(tokens));
+  std::vector<int64_t> positions(static_cast<size_t>(tokens));
   std::mt19937_64 rng(7);
   for (SlotIndex& s : slots) s = static_cast<SlotIndex>(rng() % kSlots);
+  std::iota(positions.begin(), positions.end(), int64_t{0});
+  std::vector<float> inv_freq(32);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = static_cast<float>(std::pow(100000.0, -static_cast<double>(i) / 32));
+  }
+  QueryMomentsTable table(30, 9, 3, 64, inv_freq);
+  const torch::Tensor queries = torch::randn({2048, 9, 64});
+  std::vector<int64_t> query_positions(2048);
+  std::iota(query_positions.begin(), query_positions.end(), int64_t{0});
+  for (int64_t l = 0; relative == 2 && l < 30; ++l) {
+    table.Add(l, queries.data_ptr<float>(), 2048, query_positions.data());
+  }
+  table.Advance(2048);
+  std::vector<QueryMoments> rows;  // Per (layer, KV head).
+  for (int64_t l = 0; l < 30; ++l) {
+    for (int64_t h = 0; h < 3; ++h) rows.push_back(table.Of(l, h));
+  }
+  const KvTensors::MomentsOf moments = [&](int64_t layer, int64_t kv_head) {
+    return &rows[static_cast<size_t>(layer * 3 + kv_head)];
+  };
+  const TokenSignalScope scope{.positions = positions};
   std::vector<float> out;
   for (auto _ : state) {
     out.clear();
-    const Status st = kv->TokenSignals(slots, fns, out);
+    const Status st = kv->TokenSignals(slots, fns, scope, moments, out);
     if (!st.ok()) return state.SkipWithError(st.ToString().c_str());
     benchmark::DoNotOptimize(out.data());
   }
@@ -598,7 +625,7 @@ void BM_TokenSignals(benchmark::State& state) {
 BENCHMARK(BM_TokenSignals)
     ->ArgNames({"tokens", "signals", "relative"})
     ->ArgsProduct({{1, 32, 2048}, {1, 2}, {0}})
-    ->ArgsProduct({{128, 512, 2048}, {1}, {1}})
+    ->ArgsProduct({{128, 512, 2048}, {1}, {1, 2}})
     ->Unit(benchmark::kMicrosecond);
 
 // One layer's attention for one decode query of vt-tiny (3 query heads sharing 1 KV head of 64

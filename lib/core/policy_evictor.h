@@ -137,6 +137,14 @@ class PolicyEvictor {
   std::span<const TokenSignalInfo* const> relative_token_signals() const {
     return relative_signals_;
   }
+  // A token signal of the policy reads the query statistics (TokenSignalInfo::queries): the
+  // runner must keep them for every step of every sequence (RunnerInput::keep_query_moments).
+  bool reads_queries() const {
+    for (const TokenSignalInfo* s : relative_signals_) {
+      if (s->queries) return true;
+    }
+    return false;
+  }
   // Whether the policy may score `seq` at its next step, which then needs ObserveRelative for a
   // policy with relative token signals: an eviction step (its first Observe, then every
   // evict_interval-th) and, given `live_counts` (each group's live tokens at that step, one per

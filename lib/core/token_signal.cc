@@ -23,6 +23,14 @@ bool RegisterTokenSignal(TokenSignalInfo info) {
       std::exit(1);
     }
   }
+  const bool set = info.set != nullptr;
+  if ((info.fn != nullptr) == set || (set && info.anchor != nullptr) || (info.queries && !set)) {
+    std::fprintf(stderr,
+                 "vtoken: token signal '%s' (%s) needs either a function of one row (and an "
+                 "anchor) or a set function, and only a set function reads queries\n",
+                 info.name.c_str(), info.source_file.c_str());
+    std::exit(1);
+  }
   auto& registry = Registry();
   auto it = registry.find(info.name);
   if (it != registry.end()) {
@@ -88,7 +96,7 @@ std::vector<float> TokenSignalAnchors(std::span<const TokenSignalInfo* const> in
   std::vector<float> anchors(infos.size() * nr * dim, 0.0f);
   std::vector<const float*> k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
   for (size_t j = 0; j < infos.size(); ++j) {
-    if (!infos[j]->relative()) continue;
+    if (infos[j]->anchor == nullptr) continue;
     for (size_t r = 0; r < nr; ++r) {
       for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
         k[i] = keys + (i * nr + r) * dim;

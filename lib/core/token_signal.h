@@ -12,6 +12,10 @@
 //   the same KV row (layer, KV head) of the group. The anchor moves as tokens come and go, so a
 //   relative signal is computed for every live token each time the policy scores (an eviction
 //   step): one pass over the group's live rows per eviction, nothing between evictions.
+//   A relative signal may instead give every live token's value of a KV row at once (a set
+//   function: for a normalisation over the tokens, such as a softmax), and may read the query
+//   statistics the runner keeps for the sequence (QueryMoments: the running mean and covariance
+//   of each query head's queries before RoPE, as ExpectedAttention needs).
 //
 // Reduction: the function sees one KV row (one layer, one KV head: head_dim floats of K and of
 // V); the value of a token in a KV group is the mean over the group's rows (token granularity:
@@ -44,6 +48,45 @@ using TokenSignalFn = float (*)(std::span<const float> key, std::span<const floa
 using TokenSignalAnchorFn = void (*)(const float* const* keys, const float* const* values,
                                      int64_t n, int64_t head_dim, float* anchor);
 
+// The statistics of the queries that read one KV row, kept by the runner per sequence for a
+// signal that reads queries (TokenSignalInfo::queries): over every query the sequence computed
+// at positions >= kQueryMomentsFirstPosition (the attention sinks' queries are outliers, which
+// kvpress's ExpectedAttentionPress leaves out too), before RoPE.
+inline constexpr int64_t kQueryMomentsFirstPosition = 4;
+struct QueryMoments {
+  int64_t heads = 0;            // The query heads that read the row (its GQA group), in order.
+  int64_t count = 0;            // Queries counted per head; 0: none yet (mean and cov are zeros).
+  const float* mean = nullptr;  // [heads][head_dim]: their mean.
+  // [heads][head_dim][head_dim]: their covariance, (1 / count) sum (q - mean)(q - mean)^T.
+  const float* cov = nullptr;
+  // [head_dim / 2]: RoPE's angle per position for channel pair (i, i + head_dim / 2) (the
+  // rotate_half convention), scaling included.
+  const float* inv_freq = nullptr;
+  int64_t next_position = 0;  // The position of the sequence's next token.
+};
+
+// The live tokens of one KV row (layer, KV head) as a set function sees them, in logical order.
+struct TokenSignalRowSet {
+  const float* const* keys = nullptr;    // keys[i]: token i's key (head_dim floats), or null.
+  const float* const* values = nullptr;  // Likewise its value.
+  const int64_t* positions = nullptr;    // positions[i]: token i's position (increasing).
+  int64_t n = 0;
+  int64_t head_dim = 0;
+  const QueryMoments* queries = nullptr;  // For a signal that reads queries; else null.
+};
+// A relative signal's values of the n live tokens of one KV row, written to out[0..n). Must be a
+// pure function of its inputs.
+using TokenSignalSetFn = void (*)(const TokenSignalRowSet& rows, float* out);
+
+// Which tokens a runner's token signals are of (ModelRunner::TokenSignals): their request, their
+// KV group and their positions, one per slot (for set functions; empty when no signal of the call
+// is one).
+struct TokenSignalScope {
+  int64_t request = -1;
+  int32_t group = 0;
+  std::span<const int64_t> positions;
+};
+
 // The rows a signal reads: a runner copies (or streams) only those; the others' spans and
 // pointers are empty or null.
 enum class TokenSignalRows : uint8_t { kKeys = 1, kValues = 2, kKeysAndValues = 3 };
@@ -52,11 +95,13 @@ struct TokenSignalInfo {
   std::string name;  // snake_case; how policies name it.
   std::string doc;   // One line: what it measures.
   std::string source_file;
-  TokenSignalFn fn = nullptr;
+  TokenSignalFn fn = nullptr;            // Null for a set function's signal.
   TokenSignalAnchorFn anchor = nullptr;  // Null for an absolute signal.
   TokenSignalRows rows = TokenSignalRows::kKeysAndValues;
+  TokenSignalSetFn set = nullptr;  // A relative signal's set function (then fn and anchor null).
+  bool queries = false;            // The set function reads QueryMoments.
 
-  bool relative() const { return anchor != nullptr; }
+  bool relative() const { return anchor != nullptr || set != nullptr; }
   bool reads_keys() const { return (static_cast<uint8_t>(rows) & 1) != 0; }
   bool reads_values() const { return (static_cast<uint8_t>(rows) & 2) != 0; }
 };
@@ -89,18 +134,18 @@ inline float SignalDot(const float* a, const float* b, int64_t n) {
   return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
-// Reference reduction of one token's signals over its group's rows (see the file comment), for
-// runners and tests: `keys` and `values` hold `layers` x `heads` rows of `head_dim` floats,
-// layer-major; writes one value per signal to out[j]. `anchors`: for relative signals, signal j's
-// anchor of row r at anchors + (j * layers * heads + r) * head_dim (TokenSignalAnchors); may be
-// null when every signal is absolute.
+// Reference reduction of one token's signals (absolute ones and anchored relative ones, not set
+// functions) over its group's rows (see the file comment), for runners and tests: `keys` and
+// `values` hold `layers` x `heads` rows of `head_dim` floats, layer-major; writes one value per
+// signal to out[j]. `anchors`: for relative signals, signal j's anchor of row r at anchors + (j *
+// layers * heads + r) * head_dim (TokenSignalAnchors); may be null when every signal is absolute.
 void ReduceTokenSignals(std::span<const TokenSignalInfo* const> infos, const float* keys,
                         const float* values, int64_t layers, int64_t heads, int64_t head_dim,
                         float* out, const float* anchors = nullptr);
 
 // Reference anchors of `infos` over `n` live tokens whose `rows` KV rows of `head_dim` floats are
 // at keys + (i * rows + r) * head_dim (and values likewise): per signal and row, its anchor
-// (zeros for an absolute signal), in ReduceTokenSignals' layout.
+// (zeros for an absolute signal or a set function's), in ReduceTokenSignals' layout.
 std::vector<float> TokenSignalAnchors(std::span<const TokenSignalInfo* const> infos,
                                       const float* keys, const float* values, int64_t n,
                                       int64_t rows, int64_t head_dim);
@@ -123,3 +168,10 @@ std::vector<float> TokenSignalAnchors(std::span<const TokenSignalInfo* const> in
   [[maybe_unused]] static const bool VTOKEN_TOKEN_SIGNAL_CONCAT(vtoken_token_signal_, __LINE__) = \
       ::vtoken::RegisterTokenSignal(::vtoken::TokenSignalInfo{name, doc, __FILE__, fn, anchor,    \
                                                               ::vtoken::TokenSignalRows::rows})
+
+// Registers set function `set` (a TokenSignalSetFn) as relative token signal `name` that reads
+// `rows` (kKeys, kValues or kKeysAndValues) and, when `queries` is true, the query statistics.
+#define VTOKEN_REGISTER_SET_TOKEN_SIGNAL(set, rows, queries, name, doc)                           \
+  [[maybe_unused]] static const bool VTOKEN_TOKEN_SIGNAL_CONCAT(vtoken_token_signal_, __LINE__) = \
+      ::vtoken::RegisterTokenSignal(::vtoken::TokenSignalInfo{                                    \
+          name, doc, __FILE__, nullptr, nullptr, ::vtoken::TokenSignalRows::rows, set, queries})

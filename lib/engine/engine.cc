@@ -207,7 +207,10 @@ class Engine {
       // The policy observes a sequence once its prompt is in the cache (then every step); the
       // model computes signals for the steps whose signals it reads.
       in.want_signals = evictor_ != nullptr && in.sample && evictor_->SignalsWanted(s.seq);
-      if (evictor_ != nullptr) in.signals = ModelSignals(evictor_->signals());
+      if (evictor_ != nullptr) {
+        in.signals = ModelSignals(evictor_->signals());
+        in.keep_query_moments = evictor_->reads_queries();
+      }
       inputs.push_back(std::move(in));
       schedule_s += Since(schedule_start);
     }
@@ -331,7 +334,7 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
                             PolicyEvictor::Create(o.policy, o.policy_params, o.evictor));
     if (!evictor->token_signals().empty()) {  // A runner without K/V rows cannot give them.
       std::vector<float> none;
-      const Status can = runner.TokenSignals({}, evictor->token_signals(), none);
+      const Status can = runner.TokenSignals({}, evictor->token_signals(), {}, none);
       if (!can.ok()) {
         return FailedPreconditionError("policy " + o.policy + " reads token signal " +
                                        evictor->token_signals()[0]->name + ": " + can.message());

@@ -43,6 +43,7 @@ StatusOr<std::vector<std::vector<float>>> PolicyStep::GroupValues(
   std::vector<std::vector<float>> values(static_cast<size_t>(groups_));
   const size_t n = in.positions.size();
   std::vector<SlotIndex> slots;
+  std::vector<int64_t> positions;
   for (int32_t g = 0; g < groups_; ++g) {
     const auto [begin, end] = model::ContextRange(in, g);
     const TokenId first = from(g);
@@ -54,7 +55,10 @@ StatusOr<std::vector<std::vector<float>>> PolicyStep::GroupValues(
     slots.assign(in.context_slots.begin() + begin + from_ctx, in.context_slots.begin() + end);
     const auto new_slots = in.write_slots.begin() + static_cast<std::ptrdiff_t>(g * n);
     slots.insert(slots.end(), new_slots + from_new, new_slots + static_cast<std::ptrdiff_t>(n));
-    VTOKEN_RETURN_IF_ERROR(runner_.TokenSignals(slots, signals, values[g]));
+    positions.assign(ctx_first + from_ctx, ctx_last);
+    positions.insert(positions.end(), in.positions.begin() + from_new, in.positions.end());
+    const TokenSignalScope scope{.request = in.request, .group = g, .positions = positions};
+    VTOKEN_RETURN_IF_ERROR(runner_.TokenSignals(slots, signals, scope, values[g]));
   }
   return values;
 }

@@ -113,7 +113,11 @@ bool MemoRunner::Eligible(const model::RunnerInput& in, int64_t* parent) {
     track_.erase(in.request);
     return false;
   };
-  if (n == 0 || in.positions.size() != in.tokens.size() || in.prefix_request >= 0) return leave();
+  // A step that keeps query statistics needs the model's queries, which the memo does not hold.
+  if (n == 0 || in.positions.size() != in.tokens.size() || in.prefix_request >= 0 ||
+      in.keep_query_moments) {
+    return leave();
+  }
   const int64_t start = in.positions.front();
   for (int64_t i = 1; i < n; ++i) {
     if (in.positions[i] != start + i) return leave();

@@ -8,7 +8,8 @@
 //
 // A chunk is served only when it continues, token for token, a chunk chain the memo holds from
 // position 0, with every earlier token still live in every KV group (no eviction yet), no prefix
-// fork, and greedy or no sampling. Anything else passes through to the model. A chunk is keyed by
+// fork, greedy or no sampling, and no query statistics kept (RunnerInput::keep_query_moments: the
+// memo holds no queries). Anything else passes through to the model. A chunk is keyed by
 // its tokens, its start and its predecessor's entry, so equal keys are equal inputs, compared in
 // full (no hash is trusted).
 //

@@ -107,19 +107,50 @@ Status KvTensors::ReadSlots(std::span<const int64_t> slots, std::vector<std::byt
 
 Status KvTensors::TokenSignals(std::span<const int64_t> slots,
                                std::span<const TokenSignalInfo* const> signals,
+                               const TokenSignalScope& scope, const MomentsOf& moments,
                                std::vector<float>& out) const {
   VTOKEN_RETURN_IF_ERROR(CheckSlots(slots));
   const size_t n = slots.size(), nf = signals.size(), at = out.size();
+  bool relative = false, need_k = false, need_v = false, sets = false;
+  for (const TokenSignalInfo* s : signals) {
+    relative = relative || s->relative();
+    sets = sets || s->set != nullptr;
+    need_k = need_k || s->reads_keys();
+    need_v = need_v || s->reads_values();
+  }
+  if (sets && n > 0 && scope.positions.size() != n) {
+    return InvalidArgumentError(
+        "KvTensors::TokenSignals: " + std::to_string(scope.positions.size()) + " positions for " +
+        std::to_string(n) + " slots");
+  }
+  // Which (layer, KV head) row head h of tensor t holds for the scope's group.
+  const int64_t kv_heads = options_.num_kv_heads;
+  auto row_of = [&](size_t t, size_t h) -> std::pair<int64_t, int64_t> {
+    switch (options_.granularity) {
+      case Granularity::kToken:
+        return {static_cast<int64_t>(t), static_cast<int64_t>(h)};
+      case Granularity::kLayer:
+        return {scope.group, static_cast<int64_t>(h)};
+      case Granularity::kHead:
+        return {scope.group / kv_heads, scope.group % kv_heads};
+    }
+    return {0, 0};
+  };
+  for (const TokenSignalInfo* s : signals) {
+    if (!s->queries || n == 0) continue;
+    const auto [layer, kv_head] = row_of(0, 0);
+    if (!moments || moments(layer, kv_head) == nullptr) {
+      return FailedPreconditionError("token signal " + s->name +
+                                     " reads query statistics, which the runner kept for no "
+                                     "forward of request " +
+                                     std::to_string(scope.request) +
+                                     " (RunnerInput::keep_query_moments)");
+    }
+  }
   out.resize(at + n * nf, 0.0f);
   if (n == 0 || nf == 0) return Status::Ok();
   torch::NoGradGuard no_grad;
   const bool in_place = options_.device.is_cpu() && options_.dtype == torch::kFloat32;
-  bool relative = false, need_k = false, need_v = false;
-  for (const TokenSignalInfo* s : signals) {
-    relative = relative || s->relative();
-    need_k = need_k || s->reads_keys();
-    need_v = need_v || s->reads_values();
-  }
   torch::Tensor index;
   if (!in_place) {
     index = torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()),
@@ -138,6 +169,8 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
   std::vector<const float*> key_rows(relative && need_k ? n : 0);
   std::vector<const float*> value_rows(relative && need_v ? n : 0);
   std::vector<float> anchors(relative ? nf * nh * row : 0);
+  // A set function's values of a tensor: per signal and head, one per slot.
+  std::vector<float> set_values(sets ? nf * nh * n : 0);
   // Layer by layer (one tensor each at token granularity), then head by head: the order of
   // ReduceTokenSignals' sum, so the bits are its.
   for (size_t t = 0; t < k_.size(); ++t) {
@@ -176,9 +209,21 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
         if (need_v) value_rows[i] = vbase + offset(i, h);
       }
       for (size_t j = 0; j < nf; ++j) {
-        if (!signals[j]->relative()) continue;
-        signals[j]->anchor(need_k ? key_rows.data() : nullptr, need_v ? value_rows.data() : nullptr,
-                           static_cast<int64_t>(n), dim, anchors.data() + (j * nh + h) * row);
+        const TokenSignalInfo& signal = *signals[j];
+        if (signal.anchor != nullptr) {
+          signal.anchor(need_k ? key_rows.data() : nullptr, need_v ? value_rows.data() : nullptr,
+                        static_cast<int64_t>(n), dim, anchors.data() + (j * nh + h) * row);
+        } else if (signal.set != nullptr) {
+          const auto [layer, kv_head] = row_of(t, h);
+          const TokenSignalRowSet set{
+              .keys = signal.reads_keys() ? key_rows.data() : nullptr,
+              .values = signal.reads_values() ? value_rows.data() : nullptr,
+              .positions = scope.positions.data(),
+              .n = static_cast<int64_t>(n),
+              .head_dim = dim,
+              .queries = signal.queries ? moments(layer, kv_head) : nullptr};
+          signal.set(set, set_values.data() + (j * nh + h) * n);
+        }
       }
     }
     for (size_t i = 0; i < n; ++i) {
@@ -193,6 +238,10 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
           const std::span<const float> value = signal.reads_values()
                                                    ? std::span<const float>(vbase + off, row)
                                                    : std::span<const float>();
+          if (signal.set != nullptr) {
+            sum += set_values[(j * nh + h) * n + i] * inv_heads;
+            continue;
+          }
           const std::span<const float> anchor =
               signal.relative() ? std::span<const float>(anchors.data() + (j * nh + h) * row, row)
                                 : std::span<const float>();

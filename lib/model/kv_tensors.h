@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -81,13 +82,20 @@ class KvTensors {
   // Appends the K and V rows of `slots` to `out` as bytes on the host: per distinct tensor (in
   // layer order) the K rows of every slot, then their V rows; bytes_per_slot() per slot in all.
   Status ReadSlots(std::span<const int64_t> slots, std::vector<std::byte>& out) const;
+  // The query statistics of KV row (layer, KV head) for a signal that reads queries, or null
+  // when the runner keeps none for the scope's request.
+  using MomentsOf = std::function<const QueryMoments*(int64_t layer, int64_t kv_head)>;
   // ModelRunner::TokenSignals over this store: per slot, one value per signal, the mean over the
   // rows the slot holds (ReduceTokenSignals' order and bits, relative signals' anchors taken over
-  // `slots` as TokenSignalAnchors does), appended to `out` slot-major. On the CPU in fp32 it reads
-  // the rows in place; elsewhere it copies the slots' rows to the host as fp32 first.
-  // InvalidArgument for a slot out of range.
+  // `slots` as TokenSignalAnchors does; a set function's values over `slots` at
+  // scope.positions, with `moments` of the row for one that reads queries), appended to `out`
+  // slot-major. On the CPU in fp32 it reads the rows in place; elsewhere it copies the slots'
+  // rows to the host as fp32 first. InvalidArgument for a slot out of range or positions not one
+  // per slot with a set function; FailedPrecondition for a signal that reads queries when
+  // `moments` gives none.
   Status TokenSignals(std::span<const int64_t> slots,
                       std::span<const TokenSignalInfo* const> signals,
+                      const TokenSignalScope& scope, const MomentsOf& moments,
                       std::vector<float>& out) const;
   // Writes bytes in ReadSlots' layout into `slots`. InvalidArgument on a size mismatch or a slot
   // out of range.

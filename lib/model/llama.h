@@ -25,6 +25,7 @@
 #include "lib/model/cpu_quant_ops.h"
 #include "lib/model/io/hf_config.h"
 #include "lib/model/kv_tensors.h"
+#include "lib/model/query_moments.h"
 #include "lib/model/sampler.h"
 
 namespace vtoken::model {
@@ -96,6 +97,10 @@ struct PagedSeqView {
   uint8_t signals = kAttnSignal | kKeyNormSignal;
   LogitsOut logits = LogitsOut::kFull;
   SampleDraw draw{};
+  // Non-null: every layer's queries of the new tokens (before RoPE) are added to it, and it
+  // advances past them (query_moments.h). The static decode step does not: LlamaRunner runs such
+  // a step eagerly.
+  QueryMomentsTable* query_moments = nullptr;
 };
 
 // A view of `in`, any struct with PagedSeqInput's fields (PagedSeqInput, model_runner.h's
@@ -233,6 +238,8 @@ class LlamaModel {
     // key_positions only with a sliding window (nothing else reads them; empty otherwise).
     std::vector<int64_t> q_offsets, key_offsets, key_slots, key_positions, num_signal;
     std::vector<uint8_t> want_signals;  // Per sequence: the signal bits to compute (0: none).
+    // Per sequence: PagedSeqView::query_moments; empty when no sequence keeps them.
+    std::vector<QueryMomentsTable*> query_moments;
     // The signals summed over the layers, fp32 [2, num keys] indexed like key_slots: attention
     // mass, then key norms. Only for a store on the CPU (empty otherwise).
     std::vector<float> sums;
@@ -278,9 +285,16 @@ class LlamaModel {
   std::vector<int64_t> HeadGroups(Granularity gran) const;
   // Layer `layer` up to attention: input norm, q / k / v, RoPE (cos / sin of RopeCosSin), and the
   // new K / V written at write_index[group] ([N] slots per group). Returns q [N, heads, head_dim].
+  // With b.query_moments, adds the queries before RoPE to them (AddQueryMoments).
   torch::Tensor LayerQueries(int64_t layer, const torch::Tensor& x, const torch::Tensor& cos,
                              const torch::Tensor& sin,
-                             const std::vector<torch::Tensor>& write_index, KvTensors& kv) const;
+                             const std::vector<torch::Tensor>& write_index, KvTensors& kv,
+                             const PagedBatch* b = nullptr) const;
+  // Adds layer `layer`'s queries before RoPE (`q` [N, heads, head_dim] fp32 on the host, the
+  // batch rows) to the tables of b.query_moments.
+  void AddQueryMoments(const PagedBatch& b, int64_t layer, const float* q) const;
+  // Advances b.query_moments past each sequence's new tokens (after the step's layers).
+  static void AdvanceQueryMoments(const PagedBatch& b);
 
   LlamaModel() = default;
   // The layers of a paged step on the fused CPU fp32 path. `writes` [G * N]: group g's write

@@ -103,7 +103,25 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(std::span<const P
                             ids.empty() ? nullptr : &ids[s], outputs[s]);
   }
   BatchSignals(inputs, batch, attn_sum, norm_sum, outputs);
+  AdvanceQueryMoments(batch);
   return outputs;
+}
+
+void LlamaModel::AddQueryMoments(const PagedBatch& b, int64_t layer, const float* q) const {
+  const int64_t row = config_.num_attention_heads * config_.head_dim;
+  for (size_t s = 0; s < b.query_moments.size(); ++s) {
+    if (b.query_moments[s] == nullptr) continue;
+    const int64_t begin = b.q_offsets[s];
+    b.query_moments[s]->Add(layer, q + begin * row, b.q_offsets[s + 1] - begin,
+                            b.positions.data() + begin);
+  }
+}
+
+void LlamaModel::AdvanceQueryMoments(const PagedBatch& b) {
+  for (size_t s = 0; s < b.query_moments.size(); ++s) {
+    if (b.query_moments[s] == nullptr) continue;
+    b.query_moments[s]->Advance(b.positions[b.q_offsets[s + 1] - 1] + 1);
+  }
 }
 
 std::vector<int64_t> LlamaModel::HeadGroups(Granularity gran) const {

@@ -93,6 +93,10 @@ StatusOr<LlamaModel::PagedBatch> LlamaModel::BuildPagedBatch(std::span<const Pag
     b.q_offsets.push_back(static_cast<int64_t>(b.tokens.size()));
     b.num_signal.push_back(std::clamp<int64_t>(in.obs_window, 1, n));
     b.want_signals.push_back(in.want_signals ? in.signals & (kAttnSignal | kKeyNormSignal) : 0);
+    if (in.query_moments != nullptr) {
+      b.query_moments.resize(inputs.size(), nullptr);
+      b.query_moments[s] = in.query_moments;
+    }
   }
   // Write slots group-major over the batch rows: group g's slot of row t at g * total + t.
   const int64_t total_rows = static_cast<int64_t>(b.tokens.size());

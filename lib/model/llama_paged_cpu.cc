@@ -215,6 +215,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     float* k_cache = kv.k(li).data_ptr<float>();
     float* v_cache = kv.v(li).data_ptr<float>();
     const int64_t* layer_groups = head_group.data() + li * kv_heads;
+    if (!b.query_moments.empty()) AddQueryMoments(b, li, qp);
     for (int64_t t = 0; t < total; ++t) {
       for (int64_t hh = 0; hh < heads; ++hh) rope(qp + (t * heads + hh) * hd, t);
       for (int64_t hh = 0; hh < kv_heads; ++hh) rope(kp + (t * kv_heads + hh) * hd, t);

@@ -26,8 +26,8 @@ using internal::CudaPagedAttention;
 
 torch::Tensor LlamaModel::LayerQueries(int64_t li, const torch::Tensor& x, const torch::Tensor& cos,
                                        const torch::Tensor& sin,
-                                       const std::vector<torch::Tensor>& write_index,
-                                       KvTensors& kv) const {
+                                       const std::vector<torch::Tensor>& write_index, KvTensors& kv,
+                                       const PagedBatch* b) const {
   const auto& c = config_;
   const Layer& l = layers_[li];
   const int64_t total = x.size(0), heads = c.num_attention_heads;
@@ -38,6 +38,10 @@ torch::Tensor LlamaModel::LayerQueries(int64_t li, const torch::Tensor& x, const
   auto q = Linear(h, l.q, l.q_bias).view({total, heads, hd});
   auto k = Linear(h, l.k, l.k_bias).view({total, kv_heads, hd});
   auto v = Linear(h, l.v, l.v_bias).view({total, kv_heads, hd});
+  if (b != nullptr && !b->query_moments.empty()) {
+    const torch::Tensor host = q.to(torch::kCPU, torch::kFloat32).contiguous();
+    AddQueryMoments(*b, li, host.data_ptr<float>());
+  }
   q = ApplyRope(q, cos.unsqueeze(1), sin.unsqueeze(1));
   k = ApplyRope(k, cos.unsqueeze(1), sin.unsqueeze(1));
   if (gran == Granularity::kHead) {
@@ -137,7 +141,7 @@ torch::Tensor LlamaModel::PagedStepTorch(PagedBatch& b, const std::vector<int64_
   auto [cos, sin] = RopeCosSin(uploaded.narrow(0, positions_at, total));
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
-    torch::Tensor q = LayerQueries(li, x, cos, sin, write_index, kv);
+    torch::Tensor q = LayerQueries(li, x, cos, sin, write_index, kv, &b);
     torch::Tensor attn;
 #ifdef VTOKEN_MODEL_CUDA_KERNELS
     if (cuda_attention) {

@@ -212,8 +212,27 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
                    .uniform = it->second.NextUniform()};
     }
   }
+  bool moments = false;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].keep_query_moments) continue;
+    moments = true;
+    auto it = query_moments_.find(inputs[i].request);
+    if (it == query_moments_.end()) {
+      const ModelConfig& c = model_.config();
+      const torch::Tensor freq = RopeInverseFrequencies(c).contiguous();
+      it =
+          query_moments_
+              .emplace(inputs[i].request,
+                       QueryMomentsTable(c.num_hidden_layers, c.num_attention_heads,
+                                         c.num_key_value_heads, c.head_dim,
+                                         std::vector<float>(freq.data_ptr<float>(),
+                                                            freq.data_ptr<float>() + freq.numel())))
+              .first;
+    }
+    paged[i].query_moments = &it->second;
+  }
   VTOKEN_ASSIGN_OR_RETURN(std::vector<PagedSeqOutput> outs,
-                          static_decode_ != nullptr && static_decode_->Eligible(paged)
+                          !moments && static_decode_ != nullptr && static_decode_->Eligible(paged)
                               ? static_decode_->Step(paged)
                               : model_.ForwardPaged(std::span<const PagedSeqView>(paged), kv_));
   std::vector<RunnerOutput> results(inputs.size());
@@ -235,6 +254,23 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
     }
   }
   return results;
+}
+
+Status LlamaRunner::TokenSignals(std::span<const SlotIndex> slots,
+                                 std::span<const TokenSignalInfo* const> signals,
+                                 const TokenSignalScope& scope, std::vector<float>& out) const {
+  const auto it = query_moments_.find(scope.request);
+  const QueryMomentsTable* table = it == query_moments_.end() ? nullptr : &it->second;
+  std::vector<QueryMoments> rows;  // Of() per (layer, KV head), kept for the call.
+  const int64_t kv_heads = model_.config().num_key_value_heads;
+  KvTensors::MomentsOf moments;
+  if (table != nullptr) {
+    for (int64_t l = 0; l < model_.config().num_hidden_layers; ++l) {
+      for (int64_t h = 0; h < kv_heads; ++h) rows.push_back(table->Of(l, h));
+    }
+    moments = [&](int64_t layer, int64_t kv_head) { return &rows[layer * kv_heads + kv_head]; };
+  }
+  return kv_.TokenSignals(slots, signals, scope, moments, out);
 }
 
 }  // namespace vtoken::model

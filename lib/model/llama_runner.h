@@ -18,6 +18,7 @@
 
 #include "lib/model/kv_tensors.h"
 #include "lib/model/llama.h"
+#include "lib/model/query_moments.h"
 #include "lib/model/sampler.h"
 #include "lib/model/static_decode.h"
 #include "lib/model/torch_copy_engine.h"
@@ -92,10 +93,11 @@ class LlamaRunner final : public ModelRunner {
   }
   Status TokenSignals(std::span<const SlotIndex> slots,
                       std::span<const TokenSignalInfo* const> signals,
-                      std::vector<float>& out) const override {
-    return kv_.TokenSignals(slots, signals, out);
+                      const TokenSignalScope& scope, std::vector<float>& out) const override;
+  void ForgetRequest(int64_t request) override {
+    samplers_.erase(request);
+    query_moments_.erase(request);
   }
-  void ForgetRequest(int64_t request) override { samplers_.erase(request); }
 
   const LlamaModel& model() const { return model_; }
   KvTensors& kv() { return kv_; }
@@ -103,6 +105,11 @@ class LlamaRunner final : public ModelRunner {
   const char* copy_engine_kind() const { return copy_engine_kind_; }
   // What the static decode step did (all zero in kEager).
   DecodeStats decode_stats() const;
+  // The query statistics kept for `request` (RunnerInput::keep_query_moments), or null.
+  const QueryMomentsTable* query_moments(int64_t request) const {
+    const auto it = query_moments_.find(request);
+    return it == query_moments_.end() ? nullptr : &it->second;
+  }
   // TokenKvHashes calls that hashed on the device / fell back to the host after a device failure.
   int64_t device_hash_calls() const { return device_hash_calls_; }
   int64_t device_hash_failures() const { return device_hash_failures_; }
@@ -119,6 +126,9 @@ class LlamaRunner final : public ModelRunner {
   std::function<StatusOr<std::vector<uint64_t>>(std::span<const SlotIndex>)> device_hashes_;
   int64_t device_hash_calls_ = 0, device_hash_failures_ = 0;
   std::map<int64_t, Sampler> samplers_;
+  // Per request whose inputs keep them (RunnerInput::keep_query_moments); a step with one runs
+  // through ForwardPaged, never the static decode step.
+  std::map<int64_t, QueryMomentsTable> query_moments_;
 };
 
 }  // namespace vtoken::model

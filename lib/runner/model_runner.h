@@ -70,6 +70,10 @@ struct RunnerInput {
   // with want_signals, a runner returns both vectors at full length and may leave a signal
   // not asked for at zero.
   uint8_t signals = kAttnSignal | kKeyNormSignal;
+  // The runner keeps the request's query statistics (token_signal.h's QueryMoments) and adds
+  // this step's queries to them, for a policy whose token signals read queries; they last until
+  // ForgetRequest.
+  bool keep_query_moments = false;
 };
 
 // True when in.context_offsets is a valid split of the context into `groups` ranges: empty with
@@ -169,15 +173,17 @@ class ModelRunner {
   }
   // Token signals (lib/core/token_signal.h) of the tokens at group slots `slots`: per slot, one
   // value per signal of `signals`, reduced over the KV rows the slot holds as ReduceTokenSignals
-  // does, appended to `out` slot-major. A relative signal's anchors are taken over `slots` (the
-  // caller lists every live token of one group). Read from the cached rows (converted to fp32),
-  // so every backend and KV dtype gives the signal of the rows attention reads. InvalidArgument
-  // for a slot out of range; FailedPrecondition from a runner that holds no K/V rows (the
-  // simulator's): a policy reading token signals cannot run on it.
+  // does, appended to `out` slot-major. A relative signal's anchors (or set function) are taken
+  // over `slots` (the caller lists every live token of group scope.group, at scope.positions),
+  // with the query statistics of scope.request for a signal that reads queries. Read from the
+  // cached rows (converted to fp32), so every backend and KV dtype gives the signal of the rows
+  // attention reads. InvalidArgument for a slot out of range; FailedPrecondition from a runner
+  // that holds no K/V rows (the simulator's): a policy reading token signals cannot run on it;
+  // and for a signal reading queries of a request that kept none.
   virtual Status TokenSignals(std::span<const SlotIndex> slots,
                               std::span<const TokenSignalInfo* const> signals,
-                              std::vector<float>& out) const {
-    (void)slots, (void)signals, (void)out;
+                              const TokenSignalScope& scope, std::vector<float>& out) const {
+    (void)slots, (void)signals, (void)scope, (void)out;
     return FailedPreconditionError("this runner holds no K/V rows to compute token signals from");
   }
   // Drops per-request state (sampler streams).
@@ -215,8 +221,8 @@ class ForwardingRunner : public ModelRunner {
   }
   Status TokenSignals(std::span<const SlotIndex> slots,
                       std::span<const TokenSignalInfo* const> signals,
-                      std::vector<float>& out) const override {
-    return inner_.TokenSignals(slots, signals, out);
+                      const TokenSignalScope& scope, std::vector<float>& out) const override {
+    return inner_.TokenSignals(slots, signals, scope, out);
   }
   void ForgetRequest(int64_t request) override { inner_.ForgetRequest(request); }
   RunClock* clock() override { return inner_.clock(); }

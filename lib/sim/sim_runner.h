@@ -81,7 +81,7 @@ class SimRunner final : public model::ModelRunner {
   // The simulator models attn, attn_sum and key_norm (its signal sources), not token signals:
   // a policy that reads one is refused before the run starts.
   Status TokenSignals(std::span<const SlotIndex>, std::span<const TokenSignalInfo* const>,
-                      std::vector<float>&) const override {
+                      const TokenSignalScope&, std::vector<float>&) const override {
     return FailedPreconditionError(
         "the simulator models attn, attn_sum and key_norm only, not token signals");
   }

@@ -548,12 +548,14 @@ void BindPolicies(py::module_& m) {
           d["doc"] = info->doc;
           d["source_file"] = info->source_file;
           d["relative"] = info->relative();
+          d["queries"] = info->queries;
           out.append(d);
         }
         return out;
       },
       "Every registered token signal (signals/*.cc): name, doc, source_file, relative (computed "
-      "over the live tokens at each eviction, not once per token), sorted by name.");
+      "over the live tokens at each eviction, not once per token), queries (reads the runner's "
+      "statistics of the sequence's queries), sorted by name.");
 
   py::class_<PyPolicy>(m, "Policy", "A registered policy built with its parameters.")
       .def(py::init([](const std::string& name, const py::kwargs& params) {

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -28,7 +29,8 @@ TEST(TokenSignalTest, EveryRegisteredSignalIsOneFileUnderSignalsWithADoc) {
     SCOPED_TRACE(info->name);
     EXPECT_LT(last, info->name);  // Sorted, distinct.
     last = info->name;
-    EXPECT_NE(info->fn, nullptr);
+    EXPECT_NE(info->fn == nullptr, info->set == nullptr);  // One form: per row, or a set.
+    EXPECT_TRUE(!info->queries || info->set != nullptr);
     EXPECT_FALSE(info->doc.empty());
     EXPECT_EQ(std::filesystem::path(info->source_file).parent_path().filename(), "signals");
     EXPECT_EQ(std::filesystem::path(info->source_file).stem(), info->name);
@@ -127,6 +129,132 @@ TEST(TokenSignalTest, KeyAnchorCosineIsKvpressKeyDiffOverTheLiveTokens) {
   // A zero key has cosine 0, not NaN.
   const std::vector<float> zero(static_cast<size_t>(dim), 0.0f), unit(zero.size(), 1.0f);
   EXPECT_EQ(cosine->fn(zero, zero, unit), 0.0f);
+}
+
+// kvpress's ExpectedAttentionPress.score for one KV row, in double with its own construction:
+// R = the mean over positions next..next+511 of the d x d RoPE matrices (cos I + sin P, P the
+// rotate_half permutation), mu' = R mu, S' = R S R^T, logit = k.mu' / sqrt(d) + k^T S' k / (2d),
+// softmax over the tokens past the 4 sinks per query head, mean over heads, times |v|; the sinks
+// get the maximum.
+std::vector<double> KvpressExpectedAttention(const std::vector<std::vector<float>>& keys,
+                                             const std::vector<std::vector<float>>& values,
+                                             const std::vector<int64_t>& positions,
+                                             const QueryMoments& q, int64_t d) {
+  const int64_t n = static_cast<int64_t>(keys.size()), half = d / 2;
+  std::vector<double> r(static_cast<size_t>(d * d), 0.0);
+  for (int64_t p = q.next_position; p < q.next_position + 512; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double a = static_cast<double>(p) * q.inv_freq[i];
+      r[i * d + i] += std::cos(a) / 512, r[(i + half) * d + i + half] += std::cos(a) / 512;
+      r[i * d + i + half] -= std::sin(a) / 512, r[(i + half) * d + i] += std::sin(a) / 512;
+    }
+  }
+  int64_t first = 0;
+  while (first < n && positions[first] < 4) ++first;
+  if (first == n) first = 0;  // Only sinks: the softmax takes them all (kvpress refuses).
+  std::vector<double> out(static_cast<size_t>(n), 0.0);
+  for (int64_t h = 0; h < q.heads; ++h) {
+    std::vector<double> mu(d, 0.0), rs(d * d, 0.0), cov(d * d, 0.0);
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t j = 0; j < d; ++j) mu[i] += r[i * d + j] * q.mean[h * d + j];
+    }
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t j = 0; j < d; ++j) {
+        for (int64_t k = 0; k < d; ++k) rs[i * d + j] += r[i * d + k] * q.cov[(h * d + k) * d + j];
+      }
+    }
+    for (int64_t i = 0; i < d; ++i) {
+      for (int64_t j = 0; j < d; ++j) {
+        for (int64_t k = 0; k < d; ++k) cov[i * d + j] += rs[i * d + k] * r[j * d + k];
+      }
+    }
+    std::vector<double> logit(n);
+    for (int64_t t = 0; t < n; ++t) {
+      double lin = 0, quad = 0;
+      for (int64_t i = 0; i < d; ++i) {
+        lin += keys[t][i] * mu[i];
+        for (int64_t j = 0; j < d; ++j) quad += keys[t][i] * cov[i * d + j] * keys[t][j];
+      }
+      logit[t] = lin / std::sqrt(static_cast<double>(d)) + quad / d / 2;
+    }
+    double top = -1e300, sum = 0;
+    for (int64_t t = first; t < n; ++t) top = std::max(top, logit[t]);
+    for (int64_t t = first; t < n; ++t) sum += std::exp(logit[t] - top);
+    for (int64_t t = first; t < n; ++t) out[t] += std::exp(logit[t] - top) / sum / q.heads;
+  }
+  double best = 0;
+  for (int64_t t = first; t < n; ++t) {
+    double norm = 0;
+    for (float x : values[t]) norm += double{x} * x;
+    out[t] *= std::sqrt(norm);
+    best = std::max(best, out[t]);
+  }
+  for (int64_t t = 0; t < first; ++t) out[t] = best;
+  return out;
+}
+
+TEST(TokenSignalTest, ExpectedAttentionIsKvpressExpectedAttentionPress) {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const TokenSignalInfo* info = *FindTokenSignal("expected_attention");
+  ASSERT_NE(info->set, nullptr);
+  EXPECT_TRUE(info->queries);
+  EXPECT_TRUE(info->relative());
+  for (const int64_t d : {64, 32}) {  // The compiled head_dim and the generic path.
+    for (const int64_t n : {1, 3, 9, 70}) {
+      SCOPED_TRACE("head_dim " + std::to_string(d) + ", n " + std::to_string(n));
+      const int64_t heads = 3;
+      std::vector<float> mean(heads * d), cov(heads * d * d), inv_freq(d / 2);
+      for (float& x : mean) x = normal(rng);
+      for (int64_t h = 0; h < heads; ++h) {  // S = A A^T / d: a covariance.
+        std::vector<float> a(d * d);
+        for (float& x : a) x = normal(rng);
+        for (int64_t i = 0; i < d; ++i) {
+          for (int64_t j = 0; j < d; ++j) {
+            double dot = 0;
+            for (int64_t k = 0; k < d; ++k) dot += double{a[i * d + k]} * a[j * d + k];
+            cov[(h * d + i) * d + j] = static_cast<float>(dot / d);
+          }
+        }
+      }
+      for (int64_t i = 0; i < d / 2; ++i) {
+        inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / d));
+      }
+      std::vector<std::vector<float>> keys(n, std::vector<float>(d)), values = keys;
+      std::vector<int64_t> positions(n);
+      for (int64_t t = 0; t < n; ++t) {
+        for (float& x : keys[t]) x = 0.3f * normal(rng);
+        for (float& x : values[t]) x = normal(rng);
+        positions[t] = t < 2 ? t : 7 + 3 * t;  // Two sinks, then gaps (evicted tokens).
+      }
+      const QueryMoments q{.heads = heads,
+                           .count = 100,
+                           .mean = mean.data(),
+                           .cov = cov.data(),
+                           .inv_freq = inv_freq.data(),
+                           .next_position = positions.back() + 1};
+      std::vector<const float*> k(n), v(n);
+      for (int64_t t = 0; t < n; ++t) k[t] = keys[t].data(), v[t] = values[t].data();
+      std::vector<float> got(n, -1.0f);
+      info->set(TokenSignalRowSet{.keys = k.data(),
+                                  .values = v.data(),
+                                  .positions = positions.data(),
+                                  .n = n,
+                                  .head_dim = d,
+                                  .queries = &q},
+                got.data());
+      const std::vector<double> want = KvpressExpectedAttention(keys, values, positions, q, d);
+      for (int64_t t = 0; t < n; ++t) {
+        EXPECT_NEAR(got[t], want[t], 2e-4 * std::abs(want[t]) + 1e-7)
+            << "token " << t << " seed " << seed;
+      }
+      if (n > 3) {  // Sinks get the row's maximum.
+        EXPECT_EQ(got[0], *std::max_element(got.begin() + 2, got.end()));
+      }
+    }
+  }
 }
 
 TEST(TokenSignalTest, ReductionIsTheMeanOverTheGroupsRows) {

@@ -430,7 +430,7 @@ TEST(KvTensorsGroupsTest, TokenSignalsReduceTheRowsEachSlotHolds) {
       }
       const std::vector<SlotIndex> slots = {4, 0, kv->num_slots() - 1, 4};
       std::vector<float> out = {-7.0f};  // Appended after what is there.
-      ASSERT_TRUE(kv->TokenSignals(slots, fns, out).ok());
+      ASSERT_TRUE(kv->TokenSignals(slots, fns, {}, {}, out).ok());
       ASSERT_EQ(out.size(), 1 + slots.size() * fns.size());
       EXPECT_EQ(out[0], -7.0f);
       const int64_t layers = static_cast<int64_t>(kv->k_tensors().size());
@@ -460,7 +460,7 @@ TEST(KvTensorsGroupsTest, TokenSignalsReduceTheRowsEachSlotHolds) {
         EXPECT_NE(expected[1], 0.0f);
       }
       const std::vector<SlotIndex> outside = {kv->num_slots()};
-      EXPECT_EQ(kv->TokenSignals(outside, fns, out).code(), StatusCode::kInvalidArgument);
+      EXPECT_EQ(kv->TokenSignals(outside, fns, {}, {}, out).code(), StatusCode::kInvalidArgument);
     }
   }
 }

@@ -187,9 +187,9 @@ class CountingRunner final : public ForwardingRunner {
   using ForwardingRunner::ForwardingRunner;
   Status TokenSignals(std::span<const SlotIndex> slots,
                       std::span<const TokenSignalInfo* const> signals,
-                      std::vector<float>& out) const override {
+                      const TokenSignalScope& scope, std::vector<float>& out) const override {
     slots_ += static_cast<int64_t>(slots.size());
-    return inner_.TokenSignals(slots, signals, out);
+    return inner_.TokenSignals(slots, signals, scope, out);
   }
   mutable int64_t slots_ = 0;
 };
@@ -248,26 +248,29 @@ TEST(TorchRuntimeTest, TokenSignalsAreReadOncePerTokenAndFollowRelocations) {
   }
 }
 
-// A policy reading a relative token signal (keydiff: key_anchor_cosine) on real tensors: on every
-// eviction step the runner is asked for every live token (the prompt at the prefill, then the
-// budget plus the new token), and naive and vtoken (which relocates the rows) give the same
-// tokens.
+// A policy reading a relative token signal (keydiff: key_anchor_cosine; expected_attention: a set
+// function over the runner's query statistics, kept for every request through its chunked
+// prefill) on real tensors: on every eviction step the runner is asked for every live token (the
+// prompt at the prefill, then the budget plus the new token), and naive and vtoken (which
+// relocates the rows) give the same tokens.
 TEST(TorchRuntimeTest, RelativeTokenSignalsAreReadForEveryLiveTokenWhenThePolicyEvicts) {
   const std::vector<engine::Request> requests = Requests(4, 150, 12);
-  std::vector<std::vector<int32_t>> first;
-  for (const Mode mode : {Mode::kNaive, Mode::kVtoken}) {
-    SCOPED_TRACE(ModeName(mode));
-    engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, 48);
-    o.policy = "keydiff";
-    // The prefill's live tokens, then budget + 1 at each observed decode step.
-    const double keep = o.evictor.keep_ratio;
-    const std::vector<std::vector<int32_t>> outputs =
-        ExpectSignalSlots(o, requests, [keep](int64_t prompt, int64_t out) {
-          const auto budget = static_cast<int64_t>(keep * static_cast<double>(prompt));
-          return prompt + (out - 1) * (budget + 1);
-        });
-    if (first.empty()) first = outputs;
-    EXPECT_EQ(outputs, first);
+  for (const char* policy : {"keydiff", "expected_attention"}) {
+    std::vector<std::vector<int32_t>> first;
+    for (const Mode mode : {Mode::kNaive, Mode::kVtoken}) {
+      SCOPED_TRACE(std::string(policy) + " " + ModeName(mode));
+      engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, 48);
+      o.policy = policy;
+      // The prefill's live tokens, then budget + 1 at each observed decode step.
+      const double keep = o.evictor.keep_ratio;
+      const std::vector<std::vector<int32_t>> outputs =
+          ExpectSignalSlots(o, requests, [keep](int64_t prompt, int64_t out) {
+            const auto budget = static_cast<int64_t>(keep * static_cast<double>(prompt));
+            return prompt + (out - 1) * (budget + 1);
+          });
+      if (first.empty()) first = outputs;
+      EXPECT_EQ(outputs, first);
+    }
   }
 }
 

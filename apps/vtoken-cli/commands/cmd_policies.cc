@@ -12,12 +12,16 @@ namespace vtoken::cli {
 namespace {
 
 int RunTokenSignals() {
-  std::printf("%-20s %-8s %5s  %s\n", "token signal", "kind", "lines", "doc");
+  std::printf("%-20s %-8s %-14s %5s  %s\n", "token signal", "kind", "reads", "lines", "doc");
   for (const TokenSignalInfo* info : RegisteredTokenSignals()) {
     StatusOr<int64_t> lines = CountCodeLines(info->source_file);
     const std::string count = lines.ok() ? std::to_string(*lines) : "?";
-    std::printf("%-20s %-8s %5s  %s\n", info->name.c_str(),
-                info->relative() ? "relative" : "absolute", count.c_str(), info->doc.c_str());
+    std::string reads = info->reads_keys() ? "k" : "";
+    if (info->reads_values()) reads += reads.empty() ? "v" : ",v";
+    if (info->queries) reads += ",queries";
+    std::printf("%-20s %-8s %-14s %5s  %s\n", info->name.c_str(),
+                info->relative() ? "relative" : "absolute", reads.c_str(), count.c_str(),
+                info->doc.c_str());
   }
   return 0;
 }
