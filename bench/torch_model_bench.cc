@@ -628,6 +628,33 @@ BENCHMARK(BM_TokenSignals)
     ->ArgsProduct({{128, 512, 2048}, {1}, {1, 2}})
     ->Unit(benchmark::kMicrosecond);
 
+// What keeping query statistics adds to a forward step of one sequence (a policy reading
+// expected_attention): QueryMomentsTable::Add of `rows` new tokens' queries for each of
+// SmolLM2-135M's 30 layers (9 query heads of 64; random queries), then Advance: rows = 1 is a
+// decode step, 512 and 2048 a prefill chunk.
+void BM_QueryMoments(benchmark::State& state) {
+  const int64_t rows = state.range(0);
+  const torch::Tensor queries = torch::randn({rows, 9, 64});
+  QueryMomentsTable table(30, 9, 3, 64, std::vector<float>(32, 1.0f));
+  std::vector<int64_t> positions(static_cast<size_t>(rows));
+  int64_t next = 4;  // Past the sinks, every row counts.
+  for (auto _ : state) {
+    std::iota(positions.begin(), positions.end(), next);
+    for (int64_t l = 0; l < 30; ++l)
+      table.Add(l, queries.data_ptr<float>(), rows, positions.data());
+    next += rows;
+    table.Advance(next);
+  }
+  state.counters["tokens_per_s"] =
+      benchmark::Counter(static_cast<double>(rows), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_QueryMoments)
+    ->ArgName("rows")
+    ->Arg(1)
+    ->Arg(512)
+    ->Arg(2048)
+    ->Unit(benchmark::kMicrosecond);
+
 // One layer's attention for one decode query of vt-tiny (3 query heads sharing 1 KV head of 64
 // channels), as ForwardPaged computes it per sequence: gather K/V rows, scores, softmax, values.
 torch::Tensor Attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {

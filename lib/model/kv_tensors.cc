@@ -5,6 +5,9 @@
 #include <string>
 #include <tuple>
 
+#include "lib/model/cpu_pool.h"
+#include "lib/model/cpu_threads.h"
+
 namespace vtoken::model {
 
 int64_t KvBytesPerToken(const KvTensorsOptions& o) {
@@ -160,20 +163,21 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
   const auto nh = static_cast<size_t>(heads);
   const float inv_heads = 1.0f / static_cast<float>(heads);
   const auto row = static_cast<size_t>(dim);
+  const size_t nt = k_.size();
   float* sums = out.data() + at;
-  // With a relative signal, the rows of a tensor are first copied slot after slot into a dense
-  // buffer (the store's slots are scattered; the passes below then read sequential memory: 8.6
-  // against 12.6 ms at 2048 live SmolLM2 tokens), then per head: pointers to the live tokens'
-  // rows and each relative signal's anchor of that head.
-  std::vector<float> dense_k, dense_v;
-  std::vector<const float*> key_rows(relative && need_k ? n : 0);
-  std::vector<const float*> value_rows(relative && need_v ? n : 0);
-  std::vector<float> anchors(relative ? nf * nh * row : 0);
-  // A set function's values of a tensor: per signal and head, one per slot.
-  std::vector<float> set_values(sets ? nf * nh * n : 0);
-  // Layer by layer (one tensor each at token granularity), then head by head: the order of
-  // ReduceTokenSignals' sum, so the bits are its.
-  for (size_t t = 0; t < k_.size(); ++t) {
+  // Every row's value first, at vals[((t * nh + h) * n + i) * nf + j] (tensor t, head h, slot i,
+  // signal j), then their sum in ReduceTokenSignals' order (tensor by tensor, then head by head),
+  // so the bits are its whichever thread computed a value.
+  std::vector<float> vals(nt * nh * n * nf);
+  // A thread's buffers. With a relative signal, the rows of a tensor are first copied slot after
+  // slot into a dense buffer (the store's slots are scattered; the passes below then read
+  // sequential memory: 8.6 against 12.6 ms at 2048 live SmolLM2 tokens), then per head: pointers
+  // to the live tokens' rows, each anchored signal's anchor and each set function's values.
+  struct Scratch {
+    std::vector<float> dense_k, dense_v, anchors, set_values;
+    std::vector<const float*> key_rows, value_rows;
+  };
+  auto tensor_values = [&](size_t t, Scratch& sc) {
     torch::Tensor keys, values;
     if (in_place) {
       keys = k_[t], values = v_[t];
@@ -189,7 +193,7 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
     bool dense = !in_place;  // Rows i = 0..n-1 in order, `stride` apart.
     if (relative && in_place) {
       for (const auto& [base, copy, need] :
-           {std::tuple{&kbase, &dense_k, need_k}, std::tuple{&vbase, &dense_v, need_v}}) {
+           {std::tuple{&kbase, &sc.dense_k, need_k}, std::tuple{&vbase, &sc.dense_v, need_v}}) {
         if (!need) continue;
         copy->resize(n * stride);
         for (size_t i = 0; i < n; ++i) {
@@ -203,34 +207,46 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
     auto offset = [&](size_t i, size_t h) {
       return (dense ? i : static_cast<size_t>(slots[i])) * stride + h * row;
     };
+    if (relative) {
+      sc.key_rows.resize(need_k ? n : 0);
+      sc.value_rows.resize(need_v ? n : 0);
+      sc.anchors.resize(nf * nh * row);
+      sc.set_values.resize(sets ? nf * nh * n : 0);
+    }
     for (size_t h = 0; relative && h < nh; ++h) {
       for (size_t i = 0; i < n; ++i) {
-        if (need_k) key_rows[i] = kbase + offset(i, h);
-        if (need_v) value_rows[i] = vbase + offset(i, h);
+        if (need_k) sc.key_rows[i] = kbase + offset(i, h);
+        if (need_v) sc.value_rows[i] = vbase + offset(i, h);
       }
       for (size_t j = 0; j < nf; ++j) {
         const TokenSignalInfo& signal = *signals[j];
         if (signal.anchor != nullptr) {
-          signal.anchor(need_k ? key_rows.data() : nullptr, need_v ? value_rows.data() : nullptr,
-                        static_cast<int64_t>(n), dim, anchors.data() + (j * nh + h) * row);
+          signal.anchor(need_k ? sc.key_rows.data() : nullptr,
+                        need_v ? sc.value_rows.data() : nullptr, static_cast<int64_t>(n), dim,
+                        sc.anchors.data() + (j * nh + h) * row);
         } else if (signal.set != nullptr) {
           const auto [layer, kv_head] = row_of(t, h);
           const TokenSignalRowSet set{
-              .keys = signal.reads_keys() ? key_rows.data() : nullptr,
-              .values = signal.reads_values() ? value_rows.data() : nullptr,
+              .keys = signal.reads_keys() ? sc.key_rows.data() : nullptr,
+              .values = signal.reads_values() ? sc.value_rows.data() : nullptr,
               .positions = scope.positions.data(),
               .n = static_cast<int64_t>(n),
               .head_dim = dim,
               .queries = signal.queries ? moments(layer, kv_head) : nullptr};
-          signal.set(set, set_values.data() + (j * nh + h) * n);
+          signal.set(set, sc.set_values.data() + (j * nh + h) * n);
         }
       }
     }
-    for (size_t i = 0; i < n; ++i) {
-      for (size_t j = 0; j < nf; ++j) {
-        const TokenSignalInfo& signal = *signals[j];
-        float sum = sums[i * nf + j];
-        for (size_t h = 0; h < nh; ++h) {
+    float* out_t = vals.data() + t * nh * n * nf;
+    for (size_t h = 0; h < nh; ++h) {
+      for (size_t i = 0; i < n; ++i) {
+        for (size_t j = 0; j < nf; ++j) {
+          const TokenSignalInfo& signal = *signals[j];
+          float& v = out_t[(h * n + i) * nf + j];
+          if (signal.set != nullptr) {
+            v = sc.set_values[(j * nh + h) * n + i];
+            continue;
+          }
           const size_t off = offset(i, h);
           const std::span<const float> key = signal.reads_keys()
                                                  ? std::span<const float>(kbase + off, row)
@@ -238,15 +254,34 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
           const std::span<const float> value = signal.reads_values()
                                                    ? std::span<const float>(vbase + off, row)
                                                    : std::span<const float>();
-          if (signal.set != nullptr) {
-            sum += set_values[(j * nh + h) * n + i] * inv_heads;
-            continue;
-          }
           const std::span<const float> anchor =
-              signal.relative() ? std::span<const float>(anchors.data() + (j * nh + h) * row, row)
-                                : std::span<const float>();
-          sum += signal.fn(key, value, anchor) * inv_heads;
+              signal.relative()
+                  ? std::span<const float>(sc.anchors.data() + (j * nh + h) * row, row)
+                  : std::span<const float>();
+          v = signal.fn(key, value, anchor);
         }
+      }
+    }
+  };
+  // On the CPU in fp32 the tensors' values are computed on the CPU pool's threads when there is
+  // work for several (a relative signal, or many slots): the rows are read in place, and the
+  // signals are pure functions. Elsewhere each tensor is first gathered through torch, on this
+  // thread.
+  if (in_place && nt > 1 && (relative || n * nf >= 256)) {
+    TorchThreadsPool()->ParallelFor(static_cast<int64_t>(nt), [&](int64_t begin, int64_t end) {
+      Scratch sc;
+      for (int64_t t = begin; t < end; ++t) tensor_values(static_cast<size_t>(t), sc);
+    });
+  } else {
+    Scratch sc;
+    for (size_t t = 0; t < nt; ++t) tensor_values(t, sc);
+  }
+  for (size_t t = 0; t < nt; ++t) {
+    const float* out_t = vals.data() + t * nh * n * nf;
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < nf; ++j) {
+        float sum = sums[i * nf + j];
+        for (size_t h = 0; h < nh; ++h) sum += out_t[(h * n + i) * nf + j] * inv_heads;
         sums[i * nf + j] = sum;
       }
     }

@@ -1,5 +1,7 @@
 #include "lib/model/query_moments.h"
 
+#include <torch/torch.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -16,6 +18,26 @@ QueryMomentsTable::QueryMomentsTable(int64_t layers, int64_t heads, int64_t kv_h
       mean_(static_cast<size_t>(layers * heads * head_dim), 0.0f),
       cov_(static_cast<size_t>(layers * heads * head_dim * head_dim), 0.0f) {}
 
+namespace {
+
+// cov = (cov * na + m2 + delta delta^T * na * nb / n) / n over a d x d matrix (m2 null: zero).
+// Built for AVX-512, AVX2 and plain x86-64, picked at load time: a decode step runs it for every
+// layer and query head.
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void MergeCov(
+    float* cov, const float* m2, const float* delta, int64_t d, float na, float nb) {
+  const float n = na + nb, shift = na * nb / n, inv = 1.0f / n;
+  for (int64_t i = 0; i < d; ++i) {
+    float* out = cov + i * d;
+    const float* add = m2 == nullptr ? nullptr : m2 + i * d;
+    const float di = delta[i] * shift;
+    for (int64_t j = 0; j < d; ++j) {
+      out[j] = (out[j] * na + (add == nullptr ? 0.0f : add[j]) + di * delta[j]) * inv;
+    }
+  }
+}
+
+}  // namespace
+
 void QueryMomentsTable::Add(int64_t layer, const float* q, int64_t rows, const int64_t* positions) {
   const int64_t first = std::max(next_position_, kQueryMomentsFirstPosition);
   std::vector<int64_t> kept;
@@ -24,43 +46,42 @@ void QueryMomentsTable::Add(int64_t layer, const float* q, int64_t rows, const i
   }
   if (kept.empty()) return;
   const auto d = static_cast<size_t>(dim_);
-  const int64_t na = count_[layer], nb = static_cast<int64_t>(kept.size()), n = na + nb;
-  const float fa = static_cast<float>(na), fb = static_cast<float>(nb), fn = static_cast<float>(n);
-  std::vector<float> chunk_mean(d), centred(d), delta(d), m2(d * d);
+  const int64_t na = count_[layer], nb = static_cast<int64_t>(kept.size());
+  const auto fa = static_cast<float>(na), fb = static_cast<float>(nb);
+  const float fn = fa + fb;
+  // The chunk's rows centred on its mean, per head: [heads][nb][d].
+  std::vector<float> centred(static_cast<size_t>(heads_ * nb) * d), chunk_mean(d), delta(d);
+  std::vector<float> means(static_cast<size_t>(heads_) * d);
+  for (int64_t h = 0; h < heads_; ++h) {
+    float* m = means.data() + h * d;
+    for (int64_t r : kept) {
+      const float* x = q + (r * heads_ + h) * dim_;
+      for (size_t c = 0; c < d; ++c) m[c] += x[c];
+    }
+    for (size_t c = 0; c < d; ++c) m[c] /= fb;
+    float* out = centred.data() + static_cast<size_t>(h * nb) * d;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* x = q + (kept[b] * heads_ + h) * dim_;
+      for (size_t c = 0; c < d; ++c) out[b * d + c] = x[c] - m[c];
+    }
+  }
+  // The chunk's centred sums of outer products, one batched GEMM [heads, d, nb] x [heads, nb, d]
+  // (a single query's is zero: a decode step skips it).
+  torch::Tensor m2;
+  if (nb > 1) {
+    const torch::Tensor x = torch::from_blob(centred.data(), {heads_, nb, dim_}, torch::kFloat32);
+    m2 = torch::bmm(x.transpose(1, 2), x).contiguous();
+  }
   for (int64_t h = 0; h < heads_; ++h) {
     float* mean = mean_.data() + static_cast<size_t>(layer * heads_ + h) * d;
     float* cov = cov_.data() + static_cast<size_t>(layer * heads_ + h) * d * d;
-    auto row = [&](int64_t r) { return q + (r * heads_ + h) * dim_; };
-    std::fill(chunk_mean.begin(), chunk_mean.end(), 0.0f);
-    for (int64_t r : kept) {
-      const float* x = row(r);
-      for (size_t c = 0; c < d; ++c) chunk_mean[c] += x[c];
-    }
-    for (size_t c = 0; c < d; ++c) chunk_mean[c] /= fb;
-    // The chunk's centred sum of outer products, then the merge:
-    //   M2 = M2a + M2b + delta delta^T * na * nb / n, mean = mean_a + delta * nb / n,
-    // with the stored covariance M2a / na.
-    std::fill(m2.begin(), m2.end(), 0.0f);
-    for (int64_t r : kept) {
-      const float* x = row(r);
-      for (size_t c = 0; c < d; ++c) centred[c] = x[c] - chunk_mean[c];
-      for (size_t i = 0; i < d; ++i) {
-        const float ci = centred[i];
-        float* out = m2.data() + i * d;
-        for (size_t j = 0; j < d; ++j) out[j] += ci * centred[j];
-      }
-    }
-    for (size_t c = 0; c < d; ++c) delta[c] = chunk_mean[c] - mean[c];
-    const float shift = fa * fb / fn;
-    for (size_t i = 0; i < d; ++i) {
-      for (size_t j = 0; j < d; ++j) {
-        const size_t at = i * d + j;
-        cov[at] = (cov[at] * fa + m2[at] + delta[i] * delta[j] * shift) / fn;
-      }
-    }
+    const float* m = means.data() + h * d;
+    for (size_t c = 0; c < d; ++c) delta[c] = m[c] - mean[c];
+    MergeCov(cov, m2.defined() ? m2.data_ptr<float>() + h * dim_ * dim_ : nullptr, delta.data(),
+             dim_, fa, fb);
     for (size_t c = 0; c < d; ++c) mean[c] += delta[c] * fb / fn;
   }
-  count_[layer] = n;
+  count_[layer] = na + nb;
 }
 
 void QueryMomentsTable::Advance(int64_t end) { next_position_ = std::max(next_position_, end); }

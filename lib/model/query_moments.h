@@ -4,8 +4,10 @@
 // set RunnerInput::keep_query_moments and the forward paths add each layer's queries to it; a
 // signal that reads queries (ExpectedAttention) sees a KV row's query heads through Of().
 //
-// Chunks merge by Chan et al.'s pairwise update (chunk mean and centred sum, then the shift of
-// the means), in fp32: the covariance is never formed as E[qq^T] - mean mean^T, which cancels.
+// Chunks merge by Chan et al.'s pairwise update (chunk mean and centred sum of outer products,
+// one batched GEMM per layer, then the shift of the means), in fp32: the covariance is never
+// formed as E[qq^T] - mean mean^T, which cancels. A decode step's single query has no centred
+// sum: it costs the merge alone (d^2 per query head).
 // Positions below next_position() are a recomputation (a preempted request's prompt again): they
 // are left out, so every query counts once.
 #pragma once
