@@ -871,6 +871,7 @@ int main(int argc, char** argv) {
       "cpu_isa",
       std::string(vtoken::model::CpuIsaName(vtoken::model::ActiveCpuIsa())) +
           " (host: " + std::string(vtoken::model::CpuIsaName(vtoken::model::HostCpuIsa())) + ")");
+  benchmark::AddCustomContext("cpu_model", vtoken::model::CpuModelName());
   benchmark::AddCustomContext("smollm2_weights", vtoken::model::SmolLm2Weights());
   benchmark::AddCustomContext("torch_threads", std::to_string(torch::get_num_threads()));
   benchmark::AddCustomContext("blas", vtoken::model::BlasDescription());

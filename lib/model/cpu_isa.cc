@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 namespace vtoken::model {
@@ -76,6 +77,20 @@ Status ApplyCpuIsaEnvironment() {
   Status applied = isa.ok() ? SetCpuIsa(*isa) : isa.status();
   if (applied.ok()) return applied;
   return InvalidArgumentError("VTOKEN_CPU_ISA: " + applied.message());
+}
+
+std::string CpuModelName() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) break;
+    const size_t first = line.find_first_not_of(" \t", colon + 1);
+    if (first == std::string::npos) break;
+    return line.substr(first);
+  }
+  return "unknown";
 }
 
 }  // namespace vtoken::model

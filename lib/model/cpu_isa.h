@@ -8,6 +8,7 @@
 // through `omp simd` and sum in the order of the vector width.) Torch-free.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -40,6 +41,10 @@ CpuIsa ActiveCpuIsa();
 // Runs the kernels on `isa` from now on (process wide; not while a kernel runs). InvalidArgument
 // when the CPU lacks it: `CPU ISA avx512: this CPU has avx2 at most`.
 Status SetCpuIsa(CpuIsa isa);
+
+// The CPU's model name as the kernel reports it (/proc/cpuinfo's first "model name"), e.g.
+// "AMD EPYC 7B13"; "unknown" where there is none. For run records and benchmark contexts.
+std::string CpuModelName();
 
 // Applies VTOKEN_CPU_ISA when it is set (ParseCpuIsa, then SetCpuIsa; the error names the
 // variable); OK and nothing changed when it is unset or empty.

@@ -14,10 +14,21 @@ completed=$(sqlite3 "$TMP/s.db" "select count(*) from runs where status='complet
 [[ "$completed" == 8 ]] || fail "sweep completed $completed runs, expected 8"
 
 # model.threads: the run's header names the threads of its model step.
-"$CLI" run experiments/sweep_example.toml --db "$TMP/t.db" --set model.threads=1 >/dev/null \
-  2>"$TMP/threads.err" || fail "run with model.threads=1 exited $?: $(tail -3 "$TMP/threads.err")"
+VTOKEN_CPU_ISA=baseline "$CLI" run experiments/sweep_example.toml --db "$TMP/t.db" \
+  --set model.threads=1 >/dev/null 2>"$TMP/threads.err" \
+  || fail "run with model.threads=1 exited $?: $(tail -3 "$TMP/threads.err")"
 grep -q '^BLAS: .*; model step on 1 CPU thread(s)$' "$TMP/threads.err" \
   || fail "no 'model step on 1 CPU thread(s)' in the run header: $(grep BLAS "$TMP/threads.err")"
+grep -q '^CPU: .*; kernels for baseline$' "$TMP/threads.err" \
+  || fail "no 'kernels for baseline' in the run header: $(grep '^CPU' "$TMP/threads.err")"
+# Each run records the host it measured on (summary_text: cpu_model, cpu_isa, cpu_threads, blas).
+runs=$(sqlite3 "$TMP/t.db" "select count(*) from runs")
+for fact in "cpu_isa|baseline" "cpu_threads|1"; do
+  [[ "$(sqlite3 "$TMP/t.db" "select count(*) from summary_text where name || '|' || value = '$fact'")" == "$runs" ]] \
+    || fail "not every one of $runs runs records $fact: $(sqlite3 "$TMP/t.db" 'select * from summary_text')"
+done
+[[ "$(sqlite3 "$TMP/t.db" "select count(*) from summary_text where name in ('cpu_model', 'blas') and value != ''")" == $((2 * runs)) ]] \
+  || fail "runs lack cpu_model or blas: $(sqlite3 "$TMP/t.db" 'select * from summary_text')"
 "$CLI" report --db "$TMP/s.db" --sweep sweep_example --out "$TMP/figs" >"$TMP/report.out" 2>&1 \
   || fail "report exited $?: $(tail -3 "$TMP/report.out")"
 grep -q '^| ' "$TMP/report.out" || fail "report printed no markdown table"

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -22,6 +23,7 @@
 #include "lib/engine/tasks.h"
 #include "lib/engine/workload.h"
 #include "lib/model/blas_info.h"
+#include "lib/model/cpu_isa.h"
 #include "lib/model/io/model_files.h"
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_runner.h"
@@ -178,9 +180,17 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
                    SignalSchedule(**policy, c.engine.evictor.evict_interval).c_str());
     }
   }
+  // The host a model run measured on, recorded with each run (summary_text) and printed.
+  std::map<std::string, std::string> host;
   if (sim_runner == nullptr) {
+    host = {{"cpu_model", model::CpuModelName()},
+            {"cpu_isa", std::string(model::CpuIsaName(model::ActiveCpuIsa()))},
+            {"cpu_threads", std::to_string(torch::get_num_threads())},
+            {"blas", model::BlasDescription()}};
     std::fprintf(stderr, "BLAS: %s; model step on %d CPU thread(s)\n",
                  model::BlasDescription().c_str(), torch::get_num_threads());
+    std::fprintf(stderr, "CPU: %s; kernels for %s\n", host["cpu_model"].c_str(),
+                 host["cpu_isa"].c_str());
   }
   if (auto* llama = dynamic_cast<model::LlamaRunner*>(runner.get())) {
     std::fprintf(stderr, "device %s, dtype %s, relocation by the %s copy engine\n",
@@ -410,10 +420,12 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       summary["rouge_l_vs_naive"] = sum / static_cast<double>(rouge_naive.size());
     }
     // One transaction: a full disk leaves no partial rows, and the run is marked failed.
+    std::map<std::string, std::string> text = host;
+    text["experiment"] = c.name;
     Status s = store.CompleteRun(
         run_id,
         {.steps = result->steps, .requests = std::move(records), .outputs = std::move(outputs)},
-        summary, {{"experiment", c.name}});
+        summary, text);
     if (!s.ok()) return fail(s);
   }
   if (trace) VTOKEN_RETURN_IF_ERROR(trace->Close());
