@@ -3,7 +3,8 @@
 # runs on vt-tiny through --python-policy and through VTOKEN_PYTHON_POLICIES, and its naive and
 # vtoken runs generate exactly what the C++ h2o's do; `policies` lists it; a bad spec is one
 # error line, a non-zero exit and no database; an exception during a run fails the run. Prints
-# both runs' wall times (the Python cost). Runs record the hash of the policy's file.
+# both runs' wall times (the Python cost). Runs record the hash of the policy's file. A Python
+# policy reading expected_attention (query statistics) matches the C++ expected_attention.
 # Usage: python_policy_cli_test.sh VTOKEN_CLI SOURCE_DIR
 source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
 
@@ -28,6 +29,27 @@ for mode in naive vtoken; do
     || fail "$mode: py_h2o generated other texts than h2o"
 done
 same_outputs "$TMP/py.db" || fail "py_h2o: naive and vtoken differ"
+
+# A Python policy reading a relative token signal over query statistics (expected_attention):
+# the runner keeps them for it as for the C++ policy, which it then matches output for output.
+cat >"$TMP/py_ea.py" <<'PY'
+class PyEA:
+    name = "py_ea"
+    rule = "expected_attention in Python"
+    signals = ["expected_attention"]
+    params = {}
+
+    def score(self, tokens, ctx):
+        return tokens["expected_attention"].copy()
+PY
+ea=(run experiments/quickstart.toml --set workload.num_requests=6 --set 'modes=["naive"]')
+"$CLI" "${ea[@]}" --set policy.name=expected_attention --db "$TMP/ea_cpp.db" >/dev/null \
+  2>"$TMP/ea.err" || fail "expected_attention run exited $?: $(tail -2 "$TMP/ea.err")"
+"$CLI" --python-policy "$TMP/py_ea.py:PyEA" "${ea[@]}" --set policy.name=py_ea \
+  --db "$TMP/ea_py.db" >/dev/null 2>"$TMP/ea.err" || fail "py_ea run exited $?: $(tail -2 "$TMP/ea.err")"
+cpp=$(outputs "$TMP/ea_cpp.db" naive)
+[[ -n "$cpp" && "$cpp" == "$(outputs "$TMP/ea_py.db" naive)" ]] \
+  || fail "py_ea generated other texts than expected_attention"
 
 VTOKEN_PYTHON_POLICIES="$spec" "$CLI" policies >"$TMP/policies.out" 2>&1 \
   || fail "policies with VTOKEN_PYTHON_POLICIES exited $?"
