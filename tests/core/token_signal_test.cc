@@ -22,6 +22,13 @@ namespace {
 
 using testing_util::Range;
 
+// A fresh random seed, printed (a failing randomized case can then be replayed).
+uint64_t PrintedSeed() {
+  const uint64_t seed = std::random_device{}();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  return seed;
+}
+
 TEST(TokenSignalTest, EveryRegisteredSignalIsOneFileUnderSignalsWithADoc) {
   ASSERT_FALSE(RegisteredTokenSignals().empty());
   std::string last;
@@ -47,8 +54,7 @@ TEST(TokenSignalTest, EveryRegisteredSignalIsOneFileUnderSignalsWithADoc) {
 }
 
 TEST(TokenSignalTest, ValueNormsMatchADoubleReference) {
-  const uint64_t seed = std::random_device{}();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const uint64_t seed = PrintedSeed();
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.5f);
   const TokenSignalFn l2 = (*FindTokenSignal("value_norm"))->fn;
@@ -96,8 +102,7 @@ std::vector<double> KeyDiffCosines(const std::vector<float>& keys, int64_t n, in
 }
 
 TEST(TokenSignalTest, KeyAnchorCosineIsKvpressKeyDiffOverTheLiveTokens) {
-  const uint64_t seed = std::random_device{}();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const uint64_t seed = PrintedSeed();
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.5f, 1.0f);
   const TokenSignalInfo* cosine = *FindTokenSignal("key_anchor_cosine");
@@ -194,8 +199,7 @@ std::vector<double> KvpressExpectedAttention(const std::vector<std::vector<float
 }
 
 TEST(TokenSignalTest, ExpectedAttentionIsKvpressExpectedAttentionPress) {
-  const uint64_t seed = std::random_device{}();
-  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  const uint64_t seed = PrintedSeed();
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const TokenSignalInfo* info = *FindTokenSignal("expected_attention");
