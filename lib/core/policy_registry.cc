@@ -4,47 +4,28 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <sstream>
+
+#include "lib/core/named_registry.h"
 
 namespace vtoken {
 namespace {
 
-std::map<std::string, PolicyInfo, std::less<>>& Registry() {
-  static std::map<std::string, PolicyInfo, std::less<>> registry;
+NamedRegistry<PolicyInfo>& Registry() {
+  static NamedRegistry<PolicyInfo> registry("policy");
   return registry;
 }
 
 }  // namespace
 
 bool RegisterPolicy(PolicyInfo info) {
-  auto& registry = Registry();
-  auto it = registry.find(info.name);
-  if (it != registry.end()) {
-    std::fprintf(stderr, "vtoken: policy '%s' is registered twice (%s and %s)\n", info.name.c_str(),
-                 it->second.source_file.c_str(), info.source_file.c_str());
-    std::exit(1);
-  }
-  std::string name = info.name;
-  registry.emplace(std::move(name), std::move(info));
+  Registry().Add(std::move(info));
   return true;
 }
 
-StatusOr<const PolicyInfo*> FindPolicy(std::string_view name) {
-  const auto& registry = Registry();
-  auto it = registry.find(name);
-  if (it != registry.end()) return &it->second;
-  std::string known;
-  for (const auto& [n, info] : registry) known += (known.empty() ? "" : ", ") + n;
-  return NotFoundError("unknown policy '" + std::string(name) +
-                       "' (registered: " + (known.empty() ? "none" : known) + ")");
-}
+StatusOr<const PolicyInfo*> FindPolicy(std::string_view name) { return Registry().Find(name); }
 
-std::vector<const PolicyInfo*> RegisteredPolicies() {
-  std::vector<const PolicyInfo*> out;
-  for (const auto& [name, info] : Registry()) out.push_back(&info);
-  return out;
-}
+std::vector<const PolicyInfo*> RegisteredPolicies() { return Registry().All(); }
 
 StatusOr<std::unique_ptr<Policy>> CreatePolicy(std::string_view name, const RawParams& raw) {
   VTOKEN_ASSIGN_OR_RETURN(const PolicyInfo* info, FindPolicy(name));

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
+
+#include "lib/core/named_registry.h"
 
 namespace vtoken {
 namespace {
 
-std::map<std::string, TokenSignalInfo, std::less<>>& Registry() {
-  static std::map<std::string, TokenSignalInfo, std::less<>> registry;
+NamedRegistry<TokenSignalInfo>& Registry() {
+  static NamedRegistry<TokenSignalInfo> registry("token signal");
   return registry;
 }
 
@@ -31,32 +32,14 @@ bool RegisterTokenSignal(TokenSignalInfo info) {
                  info.name.c_str(), info.source_file.c_str());
     std::exit(1);
   }
-  auto& registry = Registry();
-  auto it = registry.find(info.name);
-  if (it != registry.end()) {
-    std::fprintf(stderr, "vtoken: token signal '%s' is registered twice (%s and %s)\n",
-                 info.name.c_str(), it->second.source_file.c_str(), info.source_file.c_str());
-    std::exit(1);
-  }
-  std::string name = info.name;
-  registry.emplace(std::move(name), std::move(info));
+  Registry().Add(std::move(info));
   return true;
 }
 
-std::vector<const TokenSignalInfo*> RegisteredTokenSignals() {
-  std::vector<const TokenSignalInfo*> out;
-  for (const auto& [name, info] : Registry()) out.push_back(&info);
-  return out;
-}
+std::vector<const TokenSignalInfo*> RegisteredTokenSignals() { return Registry().All(); }
 
 StatusOr<const TokenSignalInfo*> FindTokenSignal(std::string_view name) {
-  const auto& registry = Registry();
-  auto it = registry.find(name);
-  if (it != registry.end()) return &it->second;
-  std::string known;
-  for (const auto& [n, info] : registry) known += (known.empty() ? "" : ", ") + n;
-  return NotFoundError("unknown token signal '" + std::string(name) +
-                       "' (registered: " + (known.empty() ? "none" : known) + ")");
+  return Registry().Find(name);
 }
 
 std::vector<const TokenSignalInfo*> TokenSignalsOfKind(
