@@ -604,12 +604,8 @@ void BM_TokenSignals(benchmark::State& state) {
     table.Add(l, queries.data_ptr<float>(), 2048, query_positions.data());
   }
   table.Advance(2048);
-  std::vector<QueryMoments> rows;  // Per (layer, KV head).
-  for (int64_t l = 0; l < 30; ++l) {
-    for (int64_t h = 0; h < 3; ++h) rows.push_back(table.Of(l, h));
-  }
   const KvTensors::MomentsOf moments = [&](int64_t layer, int64_t kv_head) {
-    return &rows[static_cast<size_t>(layer * 3 + kv_head)];
+    return table.Of(layer, kv_head);
   };
   const TokenSignalScope scope{.positions = positions};
   std::vector<float> out;

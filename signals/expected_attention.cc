@@ -17,7 +17,8 @@ namespace vtoken {
 namespace {
 
 constexpr int64_t kFuturePositions = 512;
-constexpr int64_t kSinks = 4;
+// kvpress's n_sink: the runner's statistics leave these positions' queries out too.
+constexpr int64_t kSinks = kQueryMomentsFirstPosition;
 constexpr int64_t kBlock = 4;  // Keys per pass over the covariance (Logits' four rows).
 
 // logits[t] = k_t.mu * scale + k_t^T cov k_t * quad for the n keys, kBlock at a time (one pass

@@ -140,9 +140,7 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
     return {0, 0};
   };
   for (const TokenSignalInfo* s : signals) {
-    if (!s->queries || n == 0) continue;
-    const auto [layer, kv_head] = row_of(0, 0);
-    if (!moments || moments(layer, kv_head) == nullptr) {
+    if (s->queries && n > 0 && !moments) {
       return FailedPreconditionError("token signal " + s->name +
                                      " reads query statistics, which the runner kept for no "
                                      "forward of request " +
@@ -226,13 +224,14 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
                         sc.anchors.data() + (j * nh + h) * row);
         } else if (signal.set != nullptr) {
           const auto [layer, kv_head] = row_of(t, h);
+          const QueryMoments queries = signal.queries ? moments(layer, kv_head) : QueryMoments{};
           const TokenSignalRowSet set{
               .keys = signal.reads_keys() ? sc.key_rows.data() : nullptr,
               .values = signal.reads_values() ? sc.value_rows.data() : nullptr,
               .positions = scope.positions.data(),
               .n = static_cast<int64_t>(n),
               .head_dim = dim,
-              .queries = signal.queries ? moments(layer, kv_head) : nullptr};
+              .queries = signal.queries ? &queries : nullptr};
           signal.set(set, sc.set_values.data() + (j * nh + h) * n);
         }
       }

@@ -82,9 +82,9 @@ class KvTensors {
   // Appends the K and V rows of `slots` to `out` as bytes on the host: per distinct tensor (in
   // layer order) the K rows of every slot, then their V rows; bytes_per_slot() per slot in all.
   Status ReadSlots(std::span<const int64_t> slots, std::vector<std::byte>& out) const;
-  // The query statistics of KV row (layer, KV head) for a signal that reads queries, or null
-  // when the runner keeps none for the scope's request.
-  using MomentsOf = std::function<const QueryMoments*(int64_t layer, int64_t kv_head)>;
+  // The query statistics of KV row (layer, KV head) for a signal that reads queries; an empty
+  // function when the runner keeps none for the scope's request.
+  using MomentsOf = std::function<QueryMoments(int64_t layer, int64_t kv_head)>;
   // ModelRunner::TokenSignals over this store: per slot, one value per signal, the mean over the
   // rows the slot holds (ReduceTokenSignals' order and bits, relative signals' anchors taken over
   // `slots` as TokenSignalAnchors does; a set function's values over `slots` at

@@ -219,15 +219,13 @@ StatusOr<std::vector<RunnerOutput>> LlamaRunner::Forward(const std::vector<Runne
     auto it = query_moments_.find(inputs[i].request);
     if (it == query_moments_.end()) {
       const ModelConfig& c = model_.config();
-      const torch::Tensor freq = RopeInverseFrequencies(c).contiguous();
-      it =
-          query_moments_
-              .emplace(inputs[i].request,
-                       QueryMomentsTable(c.num_hidden_layers, c.num_attention_heads,
-                                         c.num_key_value_heads, c.head_dim,
-                                         std::vector<float>(freq.data_ptr<float>(),
-                                                            freq.data_ptr<float>() + freq.numel())))
-              .first;
+      if (rope_inv_freq_.empty()) {
+        const torch::Tensor freq = RopeInverseFrequencies(c).contiguous();
+        rope_inv_freq_.assign(freq.data_ptr<float>(), freq.data_ptr<float>() + freq.numel());
+      }
+      QueryMomentsTable table(c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads,
+                              c.head_dim, rope_inv_freq_);
+      it = query_moments_.emplace(inputs[i].request, std::move(table)).first;
     }
     paged[i].query_moments = &it->second;
   }
@@ -260,15 +258,11 @@ Status LlamaRunner::TokenSignals(std::span<const SlotIndex> slots,
                                  std::span<const TokenSignalInfo* const> signals,
                                  const TokenSignalScope& scope, std::vector<float>& out) const {
   const auto it = query_moments_.find(scope.request);
-  const QueryMomentsTable* table = it == query_moments_.end() ? nullptr : &it->second;
-  std::vector<QueryMoments> rows;  // Of() per (layer, KV head), kept for the call.
-  const int64_t kv_heads = model_.config().num_key_value_heads;
   KvTensors::MomentsOf moments;
-  if (table != nullptr) {
-    for (int64_t l = 0; l < model_.config().num_hidden_layers; ++l) {
-      for (int64_t h = 0; h < kv_heads; ++h) rows.push_back(table->Of(l, h));
-    }
-    moments = [&](int64_t layer, int64_t kv_head) { return &rows[layer * kv_heads + kv_head]; };
+  if (it != query_moments_.end()) {
+    moments = [&table = it->second](int64_t layer, int64_t kv_head) {
+      return table.Of(layer, kv_head);
+    };
   }
   return kv_.TokenSignals(slots, signals, scope, moments, out);
 }

@@ -129,6 +129,7 @@ class LlamaRunner final : public ModelRunner {
   // Per request whose inputs keep them (RunnerInput::keep_query_moments); a step with one runs
   // through ForwardPaged, never the static decode step.
   std::map<int64_t, QueryMomentsTable> query_moments_;
+  std::vector<float> rope_inv_freq_;  // RopeInverseFrequencies, for the tables (set by the first).
 };
 
 }  // namespace vtoken::model

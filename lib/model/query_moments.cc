@@ -9,8 +9,7 @@ namespace vtoken::model {
 
 QueryMomentsTable::QueryMomentsTable(int64_t layers, int64_t heads, int64_t kv_heads,
                                      int64_t head_dim, std::vector<float> inv_freq)
-    : layers_(layers),
-      heads_(heads),
+    : heads_(heads),
       kv_heads_(kv_heads),
       dim_(head_dim),
       inv_freq_(std::move(inv_freq)),
@@ -50,7 +49,7 @@ void QueryMomentsTable::Add(int64_t layer, const float* q, int64_t rows, const i
   const auto fa = static_cast<float>(na), fb = static_cast<float>(nb);
   const float fn = fa + fb;
   // The chunk's rows centred on its mean, per head: [heads][nb][d].
-  std::vector<float> centred(static_cast<size_t>(heads_ * nb) * d), chunk_mean(d), delta(d);
+  std::vector<float> centred(static_cast<size_t>(heads_ * nb) * d), delta(d);
   std::vector<float> means(static_cast<size_t>(heads_) * d);
   for (int64_t h = 0; h < heads_; ++h) {
     float* m = means.data() + h * d;

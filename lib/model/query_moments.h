@@ -38,7 +38,7 @@ class QueryMomentsTable {
   QueryMoments Of(int64_t layer, int64_t kv_head) const;
 
  private:
-  int64_t layers_, heads_, kv_heads_, dim_;
+  int64_t heads_, kv_heads_, dim_;
   std::vector<float> inv_freq_;
   int64_t next_position_ = 0;
   std::vector<int64_t> count_;  // [layers]: every head of a layer counts the same queries.
