@@ -23,7 +23,9 @@
 //             the token signals the policy names in token_signals() (value_norm, ...:
 //             functions of the token's own K and V rows, one file each under signals/, see
 //             lib/core/token_signal.h), in the order named, averaged over the group's rows as
-//             key_norm is. Computed once per token when the policy first sees it.
+//             key_norm is; a name NAME@layer gives one value per layer of the group instead,
+//             NAME@head one per KV row (columns: PolicyContext::token_signal). Computed once
+//             per token when the policy first sees it (relative ones: when it evicts).
 //
 // Policy objects are shared by every sequence and must keep no mutable members: whatever a
 // policy remembers lives in `state` (per token) or comes from the context (per step).
@@ -58,7 +60,9 @@ struct TokenView {
   float attn_sum = 0;
   float key_norm = 0;
   std::span<float> state;                // Written by Observe only; Score reads it.
-  std::span<const float> token_signals;  // One value per name in Policy::token_signals().
+  // The values of the names in Policy::token_signals(), in order: one per plain name, more for
+  // a view (PolicyContext::token_signal finds a name's).
+  std::span<const float> token_signals;
 };
 
 // Deterministic random source of one sequence, seeded from the evictor's seed and the seq id,
@@ -83,6 +87,19 @@ struct PolicyContext {
   // The KV group being scored (0 at token granularity; the layer, or layer * num_kv_heads +
   // kv_head). Signals and state are that group's.
   int32_t group = 0;
+  // Where each name of Policy::token_signals() starts in TokenView::token_signals, and one past
+  // the last value: name j's values are [offsets[j], offsets[j + 1]). Empty when every name is
+  // plain (then name j's one value is at j).
+  std::span<const int32_t> token_signal_offsets = {};
+
+  // Name j's values of token `t`: one for NAME; for NAME@layer one per layer of the group (at
+  // token granularity every layer, else 1); for NAME@head one per (layer, KV head) row of the
+  // group, layer-major.
+  std::span<const float> token_signal(const TokenView& t, size_t j) const {
+    if (token_signal_offsets.empty()) return t.token_signals.subspan(j, 1);
+    const auto first = static_cast<size_t>(token_signal_offsets[j]);
+    return t.token_signals.subspan(first, static_cast<size_t>(token_signal_offsets[j + 1]) - first);
+  }
 };
 
 // The signals a policy reads, as bits of Policy::signals(): the model computes only those (each

@@ -137,9 +137,18 @@ PolicyEvictor::PolicyEvictor(std::string name, std::unique_ptr<Policy> policy,
       num_groups_(NumGroups(options)) {
   StatusOr<std::vector<const TokenSignalInfo*>> infos = ResolveTokenSignals(*policy_, name_);
   if (infos.ok()) token_signals_ = *std::move(infos);
-  for (size_t j = 0; j < token_signals_.size(); ++j) {
-    (token_signals_[j]->relative() ? relative_columns_ : absolute_columns_).push_back(j);
+  const KvGroupRows rows =
+      KvGroupRowsOf(options_.granularity, options_.num_layers, options_.num_kv_heads);
+  token_signal_offsets_.push_back(0);
+  for (const TokenSignalInfo* info : token_signals_) {
+    const auto first = static_cast<size_t>(token_signal_offsets_.back());
+    const auto columns = static_cast<size_t>(info->columns(rows.layers, rows.heads));
+    for (size_t c = first; c < first + columns; ++c) {
+      (info->relative() ? relative_columns_ : absolute_columns_).push_back(c);
+    }
+    token_signal_offsets_.push_back(static_cast<int32_t>(first + columns));
   }
+  width_ = static_cast<size_t>(token_signal_offsets_.back());
   absolute_signals_ = TokenSignalsOfKind(token_signals_, /*relative=*/false);
   relative_signals_ = TokenSignalsOfKind(token_signals_, /*relative=*/true);
 }
@@ -178,10 +187,10 @@ StatusOr<PolicyEvictor::SeqState*> PolicyEvictor::ObservedGroup(SeqId seq, int32
 Status PolicyEvictor::ObserveRelative(SeqId seq, int32_t group, std::span<const float> values) {
   VTOKEN_ASSIGN_OR_RETURN(SeqState * state, ObservedGroup(seq, group, "relative token signals"));
   SeqState& s = *state;
-  const size_t nr = relative_columns_.size(), nv = token_signals_.size();
+  const size_t nr = relative_columns_.size(), nv = width_;
   if (values.size() != s.live.size() * nr) {
     return InvalidArgumentError("observe " + SeqText(seq) + ": policy " + name_ + " reads " +
-                                std::to_string(nr) +
+                                std::to_string(relative_signals_.size()) +
                                 " relative token signal(s): " + std::to_string(s.live.size() * nr) +
                                 " values expected for " + std::to_string(s.live.size()) +
                                 " live tokens, got " + std::to_string(values.size()));
@@ -196,7 +205,7 @@ Status PolicyEvictor::ObserveRelative(SeqId seq, int32_t group, std::span<const 
 }
 
 void PolicyEvictor::StoreAbsolute(SeqState& s, std::span<const float> values) const {
-  const size_t na = absolute_columns_.size(), nv = token_signals_.size();
+  const size_t na = absolute_columns_.size(), nv = width_;
   if (na == 0) return;
   const size_t count = values.size() / na;
   float* row = s.token_values.data() + s.token_values.size() - count * nv;
@@ -217,7 +226,7 @@ TokenId PolicyEvictor::UnseenFrom(SeqId seq, int32_t group) const {
 
 Status PolicyEvictor::TokenValuesError(SeqId seq, size_t count,
                                        std::span<const float> values) const {
-  const size_t want = count * absolute_signals_.size();
+  const size_t want = count * absolute_columns_.size();
   if (values.size() != want) {
     std::string names;
     for (const TokenSignalInfo* info : absolute_signals_) {
@@ -269,7 +278,7 @@ std::span<const TokenView> PolicyEvictor::Views(SeqState& s) {
   views.resize(n);
   const size_t ss = static_cast<size_t>(state_size_);
   float* state = s.state.data();
-  const size_t nv = token_signals_.size();
+  const size_t nv = width_;
   const float* values = s.token_values.data();
   for (size_t i = 0; i < n; ++i) {
     views[i] = TokenView{.position = s.live[i],
@@ -320,13 +329,17 @@ void PolicyEvictor::AppendNew(SeqState& s, std::span<const TokenId> ids, int64_t
   s.attn_sum.resize(n, 0);
   s.key_norm.resize(n, 0);
   s.state.resize(n * static_cast<size_t>(state_size_), 0);
-  s.token_values.resize(n * token_signals_.size(), 0);
+  s.token_values.resize(n * width_, 0);
 }
 
 void PolicyEvictor::EndObserve(SeqState& s, int32_t group) {
   // Observe writes nothing but state: a policy without state has nothing to observe.
   if (state_size_ == 0) return;
-  PolicyContext ctx{.step = s.step, .budget = s.budget, .rng = s.rng, .group = group};
+  PolicyContext ctx{.step = s.step,
+                    .budget = s.budget,
+                    .rng = s.rng,
+                    .group = group,
+                    .token_signal_offsets = token_signal_offsets_};
   policy_->Observe(Views(s), ctx);
 }
 
@@ -359,7 +372,7 @@ bool PolicyEvictor::MatchLive(SeqState& s, std::span<const TokenId> live, int64_
     return true;
   }
   // Else merge the two increasing lists: listed tokens keep their entries, the others go.
-  const size_t nv = token_signals_.size();
+  const size_t nv = width_;
   std::vector<int64_t> written(n, step);
   std::vector<float> attn_sum(n, 0), state(n * ss, 0), values(n * nv, 0);
   size_t j = 0;

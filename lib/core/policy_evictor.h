@@ -137,6 +137,12 @@ class PolicyEvictor {
   std::span<const TokenSignalInfo* const> relative_token_signals() const {
     return relative_signals_;
   }
+  // Values per token of the absolute and of the relative token signals in one group (a view
+  // gives several, TokenSignalInfo::columns), and where each token signal's start in a token's
+  // values (PolicyContext::token_signal_offsets).
+  size_t absolute_width() const { return absolute_columns_.size(); }
+  size_t relative_width() const { return relative_columns_.size(); }
+  std::span<const int32_t> token_signal_offsets() const { return token_signal_offsets_; }
   // A token signal of the policy reads the query statistics (TokenSignalInfo::queries): the
   // runner must keep them for every step of every sequence (RunnerInput::keep_query_moments).
   bool reads_queries() const {
@@ -167,7 +173,7 @@ class PolicyEvictor {
   // attn and key_norm for a non-empty `live`: no signals this step (SignalsWanted false).
   // `token_values`: with absolute token signals, their values for the live tokens with ids >=
   // UnseenFrom(seq, group) before this call, token-major ([new tokens]
-  // [absolute_token_signals().size()]); else empty. InvalidArgument for mismatched lengths, missing
+  // [absolute_width()]); else empty. InvalidArgument for mismatched lengths, missing
   // signals the policy reads this step, ids not strictly increasing, a non-finite signal, or a
   // token that was evicted and is listed as live again.
   Status Observe(SeqId seq, std::span<const TokenId> live, std::span<const float> attn,
@@ -189,7 +195,7 @@ class PolicyEvictor {
   Status ObserveAppended(SeqId seq, int32_t group, std::span<const TokenId> appended,
                          std::span<const float> token_values = {});
   // Gives group `group`'s relative token signals for this step: the values of every live token
-  // of its last Observe, token-major ([live][relative_token_signals().size()]). Required on an
+  // of its last Observe, token-major ([live][relative_width()]). Required on an
   // eviction step of a policy that reads relative token signals (GroupVictims is
   // FailedPrecondition without it). FailedPrecondition before the group's first Observe;
   // InvalidArgument for the wrong length or a non-finite value.
@@ -231,7 +237,7 @@ class PolicyEvictor {
     std::vector<float> attn_sum;
     std::vector<float> key_norm;
     std::vector<float> state;         // [live.size() * state_size]
-    std::vector<float> token_values;  // [live.size() * token_signals_.size()]
+    std::vector<float> token_values;  // [live.size() * width_]
     PolicyRng rng;
   };
 
@@ -289,7 +295,11 @@ class PolicyEvictor {
   uint8_t signals_;  // policy_->signals()
   std::vector<const TokenSignalInfo*> token_signals_;
   std::vector<const TokenSignalInfo*> absolute_signals_, relative_signals_;
-  std::vector<size_t> absolute_columns_, relative_columns_;  // Their indices in token_signals_.
+  // Where each token signal's values start in a token's, then their sum (PolicyContext).
+  std::vector<int32_t> token_signal_offsets_;
+  size_t width_ = 0;  // Values per token: token_signal_offsets_.back().
+  // The columns of the absolute and of the relative signals' values, each in order.
+  std::vector<size_t> absolute_columns_, relative_columns_;
   bool every_step_;  // ReadsSignalsEveryStep(signals_, state_size_)
   EvictorOptions options_;
   int32_t num_groups_;

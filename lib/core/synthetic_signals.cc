@@ -43,7 +43,7 @@ std::vector<std::vector<TokenId>> SyntheticSignalDriver::ChooseVictims(const Vir
     for (float& a : attn_) a = static_cast<float>(a / total);
     // Absolute token signals of the tokens the group has not seen: in [1, 3) by hash of the token,
     // group and signal, the same whenever the token is first observed.
-    const size_t nv = evictor_.absolute_token_signals().size();
+    const size_t nv = evictor_.absolute_width();
     const TokenId unseen = evictor_.UnseenFrom(seq, g);
     token_values_.clear();
     for (size_t i = 0; nv > 0 && i < live[g].size(); ++i) {
@@ -60,7 +60,7 @@ std::vector<std::vector<TokenId>> SyntheticSignalDriver::ChooseVictims(const Vir
     if (!relative) continue;
     // Relative token signals of every live token on an eviction step: in [-1, 1) by hash of the
     // token, group, signal and step (they move with the live set, as an anchor does).
-    const size_t nr = evictor_.relative_token_signals().size();
+    const size_t nr = evictor_.relative_width();
     token_values_.clear();
     for (size_t i = 0; i < live[g].size(); ++i) {
       for (size_t j = 0; j < nr; ++j) {

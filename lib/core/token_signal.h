@@ -22,6 +22,12 @@
 // every layer and KV head; layer: that layer's KV heads; head: that one row), summed per layer
 // over its heads, then over layers, in that order.
 //
+// Views: a policy may name a signal NAME@layer or NAME@head instead of NAME (TokenSignalView) to
+// get, instead of that mean, one value per layer of the group (the mean over the layer's KV
+// heads) or one per KV row (layer-major): columns of a token's values, as many as the group has
+// layers or rows (TokenSignalInfo::columns). The rows' values are the same; only the reduction
+// differs: the mean of a token's NAME@layer columns is NAME's value up to rounding.
+//
 // The signals the model computes inside its attention pass (attn, attn_sum, key_norm) are not
 // token signals: they are the Policy::signals() bits of policy.h.
 #pragma once
@@ -33,6 +39,7 @@
 #include <vector>
 
 #include "lib/core/status.h"
+#include "lib/core/types.h"
 
 namespace vtoken {
 
@@ -91,6 +98,13 @@ struct TokenSignalScope {
 // pointers are empty or null.
 enum class TokenSignalRows : uint8_t { kKeys = 1, kValues = 2, kKeysAndValues = 3 };
 
+// How a token signal's values over a KV group's rows reach a policy (see the file comment).
+enum class TokenSignalView : uint8_t {
+  kMean,   // NAME: one value, the mean over the group's rows.
+  kLayer,  // NAME@layer: one value per layer of the group, the mean over its KV heads.
+  kHead,   // NAME@head: one value per row, layer l's KV head h at column l * heads + h.
+};
+
 struct TokenSignalInfo {
   std::string name;  // snake_case; how policies name it.
   std::string doc;   // One line: what it measures.
@@ -100,8 +114,17 @@ struct TokenSignalInfo {
   TokenSignalRows rows = TokenSignalRows::kKeysAndValues;
   TokenSignalSetFn set = nullptr;  // A relative signal's set function (then fn and anchor null).
   bool queries = false;            // The set function reads QueryMoments.
+  // A view's entry (FindTokenSignal of NAME@layer or NAME@head): the registered signal's entry
+  // with this view and the view's name; kMean for every registered entry.
+  TokenSignalView view = TokenSignalView::kMean;
 
   bool relative() const { return anchor != nullptr || set != nullptr; }
+  // Values per token in a KV group whose rows span `layers` layers of `heads` KV heads each
+  // (KvGroupRows): 1, layers or layers * heads by the view.
+  int64_t columns(int64_t layers, int64_t heads) const {
+    return view == TokenSignalView::kMean ? 1 : view == TokenSignalView::kLayer ? layers
+                                                                                 : layers * heads;
+  }
   bool reads_keys() const { return (static_cast<uint8_t>(rows) & 1) != 0; }
   bool reads_values() const { return (static_cast<uint8_t>(rows) & 2) != 0; }
 };
@@ -111,11 +134,25 @@ struct TokenSignalInfo {
 // reported by exiting with a message naming the files.
 bool RegisterTokenSignal(TokenSignalInfo info);
 
-// Every registered token signal, sorted by name.
+// Every registered token signal, sorted by name (views are not listed).
 std::vector<const TokenSignalInfo*> RegisteredTokenSignals();
 
-// The token signal registered as `name`, or NotFound naming it and listing the registered ones.
+// The token signal registered as `name`, or its view for NAME@layer and NAME@head (an entry that
+// lives as long as the process); NotFound naming it and listing the registered ones, or naming
+// the views for an unknown suffix.
 StatusOr<const TokenSignalInfo*> FindTokenSignal(std::string_view name);
+
+// The layers and KV heads per layer whose rows one KV group of a model with `num_layers` layers
+// of `num_kv_heads` KV heads spans: token granularity (num_layers, num_kv_heads), layer (1,
+// num_kv_heads), head (1, 1).
+struct KvGroupRows {
+  int64_t layers = 1;
+  int64_t heads = 1;
+};
+KvGroupRows KvGroupRowsOf(Granularity granularity, int64_t num_layers, int64_t num_kv_heads);
+
+// The values per token of `infos` in such a group: the sum of their columns.
+int64_t TokenSignalWidth(std::span<const TokenSignalInfo* const> infos, KvGroupRows rows);
 
 // The signals of `infos` of one kind (relative or absolute), in order.
 std::vector<const TokenSignalInfo*> TokenSignalsOfKind(
@@ -136,9 +173,10 @@ inline float SignalDot(const float* a, const float* b, int64_t n) {
 
 // Reference reduction of one token's signals (absolute ones and anchored relative ones, not set
 // functions) over its group's rows (see the file comment), for runners and tests: `keys` and
-// `values` hold `layers` x `heads` rows of `head_dim` floats, layer-major; writes one value per
-// signal to out[j]. `anchors`: for relative signals, signal j's anchor of row r at anchors + (j *
-// layers * heads + r) * head_dim (TokenSignalAnchors); may be null when every signal is absolute.
+// `values` hold `layers` x `heads` rows of `head_dim` floats, layer-major; writes each signal's
+// columns (TokenSignalInfo::columns), signal after signal, to out (TokenSignalWidth floats).
+// `anchors`: for relative signals, signal j's anchor of row r at anchors + (j * layers * heads +
+// r) * head_dim (TokenSignalAnchors); may be null when every signal is absolute.
 void ReduceTokenSignals(std::span<const TokenSignalInfo* const> infos, const float* keys,
                         const float* values, int64_t layers, int64_t heads, int64_t head_dim,
                         float* out, const float* anchors = nullptr);

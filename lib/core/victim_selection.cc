@@ -38,7 +38,11 @@ std::vector<float> PolicyEvictor::Score(SeqState& s, int32_t group) {
   s.evicted_step = s.step;
   const std::span<const TokenView> views = Views(s);
   std::vector<float> scores(views.size(), 0.0f);
-  PolicyContext ctx{.step = s.step, .budget = s.budget, .rng = s.rng, .group = group};
+  PolicyContext ctx{.step = s.step,
+                    .budget = s.budget,
+                    .rng = s.rng,
+                    .group = group,
+                    .token_signal_offsets = token_signal_offsets_};
   policy_->Score(views, ctx, scores);
   return scores;
 }
@@ -110,7 +114,7 @@ std::vector<TokenId> PolicyEvictor::Pick(SeqState& s, const std::vector<float>& 
   // Drop the victims' entries, keeping the others in order: a decode step's few by moving each
   // array's tail, more in one compacting pass.
   constexpr size_t kFewVictims = 4;
-  const size_t ss = static_cast<size_t>(state_size_), nv = token_signals_.size();
+  const size_t ss = static_cast<size_t>(state_size_), nv = width_;
   if (doomed.size() <= kFewVictims) {
     for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
       const auto at = static_cast<std::ptrdiff_t>(*it);

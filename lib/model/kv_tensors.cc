@@ -148,7 +148,17 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
                                      " (RunnerInput::keep_query_moments)");
     }
   }
-  out.resize(at + n * nf, 0.0f);
+  const int64_t heads = k_[0].size(1), dim = options_.head_dim;
+  const auto nh = static_cast<size_t>(heads);
+  const size_t nt = k_.size();
+  // Signal j's columns start at first[j] of a slot's `width` values (views give several).
+  std::vector<size_t> first(nf);
+  size_t width = 0;
+  for (size_t j = 0; j < nf; ++j) {
+    first[j] = width;
+    width += static_cast<size_t>(signals[j]->columns(static_cast<int64_t>(nt), heads));
+  }
+  out.resize(at + n * width, 0.0f);
   if (n == 0 || nf == 0) return Status::Ok();
   torch::NoGradGuard no_grad;
   const bool in_place = options_.device.is_cpu() && options_.dtype == torch::kFloat32;
@@ -157,11 +167,8 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
     index = torch::tensor(std::vector<int64_t>(slots.begin(), slots.end()),
                           torch::TensorOptions().dtype(torch::kInt64).device(options_.device));
   }
-  const int64_t heads = k_[0].size(1), dim = options_.head_dim;
-  const auto nh = static_cast<size_t>(heads);
   const float inv_heads = 1.0f / static_cast<float>(heads);
   const auto row = static_cast<size_t>(dim);
-  const size_t nt = k_.size();
   float* sums = out.data() + at;
   // Every row's value first, at vals[((t * nh + h) * n + i) * nf + j] (tensor t, head h, slot i,
   // signal j), then their sum in ReduceTokenSignals' order (tensor by tensor, then head by head),
@@ -279,14 +286,26 @@ Status KvTensors::TokenSignals(std::span<const int64_t> slots,
     const float* out_t = vals.data() + t * nh * n * nf;
     for (size_t i = 0; i < n; ++i) {
       for (size_t j = 0; j < nf; ++j) {
-        float sum = sums[i * nf + j];
-        for (size_t h = 0; h < nh; ++h) sum += out_t[(h * n + i) * nf + j] * inv_heads;
-        sums[i * nf + j] = sum;
+        float* col = sums + i * width + first[j];
+        switch (signals[j]->view) {
+          case TokenSignalView::kMean:  // Summed over every row; divided below.
+            for (size_t h = 0; h < nh; ++h) *col += out_t[(h * n + i) * nf + j] * inv_heads;
+            break;
+          case TokenSignalView::kLayer:
+            for (size_t h = 0; h < nh; ++h) col[t] += out_t[(h * n + i) * nf + j] * inv_heads;
+            break;
+          case TokenSignalView::kHead:
+            for (size_t h = 0; h < nh; ++h) col[t * nh + h] = out_t[(h * n + i) * nf + j];
+            break;
+        }
       }
     }
   }
-  const float layers = static_cast<float>(k_.size());
-  for (size_t i = 0; i < n * nf; ++i) sums[i] /= layers;
+  const float layers = static_cast<float>(nt);
+  for (size_t j = 0; j < nf; ++j) {
+    if (signals[j]->view != TokenSignalView::kMean) continue;
+    for (size_t i = 0; i < n; ++i) sums[i * width + first[j]] /= layers;
+  }
   return Status::Ok();
 }
 

@@ -85,8 +85,9 @@ class KvTensors {
   // The query statistics of KV row (layer, KV head) for a signal that reads queries; an empty
   // function when the runner keeps none for the scope's request.
   using MomentsOf = std::function<QueryMoments(int64_t layer, int64_t kv_head)>;
-  // ModelRunner::TokenSignals over this store: per slot, one value per signal, the mean over the
-  // rows the slot holds (ReduceTokenSignals' order and bits, relative signals' anchors taken over
+  // ModelRunner::TokenSignals over this store: per slot, each signal's columns (one: the mean
+  // over the rows the slot holds; a view's: per layer or per row, TokenSignalInfo::columns)
+  // (ReduceTokenSignals' order and bits, relative signals' anchors taken over
   // `slots` as TokenSignalAnchors does; a set function's values over `slots` at
   // scope.positions, with `moments` of the row for one that reads queries), appended to `out`
   // slot-major. On the CPU in fp32 it reads the rows in place; elsewhere it copies the slots'

@@ -104,10 +104,18 @@ class PythonPolicy final : public Policy {
         for (py::ssize_t i = 0; i < n; ++i) a.mutable_at(i) = AttentionSignal(tokens[i], name);
         t[name.c_str()] = a;
       }
+      // A plain name's values as (n,), a view's (NAME@layer, NAME@head) as (n, columns).
       for (size_t j = 0; j < cls_->token_signals.size(); ++j) {
-        py::array_t<float> a(n);
-        for (py::ssize_t i = 0; i < n; ++i) a.mutable_at(i) = tokens[i].token_signals[j];
-        t[cls_->token_signals[j].c_str()] = a;
+        const std::string& name = cls_->token_signals[j];
+        const std::span<const int32_t> offsets = ctx.token_signal_offsets;
+        const py::ssize_t columns = offsets.empty() ? 1 : offsets[j + 1] - offsets[j];
+        const bool view = name.find('@') != std::string::npos;
+        py::array_t<float> a = view ? py::array_t<float>({n, columns}) : py::array_t<float>(n);
+        for (py::ssize_t i = 0; i < n; ++i) {
+          const std::span<const float> v = ctx.token_signal(tokens[i], j);
+          std::copy(v.begin(), v.end(), a.mutable_data() + i * columns);
+        }
+        t[name.c_str()] = a;
       }
       py::array_t<float> state;  // Only for a policy with state.
       if (ss > 0) {
@@ -302,7 +310,12 @@ StatusOr<std::string> RegisterPythonPolicy(std::string_view spec_text) {
     for (const ParamSpec& s : params) defaults[s.name] = s.default_value;
     StatusOr<std::unique_ptr<PythonPolicy>> trial = make(PolicyParams(defaults));
     if (!trial.ok()) return trial.status();
-    const size_t n = 8, nv = shared->token_signals.size();
+    // Views get two columns here (as for a model of two layers of one KV head).
+    std::vector<int32_t> offsets{0};
+    for (const std::string& name : shared->token_signals) {
+      offsets.push_back(offsets.back() + (name.find('@') == std::string::npos ? 1 : 2));
+    }
+    const size_t n = 8, nv = static_cast<size_t>(offsets.back());
     const auto ss = static_cast<size_t>(shared->state_size);
     std::vector<float> state(n * ss, 0.0f), values(n * nv, 1.0f), scores(n, 0.0f);
     std::vector<TokenView> views(n);
@@ -315,7 +328,7 @@ StatusOr<std::string> RegisterPythonPolicy(std::string_view spec_text) {
                            .token_signals = std::span<const float>(values).subspan(i * nv, nv)};
     }
     PolicyRng rng(1);
-    PolicyContext ctx{.step = 0, .budget = 4, .rng = rng};
+    PolicyContext ctx{.step = 0, .budget = 4, .rng = rng, .token_signal_offsets = offsets};
     if (shared->has_observe && ss > 0) {
       VTOKEN_RETURN_IF_ERROR((*trial)->Call("observe", views, ctx, {}));
     }

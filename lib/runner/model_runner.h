@@ -171,9 +171,10 @@ class ModelRunner {
     (void)slots, (void)bytes;
     return FailedPreconditionError("this runner cannot write KV rows");
   }
-  // Token signals (lib/core/token_signal.h) of the tokens at group slots `slots`: per slot, one
-  // value per signal of `signals`, reduced over the KV rows the slot holds as ReduceTokenSignals
-  // does, appended to `out` slot-major. A relative signal's anchors (or set function) are taken
+  // Token signals (lib/core/token_signal.h) of the tokens at group slots `slots`: per slot, each
+  // signal's columns (one value, or a view's per layer or per row) in the order of `signals`,
+  // reduced over the KV rows the slot holds as ReduceTokenSignals does, appended to `out`
+  // slot-major (TokenSignalWidth values per slot). A relative signal's anchors (or set function) are taken
   // over `slots` (the caller lists every live token of group scope.group, at scope.positions),
   // with the query statistics of scope.request for a signal that reads queries. Read from the
   // cached rows (converted to fp32), so every backend and KV dtype gives the signal of the rows

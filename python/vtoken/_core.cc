@@ -150,6 +150,7 @@ struct Signals {
   std::vector<TokenId> position;
   std::vector<int64_t> age;
   std::vector<float> attn, attn_sum, key_norm, state, token_values;
+  std::vector<int32_t> offsets;  // PolicyContext::token_signal_offsets.
   int32_t state_size = 0;
   std::vector<TokenView> views;
 
@@ -200,13 +201,33 @@ struct Signals {
       }
       std::copy(a.data(), a.data() + a.size(), state.begin());
     }
-    const size_t nv = token_signals.size();
+    // A token signal is a 1-D array, or (n, columns) for a view (NAME@layer, NAME@head); one
+    // not given is one column of zeros.
+    std::vector<F32Array> given(token_signals.size());
+    offsets.assign(1, 0);
+    for (size_t j = 0; j < token_signals.size(); ++j) {
+      const std::string& name = token_signals[j];
+      int32_t columns = 1;
+      if (signals.contains(name.c_str())) {
+        given[j] = F32Array::ensure(py::object(signals[name.c_str()]));
+        const F32Array& a = given[j];
+        if (!a || a.ndim() < 1 || a.ndim() > 2 || a.shape(0) != n) {
+          ThrowInvalid("token signal " + name + " must be (" + std::to_string(n) +
+                       ",) or (" + std::to_string(n) + ", columns) floats");
+        }
+        columns = a.ndim() == 2 ? static_cast<int32_t>(a.shape(1)) : 1;
+      }
+      offsets.push_back(offsets.back() + columns);
+    }
+    const auto nv = static_cast<size_t>(offsets.back());
     token_values.assign(size * nv, 0);
-    for (size_t j = 0; j < nv; ++j) {
-      py::object col = column(token_signals[j].c_str());
-      if (col.is_none()) continue;
-      F32Array a = F32Array::ensure(col);
-      for (size_t i = 0; i < size; ++i) token_values[i * nv + j] = a.data()[i];
+    for (size_t j = 0; j < token_signals.size(); ++j) {
+      if (!given[j]) continue;
+      const auto first = static_cast<size_t>(offsets[j]);
+      const auto columns = static_cast<size_t>(offsets[j + 1]) - first;
+      for (size_t i = 0; i < size; ++i) {
+        std::copy_n(given[j].data() + i * columns, columns, token_values.data() + i * nv + first);
+      }
     }
     views.resize(size);
     for (size_t i = 0; i < size; ++i) {
@@ -244,7 +265,8 @@ struct PyPolicy {
     Signals s(signals, state, policy->state_size(), policy->token_signals());
     std::vector<float> scores(s.views.size(), 0.0f);
     PolicyRng rng(seed);
-    PolicyContext ctx{.step = step, .budget = budget, .rng = rng};
+    PolicyContext ctx{
+        .step = step, .budget = budget, .rng = rng, .token_signal_offsets = s.offsets};
     policy->Score(s.views, ctx, scores);
     return ToArray(scores);
   }
@@ -254,7 +276,8 @@ struct PyPolicy {
     if (budget < 1) ThrowInvalid("budget must be >= 1");
     Signals s(signals, state, policy->state_size(), policy->token_signals());
     PolicyRng rng(seed);
-    PolicyContext ctx{.step = step, .budget = budget, .rng = rng};
+    PolicyContext ctx{
+        .step = step, .budget = budget, .rng = rng, .token_signal_offsets = s.offsets};
     policy->Observe(s.views, ctx);
     py::array_t<float> out(
         {static_cast<py::ssize_t>(s.views.size()), static_cast<py::ssize_t>(s.state_size)});
@@ -579,18 +602,23 @@ void BindPolicies(py::module_& m) {
                             "Budget, protection and victims over a policy (policy_evictor.h).")
       .def(py::init([](const std::string& policy, int64_t budget_tokens, double keep_ratio,
                        int64_t num_sink, int64_t num_recent, int64_t evict_interval, uint64_t seed,
-                       const py::kwargs& params) {
+                       int32_t num_layers, int32_t num_kv_heads, const py::kwargs& params) {
              EvictorOptions o{.budget_tokens = budget_tokens,
                               .keep_ratio = keep_ratio,
                               .num_sink = num_sink,
                               .num_recent = num_recent,
                               .evict_interval = evict_interval,
-                              .seed = seed};
+                              .seed = seed,
+                              .num_layers = num_layers,
+                              .num_kv_heads = num_kv_heads};
              return Value(PolicyEvictor::Create(policy, RawFrom(params), o));
            }),
            py::arg("policy"), py::kw_only(), py::arg("budget_tokens") = 0,
            py::arg("keep_ratio") = 0.0, py::arg("num_sink") = 0, py::arg("num_recent") = 0,
-           py::arg("evict_interval") = 1, py::arg("seed") = 0)
+           py::arg("evict_interval") = 1, py::arg("seed") = 0, py::arg("num_layers") = 1,
+           py::arg("num_kv_heads") = 1,
+           "One KV group per token (token granularity); num_layers and num_kv_heads set how many "
+           "columns a token signal view (NAME@layer, NAME@head) has.")
       .def_property_readonly("policy", &PolicyEvictor::policy_name)
       .def(
           "observe",
@@ -609,7 +637,7 @@ void BindPolicies(py::module_& m) {
           py::arg("seq"), py::arg("live_tokens"), py::arg("attn"), py::arg("key_norm"),
           py::arg("token_values") = py::none(),
           "token_values: the absolute token signals of the tokens with ids >= unseen_from(seq), "
-          "(new tokens, len(absolute_token_signals)) float32; None when the policy reads none.")
+          "(new tokens, absolute_width) float32; None when the policy reads none.")
       .def(
           "observe_relative",
           [](PolicyEvictor& e, SeqId seq, const F32Array& values) {
@@ -617,7 +645,7 @@ void BindPolicies(py::module_& m) {
           },
           py::arg("seq"), py::arg("values"),
           "On an eviction step (scores_next(seq) before observe), after observe: the relative "
-          "token signals of every live token, (live tokens, len(relative_token_signals)) float32.")
+          "token signals of every live token, (live tokens, relative_width) float32.")
       .def(
           "scores_next", [](const PolicyEvictor& e, SeqId seq) { return e.ScoresNext(seq); },
           py::arg("seq"),
@@ -630,6 +658,12 @@ void BindPolicies(py::module_& m) {
       .def_property_readonly(
           "relative_token_signals",
           [](const PolicyEvictor& e) { return SignalNames(e.relative_token_signals()); })
+      .def_property_readonly(
+          "absolute_width", &PolicyEvictor::absolute_width,
+          "Values per token of the absolute token signals (a view, NAME@layer or NAME@head, "
+          "gives one per layer or per KV row).")
+      .def_property_readonly("relative_width", &PolicyEvictor::relative_width,
+                             "Values per token of the relative token signals.")
       .def(
           "unseen_from", [](const PolicyEvictor& e, SeqId seq) { return e.UnseenFrom(seq, 0); },
           py::arg("seq"), "The first token id seq's observe takes token signals for.")

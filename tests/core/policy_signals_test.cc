@@ -44,8 +44,13 @@ TEST(PolicySignalsTest, EveryPolicyScoresTheSameWithOnlyTheSignalsItDeclares) {
     // the declared ones.
     std::vector<float> full_state(kTokens * state_size, 0.0f), declared_state(full_state);
     std::vector<float> attn_sum(kTokens, 0.0f);
-    // The token signals it names, fixed per token (the same in both copies: it reads them all).
-    const size_t nv = p.token_signals().size();
+    // The token signals it names, fixed per token (the same in both copies: it reads them all);
+    // a view (NAME@layer, NAME@head) has 3 columns, as in a group of 3 layers of one KV head.
+    std::vector<int32_t> offsets{0};
+    for (const std::string& name : p.token_signals()) {
+      offsets.push_back(offsets.back() + (name.find('@') == std::string::npos ? 1 : 3));
+    }
+    const auto nv = static_cast<size_t>(offsets.back());
     std::vector<float> token_values(kTokens * nv);
     for (size_t i = 0; i < kTokens; ++i) {
       for (size_t j = 0; j < nv; ++j) token_values[i * nv + j] = TokenValueFor(i, j);
@@ -70,8 +75,10 @@ TEST(PolicySignalsTest, EveryPolicyScoresTheSameWithOnlyTheSignalsItDeclares) {
         if (!(declared & kKeyNormSignal)) only[i].key_norm = 0;
         only[i].state = std::span<float>(declared_state).subspan(i * state_size, state_size);
       }
-      PolicyContext full_ctx{.step = step, .budget = 16, .rng = full_rng};
-      PolicyContext only_ctx{.step = step, .budget = 16, .rng = declared_rng};
+      PolicyContext full_ctx{
+          .step = step, .budget = 16, .rng = full_rng, .token_signal_offsets = offsets};
+      PolicyContext only_ctx{
+          .step = step, .budget = 16, .rng = declared_rng, .token_signal_offsets = offsets};
       p.Observe(full, full_ctx);
       p.Observe(only, only_ctx);
       ASSERT_EQ(full_state, declared_state) << "state differs at step " << step;

@@ -35,7 +35,7 @@ inline std::vector<float> UnseenTokenValues(const PolicyEvictor& e, SeqId seq, i
   const TokenId unseen = e.UnseenFrom(seq, group);
   for (const TokenId id : live) {
     if (id < unseen) continue;
-    for (size_t j = 0; j < e.absolute_token_signals().size(); ++j) {
+    for (size_t j = 0; j < e.absolute_width(); ++j) {
       values.push_back(TokenValueFor(id, j));
     }
   }
@@ -47,7 +47,7 @@ inline std::vector<float> UnseenTokenValues(const PolicyEvictor& e, SeqId seq, i
 // the step (they move as the live set does); nothing otherwise.
 inline Status GiveRelativeValues(PolicyEvictor& e, SeqId seq, int32_t group,
                                  std::span<const TokenId> live, bool scores, int64_t step) {
-  const size_t nr = e.relative_token_signals().size();
+  const size_t nr = e.relative_width();
   if (!scores || nr == 0) return Status::Ok();
   std::vector<float> values;
   for (const TokenId id : live) {

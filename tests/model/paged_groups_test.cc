@@ -402,11 +402,13 @@ TEST(KvTensorsGroupsTest, LayoutCopyAndHashPerGranularity) {
 // Token signals read from the store (ModelRunner::TokenSignals): per slot, the bits of
 // ReduceTokenSignals over the rows that slot holds (every layer's at token granularity, one
 // layer's KV heads at layer, one row at head), in fp32 and, as rounded rows, in bf16; a relative
-// signal's anchors (TokenSignalAnchors) are taken over the slots listed.
+// signal's anchors (TokenSignalAnchors) are taken over the slots listed; views give a column per
+// layer or row.
 TEST(KvTensorsGroupsTest, TokenSignalsReduceTheRowsEachSlotHolds) {
   const int64_t L = 3, KV = 2, hd = 8, tokens = 6;
   std::vector<const TokenSignalInfo*> fns;
-  for (const char* name : {"value_norm", "key_anchor_cosine", "value_l1_norm"}) {
+  for (const char* name : {"value_norm", "key_anchor_cosine", "value_l1_norm",
+                           "key_anchor_cosine@layer", "value_norm@head"}) {
     StatusOr<const TokenSignalInfo*> info = FindTokenSignal(name);
     ASSERT_TRUE(info.ok()) << name;
     fns.push_back(*info);
@@ -431,10 +433,15 @@ TEST(KvTensorsGroupsTest, TokenSignalsReduceTheRowsEachSlotHolds) {
       const std::vector<SlotIndex> slots = {4, 0, kv->num_slots() - 1, 4};
       std::vector<float> out = {-7.0f};  // Appended after what is there.
       ASSERT_TRUE(kv->TokenSignals(slots, fns, {}, {}, out).ok());
-      ASSERT_EQ(out.size(), 1 + slots.size() * fns.size());
-      EXPECT_EQ(out[0], -7.0f);
       const int64_t layers = static_cast<int64_t>(kv->k_tensors().size());
       const int64_t heads = kv->rows_per_slot() / layers;
+      const KvGroupRows group_rows = KvGroupRowsOf(gran, L, KV);
+      ASSERT_EQ(group_rows.layers, layers);
+      ASSERT_EQ(group_rows.heads, heads);
+      const auto width = static_cast<size_t>(TokenSignalWidth(fns, group_rows));
+      ASSERT_EQ(width, 3 + layers + layers * heads);
+      ASSERT_EQ(out.size(), 1 + slots.size() * width);
+      EXPECT_EQ(out[0], -7.0f);
       const int64_t rows = layers * heads;
       std::vector<float> keys, values;  // [slot][row][hd]
       for (size_t i = 0; i < slots.size(); ++i) {
@@ -450,11 +457,11 @@ TEST(KvTensorsGroupsTest, TokenSignalsReduceTheRowsEachSlotHolds) {
           fns, keys.data(), values.data(), static_cast<int64_t>(slots.size()), rows, hd);
       for (size_t i = 0; i < slots.size(); ++i) {
         const size_t at = i * static_cast<size_t>(rows * hd);
-        float expected[3];
-        ReduceTokenSignals(fns, keys.data() + at, values.data() + at, layers, heads, hd, expected,
-                           anchors.data());
-        for (size_t j = 0; j < 3; ++j) {
-          EXPECT_EQ(out[1 + 3 * i + j], expected[j]) << "slot " << slots[i] << " signal " << j;
+        std::vector<float> expected(width);
+        ReduceTokenSignals(fns, keys.data() + at, values.data() + at, layers, heads, hd,
+                           expected.data(), anchors.data());
+        for (size_t c = 0; c < width; ++c) {
+          EXPECT_EQ(out[1 + width * i + c], expected[c]) << "slot " << slots[i] << " column " << c;
         }
         EXPECT_GT(expected[0], 0.0f);
         EXPECT_NE(expected[1], 0.0f);
