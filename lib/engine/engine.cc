@@ -339,6 +339,21 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
         return FailedPreconditionError("policy " + o.policy + " reads token signal " +
                                        evictor->token_signals()[0]->name + ": " + can.message());
       }
+      // A view has a column per layer or row of a group: the evictor's count must be the model's.
+      const KvGroupRows want = runner.kv_group_rows();
+      const KvGroupRows have =
+          KvGroupRowsOf(o.evictor.granularity, o.evictor.num_layers, o.evictor.num_kv_heads);
+      for (const TokenSignalInfo* info : evictor->token_signals()) {
+        if (info->columns(have.layers, have.heads) == info->columns(want.layers, want.heads)) {
+          continue;
+        }
+        return InvalidArgumentError(
+            "policy " + o.policy + " reads token signal " + info->name + ": the evictor's KV " +
+            "groups span " + std::to_string(have.layers) + " layer(s) of " +
+            std::to_string(have.heads) + " KV head(s), the model's " +
+            std::to_string(want.layers) + " of " + std::to_string(want.heads) +
+            " (evictor num_layers / num_kv_heads)");
+      }
     }
     if (NumGroups(o.evictor) != groups) {
       return InvalidArgumentError(

@@ -78,6 +78,9 @@ class LlamaRunner final : public ModelRunner {
   int64_t num_slots() const override { return kv_.num_slots(); }
   int32_t num_kv_groups() const override { return kv_.num_kv_groups(); }
   Granularity granularity() const override { return kv_.granularity(); }
+  KvGroupRows kv_group_rows() const override {
+    return KvGroupRowsOf(kv_.granularity(), kv_.options().num_layers, kv_.options().num_kv_heads);
+  }
   StatusOr<std::vector<RunnerOutput>> Forward(const std::vector<RunnerInput>& inputs) override;
   CopyEngine& copy_engine() override { return *copy_engine_; }
   uint64_t TokenKvHash(SlotIndex slot) override { return model::TokenKvHash(kv_, slot); }

@@ -142,6 +142,9 @@ class ModelRunner {
   // KV groups (RunnerInput): 1 at token granularity.
   virtual int32_t num_kv_groups() const { return 1; }
   virtual Granularity granularity() const { return Granularity::kToken; }
+  // The layers and KV heads one KV group's rows span (KvGroupRowsOf): how many columns a token
+  // signal's view has (TokenSignalInfo::columns).
+  virtual KvGroupRows kv_group_rows() const { return {}; }
   // Runs one batched step. InvalidArgument for malformed inputs (slot out of range, ...).
   virtual StatusOr<std::vector<RunnerOutput>> Forward(const std::vector<RunnerInput>& inputs) = 0;
   // Copies KV rows between slots of this runner's cache (relocation, fork copy-on-write).
@@ -206,6 +209,7 @@ class ForwardingRunner : public ModelRunner {
   int64_t num_slots() const override { return inner_.num_slots(); }
   int32_t num_kv_groups() const override { return inner_.num_kv_groups(); }
   Granularity granularity() const override { return inner_.granularity(); }
+  KvGroupRows kv_group_rows() const override { return inner_.kv_group_rows(); }
   StatusOr<std::vector<RunnerOutput>> Forward(const std::vector<RunnerInput>& inputs) override {
     return inner_.Forward(inputs);
   }

@@ -4,7 +4,8 @@
 # vtoken runs generate exactly what the C++ h2o's do; `policies` lists it; a bad spec is one
 # error line, a non-zero exit and no database; an exception during a run fails the run. Prints
 # both runs' wall times (the Python cost). Runs record the hash of the policy's file. A Python
-# policy reading expected_attention (query statistics) matches the C++ expected_attention.
+# policy reading expected_attention (query statistics) matches the C++ expected_attention, and
+# one reading its per-layer view (expected_attention@layer) the C++ layer_union.
 # Usage: python_policy_cli_test.sh VTOKEN_CLI SOURCE_DIR
 source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
 
@@ -50,6 +51,39 @@ ea=(run experiments/quickstart.toml --set workload.num_requests=6 --set 'modes=[
 cpp=$(outputs "$TMP/ea_cpp.db" naive)
 [[ -n "$cpp" && "$cpp" == "$(outputs "$TMP/ea_py.db" naive)" ]] \
   || fail "py_ea generated other texts than expected_attention"
+
+# A Python policy reading a token signal view (expected_attention@layer, one column per layer):
+# layer_union in numpy generates exactly what the C++ layer_union does.
+cat >"$TMP/py_lu.py" <<'PY'
+import numpy as np
+
+
+class PyLayerUnion:
+    name = "py_layer_union"
+    rule = "layer_union in Python"
+    signals = ["expected_attention@layer"]
+
+    def score(self, tokens, ctx):
+        v = tokens["expected_attention@layer"]  # (live tokens, layers)
+        n = v.shape[0]
+        best = np.zeros(n, dtype=np.float32)
+        for c in range(v.shape[1]):
+            rank = np.empty(n, dtype=np.float32)
+            rank[np.argsort(v[:, c], kind="stable")] = (
+                np.arange(1, n + 1, dtype=np.float32) / np.float32(n))
+            best = np.maximum(best, rank)
+        return best
+PY
+"$CLI" "${ea[@]}" --set policy.name=layer_union --db "$TMP/lu_cpp.db" >/dev/null \
+  2>"$TMP/lu.err" || fail "layer_union run exited $?: $(tail -2 "$TMP/lu.err")"
+"$CLI" --python-policy "$TMP/py_lu.py:PyLayerUnion" "${ea[@]}" --set policy.name=py_layer_union \
+  --db "$TMP/lu_py.db" >/dev/null 2>"$TMP/lu.err" \
+  || fail "py_layer_union run exited $?: $(tail -2 "$TMP/lu.err")"
+cpp=$(outputs "$TMP/lu_cpp.db" naive)
+[[ -n "$cpp" && "$cpp" == "$(outputs "$TMP/lu_py.db" naive)" ]] \
+  || fail "py_layer_union generated other texts than layer_union"
+[[ "$cpp" != "$(outputs "$TMP/ea_cpp.db" naive)" ]] \
+  || fail "layer_union generated what expected_attention did: its layer columns were not read"
 
 VTOKEN_PYTHON_POLICIES="$spec" "$CLI" policies >"$TMP/policies.out" 2>&1 \
   || fail "policies with VTOKEN_PYTHON_POLICIES exited $?"

@@ -252,15 +252,19 @@ TEST(TorchRuntimeTest, TokenSignalsAreReadOncePerTokenAndFollowRelocations) {
 // function over the runner's query statistics, kept for every request through its chunked
 // prefill) on real tensors: on every eviction step the runner is asked for every live token (the
 // prompt at the prefill, then the budget plus the new token), and naive and vtoken (which
-// relocates the rows) give the same tokens.
+// relocates the rows) give the same tokens. layer_union reads expected_attention per layer (a
+// view: one column per layer of the model).
 TEST(TorchRuntimeTest, RelativeTokenSignalsAreReadForEveryLiveTokenWhenThePolicyEvicts) {
   const std::vector<engine::Request> requests = Requests(4, 150, 12);
-  for (const char* policy : {"keydiff", "expected_attention"}) {
+  std::vector<std::vector<int32_t>> expected_attention;
+  for (const char* policy : {"keydiff", "expected_attention", "layer_union"}) {
     std::vector<std::vector<int32_t>> first;
     for (const Mode mode : {Mode::kNaive, Mode::kVtoken}) {
       SCOPED_TRACE(std::string(policy) + " " + ModeName(mode));
       engine::EngineOptions o = test_configs::H2oEngineOptions(mode, 160, 48);
       o.policy = policy;
+      o.evictor.num_layers = static_cast<int32_t>(SmallConfig().num_hidden_layers);
+      o.evictor.num_kv_heads = static_cast<int32_t>(SmallConfig().num_key_value_heads);
       // The prefill's live tokens, then budget + 1 at each observed decode step.
       const double keep = o.evictor.keep_ratio;
       const std::vector<std::vector<int32_t>> outputs =
@@ -271,7 +275,27 @@ TEST(TorchRuntimeTest, RelativeTokenSignalsAreReadForEveryLiveTokenWhenThePolicy
       if (first.empty()) first = outputs;
       EXPECT_EQ(outputs, first);
     }
+    if (std::string(policy) == "expected_attention") expected_attention = first;
+    if (std::string(policy) == "layer_union") EXPECT_NE(first, expected_attention);
   }
+}
+
+// An evictor whose KV groups span other layers than the model's cannot lay out a view's columns:
+// the run is refused before it starts, naming the signal.
+TEST(TorchRuntimeTest, AViewNeedsTheModelsLayers) {
+  StatusOr<LlamaModel> m = LlamaModel::RandomInit(SmallConfig(), 3);
+  ASSERT_TRUE(m.ok());
+  StatusOr<std::unique_ptr<LlamaRunner>> runner =
+      LlamaRunner::Create(*std::move(m), {.num_slots = 160 * 16});
+  ASSERT_TRUE(runner.ok());
+  engine::EngineOptions o = test_configs::H2oEngineOptions(Mode::kNaive, 160, 48);
+  o.policy = "layer_union";  // evictor.num_layers: 1, the model has 2.
+  const StatusOr<engine::EngineResult> r = engine::RunEngine(o, **runner, Requests(1, 40, 4));
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "policy layer_union reads token signal expected_attention@layer: the evictor's KV "
+            "groups span 1 layer(s) of 1 KV head(s), the model's 2 of 2 (evictor num_layers / "
+            "num_kv_heads)");
 }
 
 }  // namespace
