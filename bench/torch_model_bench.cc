@@ -28,6 +28,8 @@
 #include <vector>
 
 #include "bench/decode_inputs.h"
+#include "lib/core/policy.h"
+#include "lib/core/policy_registry.h"
 #include "lib/model/blas_info.h"
 #include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_threads.h"
@@ -622,6 +624,35 @@ BENCHMARK(BM_TokenSignals)
     ->ArgNames({"tokens", "signals", "relative"})
     ->ArgsProduct({{1, 32, 2048}, {1, 2}, {0}})
     ->ArgsProduct({{128, 512, 2048}, {1}, {1, 2}})
+    ->Unit(benchmark::kMicrosecond);
+
+// The price of scoring per layer: layer_union's Score over `tokens` live tokens whose signal view
+// has `columns` columns (SmolLM2 at token granularity: 30 for NAME@layer, 90 for NAME@head;
+// random values). What it adds to an eviction step beside the signal's own computation.
+void BM_LayerUnionScore(benchmark::State& state) {
+  const auto n = static_cast<size_t>(state.range(0)), columns = static_cast<size_t>(state.range(1));
+  StatusOr<std::unique_ptr<Policy>> policy = CreatePolicy("layer_union", {});
+  if (!policy.ok()) return state.SkipWithError(policy.status().ToString().c_str());
+  std::mt19937_64 rng(11);
+  std::vector<float> values(n * columns);
+  for (float& v : values) v = static_cast<float>(rng() % 100000) / 100000.0f;
+  std::vector<TokenView> tokens(n);
+  for (size_t i = 0; i < n; ++i) {
+    tokens[i].position = static_cast<TokenId>(i);
+    tokens[i].token_signals = std::span<const float>(values).subspan(i * columns, columns);
+  }
+  const std::vector<int32_t> offsets = {0, static_cast<int32_t>(columns)};
+  std::vector<float> scores(n);
+  PolicyRng prng(1);
+  PolicyContext ctx{.step = 1, .budget = 1, .rng = prng, .token_signal_offsets = offsets};
+  for (auto _ : state) {
+    (*policy)->Score(tokens, ctx, scores);
+    benchmark::DoNotOptimize(scores.data());
+  }
+}
+BENCHMARK(BM_LayerUnionScore)
+    ->ArgNames({"tokens", "columns"})
+    ->ArgsProduct({{512, 2048}, {30, 90}})
     ->Unit(benchmark::kMicrosecond);
 
 // What keeping query statistics adds to a forward step of one sequence (a policy reading

@@ -6,7 +6,8 @@
 // drowns a token that one layer needs. A group of one layer (layer or head granularity) keeps
 // the signal's own order. Defaults: signal = expected_attention, over = layer.
 #include <algorithm>
-#include <numeric>
+#include <utility>
+#include <vector>
 
 #include "lib/core/policy.h"
 
@@ -24,15 +25,13 @@ class LayerUnion final : public Policy {
              std::span<float> scores) const override {
     const size_t n = tokens.size(), columns = n == 0 ? 0 : ctx.token_signal(tokens[0], 0).size();
     std::fill(scores.begin(), scores.end(), 0.0f);
-    std::vector<size_t> order(n);
+    std::vector<std::pair<float, size_t>> order(n);  // (value, token): equal values, older first.
     for (size_t c = 0; c < columns; ++c) {
-      // Rank 1..n by the column's value, equal values the older token first.
-      std::iota(order.begin(), order.end(), size_t{0});
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        return ctx.token_signal(tokens[a], 0)[c] < ctx.token_signal(tokens[b], 0)[c];
-      });
+      for (size_t i = 0; i < n; ++i) order[i] = {ctx.token_signal(tokens[i], 0)[c], i};
+      std::sort(order.begin(), order.end());  // Rank r + 1 of n by the column's value.
       for (size_t r = 0; r < n; ++r) {
-        scores[order[r]] = std::max(scores[order[r]], static_cast<float>(r + 1) / n);
+        float& score = scores[order[r].second];
+        score = std::max(score, static_cast<float>(r + 1) / static_cast<float>(n));
       }
     }
   }
