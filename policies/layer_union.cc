@@ -42,9 +42,11 @@ class LayerUnion final : public Policy {
 
 }  // namespace
 
-VTOKEN_REGISTER_POLICY(
-    LayerUnion, "layer_union", "keep the union of every layer's top tokens by a token signal",
-    StringParam("signal", "expected_attention", "the token signal ranked in each layer"),
-    StringParam("over", "layer", "rank per layer, or per KV head of each layer", {"layer", "head"}));
+VTOKEN_REGISTER_POLICY(LayerUnion, "layer_union",
+                       "keep the union of every layer's top tokens by a token signal",
+                       StringParam("signal", "expected_attention",
+                                   "the token signal ranked in each layer"),
+                       StringParam("over", "layer", "rank per layer, or per KV head of each layer",
+                                   {"layer", "head"}));
 
 }  // namespace vtoken

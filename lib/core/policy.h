@@ -59,7 +59,7 @@ struct TokenView {
   float attn = 0;
   float attn_sum = 0;
   float key_norm = 0;
-  std::span<float> state;                // Written by Observe only; Score reads it.
+  std::span<float> state;  // Written by Observe only; Score reads it.
   // The values of the names in Policy::token_signals(), in order: one per plain name, more for
   // a view (PolicyContext::token_signal finds a name's).
   std::span<const float> token_signals;

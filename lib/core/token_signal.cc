@@ -82,8 +82,8 @@ StatusOr<const TokenSignalInfo*> FindTokenSignal(std::string_view name) {
   for (const auto& [view_name, view] : kViews) {
     if (suffix == view_name) return ViewOf(*base, suffix, view);
   }
-  return NotFoundError("unknown token signal view '" + std::string(name) + "' (views: " +
-                       base->name + "@layer, " + base->name + "@head)");
+  return NotFoundError("unknown token signal view '" + std::string(name) +
+                       "' (views: " + base->name + "@layer, " + base->name + "@head)");
 }
 
 KvGroupRows KvGroupRowsOf(Granularity granularity, int64_t num_layers, int64_t num_kv_heads) {

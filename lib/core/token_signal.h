@@ -122,8 +122,9 @@ struct TokenSignalInfo {
   // Values per token in a KV group whose rows span `layers` layers of `heads` KV heads each
   // (KvGroupRows): 1, layers or layers * heads by the view.
   int64_t columns(int64_t layers, int64_t heads) const {
-    return view == TokenSignalView::kMean ? 1 : view == TokenSignalView::kLayer ? layers
-                                                                                 : layers * heads;
+    return view == TokenSignalView::kMean    ? 1
+           : view == TokenSignalView::kLayer ? layers
+                                             : layers * heads;
   }
   bool reads_keys() const { return (static_cast<uint8_t>(rows) & 1) != 0; }
   bool reads_values() const { return (static_cast<uint8_t>(rows) & 2) != 0; }

@@ -350,9 +350,8 @@ Status ValidateEngineOptions(const EngineOptions& o, const model::ModelRunner& r
         return InvalidArgumentError(
             "policy " + o.policy + " reads token signal " + info->name + ": the evictor's KV " +
             "groups span " + std::to_string(have.layers) + " layer(s) of " +
-            std::to_string(have.heads) + " KV head(s), the model's " +
-            std::to_string(want.layers) + " of " + std::to_string(want.heads) +
-            " (evictor num_layers / num_kv_heads)");
+            std::to_string(have.heads) + " KV head(s), the model's " + std::to_string(want.layers) +
+            " of " + std::to_string(want.heads) + " (evictor num_layers / num_kv_heads)");
       }
     }
     if (NumGroups(o.evictor) != groups) {

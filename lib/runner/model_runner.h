@@ -177,13 +177,13 @@ class ModelRunner {
   // Token signals (lib/core/token_signal.h) of the tokens at group slots `slots`: per slot, each
   // signal's columns (one value, or a view's per layer or per row) in the order of `signals`,
   // reduced over the KV rows the slot holds as ReduceTokenSignals does, appended to `out`
-  // slot-major (TokenSignalWidth values per slot). A relative signal's anchors (or set function) are taken
-  // over `slots` (the caller lists every live token of group scope.group, at scope.positions),
-  // with the query statistics of scope.request for a signal that reads queries. Read from the
-  // cached rows (converted to fp32), so every backend and KV dtype gives the signal of the rows
-  // attention reads. InvalidArgument for a slot out of range; FailedPrecondition from a runner
-  // that holds no K/V rows (the simulator's): a policy reading token signals cannot run on it;
-  // and for a signal reading queries of a request that kept none.
+  // slot-major (TokenSignalWidth values per slot). A relative signal's anchors (or set function)
+  // are taken over `slots` (the caller lists every live token of group scope.group, at
+  // scope.positions), with the query statistics of scope.request for a signal that reads queries.
+  // Read from the cached rows (converted to fp32), so every backend and KV dtype gives the signal
+  // of the rows attention reads. InvalidArgument for a slot out of range; FailedPrecondition from a
+  // runner that holds no K/V rows (the simulator's): a policy reading token signals cannot run on
+  // it; and for a signal reading queries of a request that kept none.
   virtual Status TokenSignals(std::span<const SlotIndex> slots,
                               std::span<const TokenSignalInfo* const> signals,
                               const TokenSignalScope& scope, std::vector<float>& out) const {

@@ -184,6 +184,29 @@ def test_relative_token_signals_are_given_for_every_live_token_on_eviction_steps
     assert list(e.victims(1)) == sorted(np.argsort(-cosine)[:3].tolist()) == [0, 2, 4]
 
 
+def test_a_token_signal_view_has_one_column_per_layer():
+    e = vtoken.Evictor("layer_union", budget_tokens=2, num_layers=3, num_kv_heads=2,
+                       signal="value_norm", over="head")
+    assert e.token_signals == ["value_norm@head"]
+    assert (e.absolute_width, e.relative_width) == (6, 0)  # 3 layers x 2 KV heads
+    values = np.tile(np.array([[0.1], [0.9], [0.3], [0.8], [0.2]], np.float32), (1, 6))
+    values[:, 4] = [0.5, 0.1, 0.2, 0.3, 0.4]  # Layer 2's first head ranks token 0 first.
+    with pytest.raises(vtoken.InvalidArgumentError, match="30 values expected"):
+        e.observe(1, np.arange(5), np.zeros(0, np.float32), np.zeros(0, np.float32),
+                  token_values=values[:, :5])
+    e.observe(1, np.arange(5), np.zeros(0, np.float32), np.zeros(0, np.float32),
+              token_values=values)
+    assert list(e.victims(1)) == [2, 3, 4]  # Best ranks 1, 1, 0.6, 0.8, 0.8 (3 before 4).
+    # vtoken.Policy takes a view as (n, columns): the best rank over the columns.
+    p = vtoken.Policy("layer_union", signal="value_norm")
+    assert p.token_signals == ["value_norm@layer"]
+    v = np.array([[3, 0], [1, 2], [2, 1]], np.float32)
+    scores = p.score({"value_norm@layer": v}, budget=1)
+    assert scores.tolist() == pytest.approx([1, 1, 2 / 3])
+    with pytest.raises(vtoken.InvalidArgumentError, match="value_norm@layer must be"):
+        p.score({"value_norm@layer": np.zeros((3, 2, 2), np.float32)}, budget=1)
+
+
 def test_policy_observe_returns_state():
     pandas = pytest.importorskip("pandas")
     decayed = vtoken.Policy("decayed_attention", decay=0.5)

@@ -175,7 +175,16 @@ struct Signals {
     };
     py::object cols[5];
     for (int i = 0; i < 5; ++i) cols[i] = column(kNames[i]);
-    if (n < 0) ThrowInvalid("signals: none of position, age, attn, attn_sum, key_norm given");
+    for (size_t j = 0; n < 0 && j < token_signals.size(); ++j) {  // Or a token signal's length.
+      if (!signals.contains(token_signals[j].c_str())) continue;
+      const py::array a = py::array::ensure(py::object(signals[token_signals[j].c_str()]));
+      if (a && a.ndim() >= 1) n = a.shape(0), first = token_signals[j];
+    }
+    if (n < 0) {
+      ThrowInvalid(
+          "signals: none of position, age, attn, attn_sum, key_norm or the policy's "
+          "token signals given");
+    }
     const auto size = static_cast<size_t>(n);
     position.resize(size);
     age.assign(size, 0);
@@ -212,8 +221,8 @@ struct Signals {
         given[j] = F32Array::ensure(py::object(signals[name.c_str()]));
         const F32Array& a = given[j];
         if (!a || a.ndim() < 1 || a.ndim() > 2 || a.shape(0) != n) {
-          ThrowInvalid("token signal " + name + " must be (" + std::to_string(n) +
-                       ",) or (" + std::to_string(n) + ", columns) floats");
+          ThrowInvalid("token signal " + name + " must be (" + std::to_string(n) + ",) or (" +
+                       std::to_string(n) + ", columns) floats");
         }
         columns = a.ndim() == 2 ? static_cast<int32_t>(a.shape(1)) : 1;
       }

@@ -150,9 +150,9 @@ TEST(TokenSignalViewTest, EvictorLaysOutEachViewsColumns) {
 // At layer granularity a group is one layer: NAME@layer has one column, NAME@head one per KV
 // head; at head granularity both have one.
 TEST(TokenSignalViewTest, ColumnsFollowTheGranularity) {
-  for (const auto& [gran, width] : {std::pair{Granularity::kToken, 3u + 6u},
-                                    std::pair{Granularity::kLayer, 1u + 2u},
-                                    std::pair{Granularity::kHead, 1u + 1u}}) {
+  for (const auto& [gran, width] :
+       {std::pair{Granularity::kToken, 3u + 6u}, std::pair{Granularity::kLayer, 1u + 2u},
+        std::pair{Granularity::kHead, 1u + 1u}}) {
     StatusOr<std::unique_ptr<PolicyEvictor>> e = PolicyEvictor::Create(
         "layer_union", {{"signal", "value_norm"}},
         {.budget_tokens = 8, .granularity = gran, .num_layers = 3, .num_kv_heads = 2});
@@ -161,8 +161,7 @@ TEST(TokenSignalViewTest, ColumnsFollowTheGranularity) {
         "layer_union", {{"signal", "value_norm"}, {"over", "head"}},
         {.budget_tokens = 8, .granularity = gran, .num_layers = 3, .num_kv_heads = 2});
     ASSERT_TRUE(heads.ok()) << heads.status().ToString();
-    EXPECT_EQ((*e)->absolute_width() + (*heads)->absolute_width(), width)
-        << GranularityName(gran);
+    EXPECT_EQ((*e)->absolute_width() + (*heads)->absolute_width(), width) << GranularityName(gran);
   }
   const Status unknown =
       PolicyEvictor::Create("layer_union", {{"signal", "nope"}}, {.budget_tokens = 8}).status();
