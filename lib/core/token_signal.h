@@ -60,6 +60,9 @@ using TokenSignalAnchorFn = void (*)(const float* const* keys, const float* cons
 // at positions >= kQueryMomentsFirstPosition (the attention sinks' queries are outliers, which
 // kvpress's ExpectedAttentionPress leaves out too), before RoPE.
 inline constexpr int64_t kQueryMomentsFirstPosition = 4;
+// The last queries the runner keeps per head beside the moments (an observation window, as
+// SnapKV's and the engine's obs_window default).
+inline constexpr int64_t kQueryWindow = 32;
 struct QueryMoments {
   int64_t heads = 0;            // The query heads that read the row (its GQA group), in order.
   int64_t count = 0;            // Queries counted per head; 0: none yet (mean and cov are zeros).
@@ -70,6 +73,12 @@ struct QueryMoments {
   // rotate_half convention), scaling included.
   const float* inv_freq = nullptr;
   int64_t next_position = 0;  // The position of the sequence's next token.
+  // The sequence's last `recent` queries (at most kQueryWindow, every position counted, sinks
+  // too), before RoPE, in no particular order: query j of head h at recent_queries[(h *
+  // kQueryWindow + j) * head_dim], computed at position recent_positions[j].
+  int64_t recent = 0;
+  const float* recent_queries = nullptr;
+  const int64_t* recent_positions = nullptr;
 };
 
 // The live tokens of one KV row (layer, KV head) as a set function sees them, in logical order.

@@ -15,7 +15,10 @@ QueryMomentsTable::QueryMomentsTable(int64_t layers, int64_t heads, int64_t kv_h
       inv_freq_(std::move(inv_freq)),
       count_(static_cast<size_t>(layers), 0),
       mean_(static_cast<size_t>(layers * heads * head_dim), 0.0f),
-      cov_(static_cast<size_t>(layers * heads * head_dim * head_dim), 0.0f) {}
+      cov_(static_cast<size_t>(layers * heads * head_dim * head_dim), 0.0f),
+      window_(static_cast<size_t>(layers * heads * kQueryWindow * head_dim), 0.0f),
+      window_positions_(static_cast<size_t>(layers * kQueryWindow), 0),
+      window_next_(static_cast<size_t>(layers), 0) {}
 
 namespace {
 
@@ -38,6 +41,17 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
 }  // namespace
 
 void QueryMomentsTable::Add(int64_t layer, const float* q, int64_t rows, const int64_t* positions) {
+  // The window: the last kQueryWindow new rows (earlier ones would be overwritten).
+  int64_t r0 = 0;
+  while (r0 < rows && positions[r0] < next_position_) ++r0;
+  for (int64_t r = std::max(r0, rows - kQueryWindow); r < rows; ++r) {
+    const int64_t j = window_next_[layer]++ % kQueryWindow;
+    window_positions_[static_cast<size_t>(layer * kQueryWindow + j)] = positions[r];
+    for (int64_t h = 0; h < heads_; ++h) {
+      std::copy_n(q + (r * heads_ + h) * dim_, dim_,
+                  window_.data() + ((layer * heads_ + h) * kQueryWindow + j) * dim_);
+    }
+  }
   const int64_t first = std::max(next_position_, kQueryMomentsFirstPosition);
   std::vector<int64_t> kept;
   for (int64_t r = 0; r < rows; ++r) {
@@ -94,7 +108,10 @@ QueryMoments QueryMomentsTable::Of(int64_t layer, int64_t kv_head) const {
                       .mean = mean_.data() + first * d,
                       .cov = cov_.data() + first * d * d,
                       .inv_freq = inv_freq_.data(),
-                      .next_position = next_position_};
+                      .next_position = next_position_,
+                      .recent = std::min(window_next_[layer], kQueryWindow),
+                      .recent_queries = window_.data() + first * kQueryWindow * d,
+                      .recent_positions = window_positions_.data() + layer * kQueryWindow};
 }
 
 }  // namespace vtoken::model

@@ -9,7 +9,9 @@
 // formed as E[qq^T] - mean mean^T, which cancels. A decode step's single query has no centred
 // sum: it costs the merge alone (d^2 per query head).
 // Positions below next_position() are a recomputation (a preempted request's prompt again): they
-// are left out, so every query counts once.
+// are left out, so every query counts once. Beside the moments it keeps the last kQueryWindow
+// queries of each head (every position, the sinks' too) in a ring: a window of observed queries.
+
 #pragma once
 
 #include <cstdint>
@@ -27,7 +29,8 @@ class QueryMomentsTable {
 
   // Adds layer `layer`'s queries of `rows` batch rows: row r's query head h at
   // q[(r * heads + h) * head_dim], before RoPE, at position positions[r]. Rows at positions
-  // below next_position() or kQueryMomentsFirstPosition are left out.
+  // below next_position() are left out, and from the moments those below
+  // kQueryMomentsFirstPosition.
   void Add(int64_t layer, const float* q, int64_t rows, const int64_t* positions);
   // After every layer of a step: the positions up to `end` (exclusive) are counted.
   void Advance(int64_t end);
@@ -44,6 +47,11 @@ class QueryMomentsTable {
   std::vector<int64_t> count_;  // [layers]: every head of a layer counts the same queries.
   std::vector<float> mean_;     // [layers][heads][dim]
   std::vector<float> cov_;      // [layers][heads][dim][dim]
+  // The window's ring: query j of (layer, head) at ((layer * heads + head) * kQueryWindow + j) *
+  // dim, its position at window_positions_[layer * kQueryWindow + j]; the next query goes to
+  // entry window_next_[layer] % kQueryWindow.
+  std::vector<float> window_;
+  std::vector<int64_t> window_positions_, window_next_;
 };
 
 }  // namespace vtoken::model

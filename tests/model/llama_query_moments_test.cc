@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -69,6 +70,50 @@ TEST(QueryMomentsTableTest, ChunksMergeToTheMeanAndCovarianceOfTheQueriesPastThe
   }
 }
 
+// The window holds each head's last kQueryWindow queries (sinks too) at their positions, after
+// chunks longer and shorter than it, single decode queries and a recomputation (left out).
+TEST(QueryMomentsTableTest, TheWindowHoldsTheLastQueries) {
+  constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 4, kRows = 80;
+  QueryMomentsTable table(1, kHeads, kKvHeads, kDim, std::vector<float>(kDim / 2, 1.0f));
+  EXPECT_EQ(table.Of(0, 0).recent, 0);
+  std::vector<float> q(kRows * kHeads * kDim);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(i);
+  std::vector<int64_t> positions(kRows);
+  for (int64_t i = 0; i < kRows; ++i) positions[i] = i;
+  auto add = [&](int64_t begin, int64_t end) {
+    table.Add(0, q.data() + begin * kHeads * kDim, end - begin, positions.data() + begin);
+    table.Advance(end);
+  };
+  auto expect_last = [&](int64_t end) {
+    const int64_t want = std::min(end, kQueryWindow);
+    for (int64_t kv = 0; kv < kKvHeads; ++kv) {
+      const QueryMoments m = table.Of(0, kv);
+      ASSERT_EQ(m.recent, want);
+      std::vector<int64_t> seen(m.recent_positions, m.recent_positions + m.recent);
+      std::sort(seen.begin(), seen.end());
+      for (int64_t j = 0; j < want; ++j) EXPECT_EQ(seen[j], end - want + j) << "end " << end;
+      for (int64_t j = 0; j < m.recent; ++j) {
+        for (int64_t g = 0; g < m.heads; ++g) {
+          const int64_t r = m.recent_positions[j], head = kv * m.heads + g;
+          EXPECT_EQ(m.recent_queries[(g * kQueryWindow + j) * kDim],
+                    q[(r * kHeads + head) * kDim]);
+        }
+      }
+    }
+  };
+  add(0, 5);
+  expect_last(5);
+  add(5, 50);  // Longer than the window.
+  expect_last(50);
+  add(51 - 1, 51);
+  add(51, 52);
+  expect_last(52);
+  add(0, 52);  // A recomputation: nothing new.
+  expect_last(52);
+  add(52, 60);
+  expect_last(60);
+}
+
 // A prompt of 12 tokens, then two decode steps of request 7 keeping query statistics (or not).
 const QueryMomentsTable* RunKeeping(LlamaRunner& runner, bool keep = true) {
   RunnerInput in;
@@ -118,17 +163,29 @@ TEST(QueryMomentsRunnerTest, EveryPathKeepsTheSameQueriesBeforeRope) {
         EXPECT_EQ(q.count, 14 - kQueryMomentsFirstPosition);
         mean.insert(mean.end(), q.mean, q.mean + q.heads * 12);
         mean.insert(mean.end(), q.cov, q.cov + q.heads * 12 * 12);
+        ASSERT_EQ(q.recent, 14);  // The window: every query (12 prompt, 2 decode).
+        for (int64_t g = 0; g < q.heads; ++g) {
+          mean.insert(mean.end(), q.recent_queries + g * kQueryWindow * 12,
+                      q.recent_queries + (g * kQueryWindow + q.recent) * 12);
+        }
       }
     }
     means.push_back(mean);
-    // The signal reads them for request 7, not for a request that kept none.
+    // The signals read them for request 7, not for a request that kept none.
     const TokenSignalInfo* ea = *FindTokenSignal("expected_attention");
+    const TokenSignalInfo* window = *FindTokenSignal("window_attention");
     const std::vector<SlotIndex> slots = {0, 1, 5, 9, 13};
     const std::vector<int64_t> positions = {0, 1, 5, 9, 13};
     std::vector<float> out;
     const std::vector<const TokenSignalInfo*> signals = {ea};
     ASSERT_TRUE(
         (*runner)->TokenSignals(slots, signals, {.request = 7, .positions = positions}, out).ok());
+    ASSERT_EQ(out.size(), slots.size());
+    for (float x : out) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
+    out.clear();
+    const std::vector<const TokenSignalInfo*> windowed = {window};
+    ASSERT_TRUE(
+        (*runner)->TokenSignals(slots, windowed, {.request = 7, .positions = positions}, out).ok());
     ASSERT_EQ(out.size(), slots.size());
     for (float x : out) EXPECT_TRUE(std::isfinite(x) && x > 0) << x;
     out.clear();

@@ -3,8 +3,11 @@
 // tokens while vtoken relocates real K/V tensors.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cmath>
 #include <functional>
 
+#include "lib/core/policy.h"
 #include "lib/engine/engine.h"
 #include "lib/model/llama_runner.h"
 #include "lib/model/torch_copy_engine.h"
@@ -278,6 +281,50 @@ TEST(TorchRuntimeTest, RelativeTokenSignalsAreReadForEveryLiveTokenWhenThePolicy
     if (std::string(policy) == "expected_attention") expected_attention = first;
     if (std::string(policy) == "layer_union") EXPECT_NE(first, expected_attention);
   }
+}
+
+// Reads attn (the engine's: at the prefill, the last obs_window prompt queries' attention averaged
+// over layers and query heads) and window_attention (the runner's window of the last 32 queries,
+// from the cache) and records, on each sequence's prefill step, how far apart they are.
+class ComparesWindowWithAttn final : public Policy {
+ public:
+  uint8_t signals() const override { return kAttnSignal; }
+  std::vector<std::string> token_signals() const override { return {"window_attention"}; }
+  void Score(std::span<const TokenView> tokens, PolicyContext& ctx,
+             std::span<float> scores) const override {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      scores[i] = tokens[i].attn;
+      if (ctx.step != 0) continue;
+      const float gap = std::abs(tokens[i].attn - tokens[i].token_signals[0]);
+      float seen = max_gap.load();
+      while (gap > seen && !max_gap.compare_exchange_weak(seen, gap)) {
+      }
+      compared.fetch_add(1);
+    }
+  }
+  static inline std::atomic<float> max_gap{0.0f};
+  static inline std::atomic<int64_t> compared{0};
+};
+VTOKEN_REGISTER_POLICY(ComparesWindowWithAttn, "test_window_vs_attn",
+                       "test: attn against window_attention at the prefill");
+
+// window_attention at a whole prefill is the attention pass's attn over the last 32 queries (the
+// engine's obs_window): the same attention, one read from the cache at scoring time.
+TEST(TorchRuntimeTest, WindowAttentionIsTheObservationWindowsAttention) {
+  const std::vector<engine::Request> requests = Requests(3, 150, 4);
+  engine::EngineOptions o = test_configs::H2oEngineOptions(Mode::kNaive, 160, 400);
+  o.policy = "test_window_vs_attn";
+  ASSERT_EQ(o.obs_window, kQueryWindow);
+  ExpectSignalSlots(o, requests, [&](int64_t prompt, int64_t out) {
+    const auto budget = static_cast<int64_t>(o.evictor.keep_ratio * static_cast<double>(prompt));
+    return prompt + (out - 1) * (budget + 1);
+  });
+  int64_t prompts = 0;  // Every prompt token and BOS, once.
+  for (const engine::Request& r : requests) {
+    prompts += 1 + static_cast<int64_t>(r.prompt_tokens.size());
+  }
+  EXPECT_EQ(ComparesWindowWithAttn::compared.load(), prompts);
+  EXPECT_LT(ComparesWindowWithAttn::max_gap.load(), 2e-6f);
 }
 
 // An evictor whose KV groups span other layers than the model's cannot lay out a view's columns:
