@@ -569,7 +569,8 @@ BENCHMARK(BM_SmolLm2Shapes)
 // relative key_anchor_cosine (keydiff's) over `tokens` slots: what an eviction step costs a
 // policy reading it, tokens = the sequence's live tokens (its budget plus one in decode); with
 // relative = 2 it is expected_attention (expected_attention's), with the query statistics of
-// 2048 random queries of SmolLM2's 9 query heads.
+// 2048 random queries of SmolLM2's 9 query heads; with relative = 3 window_attention, over the
+// last 32 of those queries.
 void BM_TokenSignals(benchmark::State& state) {
   const int64_t tokens = state.range(0), signals = state.range(1);
   const int64_t relative = state.range(2);
@@ -587,7 +588,9 @@ void BM_TokenSignals(benchmark::State& state) {
     if (static_cast<int64_t>(fns.size()) < signals) fns.push_back(*FindTokenSignal(name));
   }
   if (relative != 0) {
-    fns = {*FindTokenSignal(relative == 1 ? "key_anchor_cosine" : "expected_attention")};
+    fns = {*FindTokenSignal(relative == 1   ? "key_anchor_cosine"
+                            : relative == 2 ? "expected_attention"
+                                            : "window_attention")};
   }
   std::vector<SlotIndex> slots(static_cast<size_t>(tokens));
   std::vector<int64_t> positions(static_cast<size_t>(tokens));
@@ -602,7 +605,7 @@ void BM_TokenSignals(benchmark::State& state) {
   const torch::Tensor queries = torch::randn({2048, 9, 64});
   std::vector<int64_t> query_positions(2048);
   std::iota(query_positions.begin(), query_positions.end(), int64_t{0});
-  for (int64_t l = 0; relative == 2 && l < 30; ++l) {
+  for (int64_t l = 0; relative >= 2 && l < 30; ++l) {
     table.Add(l, queries.data_ptr<float>(), 2048, query_positions.data());
   }
   table.Advance(2048);
@@ -623,7 +626,7 @@ void BM_TokenSignals(benchmark::State& state) {
 BENCHMARK(BM_TokenSignals)
     ->ArgNames({"tokens", "signals", "relative"})
     ->ArgsProduct({{1, 32, 2048}, {1, 2}, {0}})
-    ->ArgsProduct({{128, 512, 2048}, {1}, {1, 2}})
+    ->ArgsProduct({{128, 512, 2048}, {1}, {1, 2, 3}})
     ->Unit(benchmark::kMicrosecond);
 
 // The price of scoring per layer: layer_union's Score over `tokens` live tokens whose signal view

@@ -165,7 +165,7 @@ def test_relative_token_signals_are_given_for_every_live_token_on_eviction_steps
     kinds = {s["name"]: s["relative"] for s in vtoken.token_signals()}
     assert kinds["key_anchor_cosine"] and not kinds["value_norm"] and kinds["expected_attention"]
     queries = [s["name"] for s in vtoken.token_signals() if s["queries"]]
-    assert queries == ["expected_attention"]
+    assert queries == ["expected_attention", "window_attention"]
     e = vtoken.Evictor("keydiff", budget_tokens=3)
     assert e.relative_token_signals == ["key_anchor_cosine"] and e.absolute_token_signals == []
     # kvpress's KeyDiffPress on one KV row: anchor = mean(normalize(keys)), score = -cosine.
