@@ -95,8 +95,7 @@ TEST(QueryMomentsTableTest, TheWindowHoldsTheLastQueries) {
       for (int64_t j = 0; j < m.recent; ++j) {
         for (int64_t g = 0; g < m.heads; ++g) {
           const int64_t r = m.recent_positions[j], head = kv * m.heads + g;
-          EXPECT_EQ(m.recent_queries[(g * kQueryWindow + j) * kDim],
-                    q[(r * kHeads + head) * kDim]);
+          EXPECT_EQ(m.recent_queries[(g * kQueryWindow + j) * kDim], q[(r * kHeads + head) * kDim]);
         }
       }
     }
