@@ -238,6 +238,12 @@ std::vector<Case> Cases() {
       {"KeepRatioAboveOne", Sim({"policy.keep_ratio=1.5"}), "keep_ratio"},
       {"BudgetAndKeepRatio", Sim({"policy.keep_ratio=0.5"}), "policy.keep_ratio are exclusive"},
       {"UnknownPolicy", Sim({"policy.name='nope'"}), "unknown policy"},
+      {"UnknownTokenSignal", Tiny({"policy.name='layer_union'", "policy.params.signal='nope'"}),
+       "policy layer_union reads unknown token signal 'nope' (registered: "},
+      {"UnknownTokenSignalView",
+       Tiny({"policy.name='layer_union'", "policy.params.signal='value_norm@row'"}),
+       "unknown token signal view 'value_norm@row@layer' (views: value_norm@layer, "
+       "value_norm@head)"},
       {"PolicyParamTypo", Run("{dir}/pp.toml", {}),
        "pp.toml:10: key 'policy.params.recnt_ratio': policy 'h2o' has no parameter 'recnt_ratio' "
        "(known: recent_ratio); did you mean 'recent_ratio'?",
