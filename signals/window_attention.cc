@@ -8,7 +8,9 @@
 // granularity. At the prefill its mean over the group's rows is the engine's attn with
 // obs_window = 32. A query that sees no live token adds nothing; before any query it is 0.
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 #include "lib/core/token_signal.h"
@@ -34,6 +36,52 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   }
 }
 
+// exp(x) for x <= 0 (Cephes' expf: 2^n times a degree-6 polynomial on [-ln2/2, ln2/2]; below
+// -87 it is exp(-87)), branch-free so that loops over it vectorise.
+inline float ExpNonPositive(float x) {
+  x = std::max(x, -87.0f);
+  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
+}
+
+// Each query's softmax over the tokens it sees (query j: tokens [0, seen[j]); seen[j] = 0 for an
+// absent query), each pass along the kQueryWindow lanes of the logits' layout; adds `weight`
+// times the sum over the queries of token t's probability to out[t].
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) void WindowSoftmax(
+    float* logits, int64_t n, const int64_t* seen, float weight, float* out) {
+  float top[kQueryWindow], sum[kQueryWindow] = {}, inv[kQueryWindow];
+  for (int64_t j = 0; j < kQueryWindow; ++j) top[j] = logits[j];
+  for (int64_t t = 1; t < n; ++t) {
+    const float* l = logits + t * kQueryWindow;
+    for (int64_t j = 0; j < kQueryWindow; ++j)
+      top[j] = t < seen[j] ? std::max(top[j], l[j]) : top[j];
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    float* l = logits + t * kQueryWindow;
+    for (int64_t j = 0; j < kQueryWindow; ++j) {
+      const bool in = t < seen[j];
+      const float e = ExpNonPositive(in ? l[j] - top[j] : 0.0f);
+      l[j] = in ? e : 0.0f;
+      sum[j] += l[j];
+    }
+  }
+  for (int64_t j = 0; j < kQueryWindow; ++j) inv[j] = seen[j] > 0 ? weight / sum[j] : 0.0f;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* l = logits + t * kQueryWindow;
+    float acc = 0;
+    for (int64_t j = 0; j < kQueryWindow; ++j) acc += l[j] * inv[j];
+    out[t] += acc;
+  }
+}
+
 void WindowAttention(const TokenSignalRowSet& rows, float* out) {
   const QueryMoments& q = *rows.queries;
   const int64_t d = rows.head_dim, half = d / 2, n = rows.n, w = q.recent;
@@ -43,7 +91,7 @@ void WindowAttention(const TokenSignalRowSet& rows, float* out) {
   const float weight = 1.0f / static_cast<float>(q.heads * w);
   std::vector<float> qt(static_cast<size_t>(d * kQueryWindow), 0.0f);  // Rotated, transposed.
   std::vector<float> logits(static_cast<size_t>(n * kQueryWindow));
-  std::vector<int64_t> seen(static_cast<size_t>(w));  // Query j sees tokens [0, seen[j]).
+  std::vector<int64_t> seen(kQueryWindow, 0);  // Query j sees tokens [0, seen[j]).
   for (int64_t j = 0; j < w; ++j) {
     const int64_t p = q.recent_positions[j];
     seen[j] = std::upper_bound(rows.positions, rows.positions + n, p) - rows.positions;
@@ -59,19 +107,7 @@ void WindowAttention(const TokenSignalRowSet& rows, float* out) {
       }
     }
     WindowLogits(qt.data(), rows.keys, n, d, scale, logits.data());
-    for (int64_t j = 0; j < w; ++j) {  // Query j's softmax over the tokens it sees.
-      float* l = logits.data() + j;    // Token t's at l[t * kQueryWindow].
-      const int64_t m = seen[j];
-      if (m == 0) continue;
-      float top = l[0];
-      for (int64_t t = 1; t < m; ++t) top = std::max(top, l[t * kQueryWindow]);
-      float sum = 0;
-      for (int64_t t = 0; t < m; ++t) {
-        sum += l[t * kQueryWindow] = std::exp(l[t * kQueryWindow] - top);
-      }
-      const float inv = weight / sum;
-      for (int64_t t = 0; t < m; ++t) out[t] += l[t * kQueryWindow] * inv;
-    }
+    WindowSoftmax(logits.data(), n, seen.data(), weight, out);
   }
 }
 
