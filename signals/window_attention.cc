@@ -8,11 +8,11 @@
 // granularity. At the prefill its mean over the group's rows is the engine's attn with
 // obs_window = 32. A query that sees no live token adds nothing; before any query it is 0.
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "lib/core/fast_exp.h"
 #include "lib/core/token_signal.h"
 
 namespace vtoken {
@@ -36,22 +36,6 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   }
 }
 
-// exp(x) for x <= 0 (Cephes' expf: 2^n times a degree-6 polynomial on [-ln2/2, ln2/2]; below
-// -87 it is exp(-87)), branch-free so that loops over it vectorise.
-inline float ExpNonPositive(float x) {
-  x = std::max(x, -87.0f);
-  const float n = std::floor(x * 1.44269504088896341f + 0.5f);
-  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-}
-
 // Each query's softmax over the tokens it sees (query j: tokens [0, seen[j]); seen[j] = 0 for an
 // absent query), each pass along the kQueryWindow lanes of the logits' layout; adds `weight`
 // times the sum over the queries of token t's probability to out[t].
@@ -68,7 +52,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
     float* l = logits + t * kQueryWindow;
     for (int64_t j = 0; j < kQueryWindow; ++j) {
       const bool in = t < seen[j];
-      const float e = ExpNonPositive(in ? l[j] - top[j] : 0.0f);
+      const float e = FastExp(in ? l[j] - top[j] : 0.0f);
       l[j] = in ? e : 0.0f;
       sum[j] += l[j];
     }
@@ -96,14 +80,24 @@ void WindowAttention(const TokenSignalRowSet& rows, float* out) {
     const int64_t p = q.recent_positions[j];
     seen[j] = std::upper_bound(rows.positions, rows.positions + n, p) - rows.positions;
   }
+  // RoPE as the model applies it (rotate_half, fp32 angles), per window query: the same for
+  // every head.
+  std::vector<float> cos(static_cast<size_t>(w * half)), sin(cos.size());
+  for (int64_t j = 0; j < w; ++j) {
+    const auto p = static_cast<float>(q.recent_positions[j]);
+    for (int64_t i = 0; i < half; ++i) {
+      cos[j * half + i] = std::cos(p * q.inv_freq[i]);
+      sin[j * half + i] = std::sin(p * q.inv_freq[i]);
+    }
+  }
   for (int64_t h = 0; h < q.heads; ++h) {
-    for (int64_t j = 0; j < w; ++j) {  // RoPE as the model applies it (rotate_half, fp32 angles).
+    for (int64_t j = 0; j < w; ++j) {
       const float* x = q.recent_queries + (h * kQueryWindow + j) * d;
-      const auto p = static_cast<float>(q.recent_positions[j]);
+      const float* c = cos.data() + j * half;
+      const float* s = sin.data() + j * half;
       for (int64_t i = 0; i < half; ++i) {
-        const float angle = p * q.inv_freq[i], c = std::cos(angle), s = std::sin(angle);
-        qt[i * kQueryWindow + j] = x[i] * c - x[i + half] * s;
-        qt[(i + half) * kQueryWindow + j] = x[i + half] * c + x[i] * s;
+        qt[i * kQueryWindow + j] = x[i] * c[i] - x[i + half] * s[i];
+        qt[(i + half) * kQueryWindow + j] = x[i + half] * c[i] + x[i] * s[i];
       }
     }
     WindowLogits(qt.data(), rows.keys, n, d, scale, logits.data());
