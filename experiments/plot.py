@@ -28,6 +28,8 @@ Grouping. The grid's varying keys are found by comparing the runs' resolved conf
 SEED_KEYS are the seeds of one point (as `vtoken-cli export --table points` groups them); a
 figure shows their mean and, with 2 or more seeds, the half-width of the 95% confidence interval
 (Student's t, ci95()) as error bars or a band, and says the number of seeds in its legend title.
+Task accuracy and ROUGE-L are means over requests (sweep_points.PER_REQUEST): their mean and
+interval are taken over the requests of all of a point's seeds, pooled, also for one seed.
 A native run does not depend on the policy, so native runs that differ only in policy.* keys are
 one baseline, drawn once.
 
@@ -45,7 +47,7 @@ import os
 import sys
 import zlib
 
-from sweep_points import ci95, fmt, is_number, load, short, sort_key
+from sweep_points import Point, ci95, fmt, is_number, load, short, sort_key
 
 try:
     import matplotlib
@@ -131,13 +133,21 @@ def styles(points, by_policy):
 
 
 
-def seeds_note(points):
-    """The legend title that says over how many seeds the figure's points are averaged."""
+def seeds_note(points, figures=()):
+    """The legend title that says over how many seeds the figure's points are averaged, and
+    which of its `figures` (summary names) have their interval over the requests instead."""
     counts = sorted({len(p.runs) for p in points})
-    if not counts or counts[-1] < 2:
-        return None
-    n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
-    return f"mean \u00b1 95% CI (Student's t) over {n} seeds"
+    per_request = [f for f in figures
+                   if any(r.per_request.get(f) for p in points for r in p.runs)]
+    notes = []
+    if counts and counts[-1] >= 2:
+        n = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+        notes.append(f"mean \u00b1 95% CI (Student's t) over {n} seeds")
+    if per_request:
+        names = " and ".join(sorted({"ROUGE-L" if f.startswith("rouge") else "accuracy"
+                                     for f in per_request}))
+        notes.append(f"{names}: 95% CI over the requests")
+    return "; ".join(notes) or None
 
 
 def mode_rank(p):
@@ -640,18 +650,8 @@ def plot_generic(points, axes, out):
                 ax.set_ylim(bottom=lo)
             if hi is not None:
                 ax.set_ylim(top=hi * 1.03)
-        out.save(fig, "by_" + key.replace(".", "_"), note=seeds_note(members))
-
-
-def request_scores(con, run_ids):
-    """The task scores of the requests of `run_ids` (requests.score; older files have none)."""
-    cols = [r[1] for r in con.execute("PRAGMA table_info(requests)")]
-    if "score" not in cols:
-        return []
-    marks = ",".join("?" * len(run_ids))
-    return [r[0] for r in con.execute(
-        f"SELECT score FROM requests WHERE run_id IN ({marks}) AND score IS NOT NULL",
-        list(run_ids))]
+        out.save(fig, "by_" + key.replace(".", "_"),
+                 note=seeds_note(members, [name for name, _ in shown]))
 
 
 def plot_accuracy_vs_blocks(con, points, out):
@@ -665,8 +665,7 @@ def plot_accuracy_vs_blocks(con, points, out):
     fig, ax = plt.subplots(figsize=(COLUMN_IN, 2.8))
     by_curve = {}
     for p in task_points:
-        scores = request_scores(con, [r.id for r in p.runs])
-        m, h, _ = ci95(scores) if scores else (p.mean("task_accuracy"), math.nan, 0)
+        m, h, _ = p.stat("task_accuracy")  # over the requests (sweep_points.PER_REQUEST)
         groups = p.mean("kv_groups")
         # Blocks of one KV group at layer / head granularity: on the token scale, as `compare`.
         blocks = p.mean("blocks_mean") / (groups if not math.isnan(groups) and groups > 1 else 1)
@@ -708,8 +707,7 @@ def plot_accuracy_vs_compression(con, points, out):
         keep = p.config.get("policy.keep_ratio")
         if p.mode != mode or not is_number(keep) or keep <= 0:
             continue
-        scores = request_scores(con, [r.id for r in p.runs])
-        m, h, _ = ci95(scores) if scores else (p.mean("task_accuracy"), math.nan, 0)
+        m, h, _ = p.stat("task_accuracy")  # over the requests (sweep_points.PER_REQUEST)
         rest = ", ".join(f"{short(k)}={fmt(v)}" for k, v in p.values.items()
                          if v is not None and k not in ("policy.name", "policy.keep_ratio"))
         curves.setdefault((p.policy, rest), []).append((1.0 - keep, m, h))
@@ -729,9 +727,10 @@ def plot_accuracy_vs_compression(con, points, out):
                             color=color, alpha=0.12, lw=0)
     native = [p for p in task_points if p.mode == "native"]
     if native:
-        scores = request_scores(con, [r.id for p in native for r in p.runs])
-        ax.axhline(sum(scores) / len(scores) if scores else native[0].mean("task_accuracy"),
-                   color="black", ls="--", lw=0.8, label="native (full cache)")
+        pooled = Point("native", "", {})  # every native point's requests
+        pooled.runs = [r for p in native for r in p.runs]
+        ax.axhline(pooled.mean("task_accuracy"), color="black", ls="--", lw=0.8,
+                   label="native (full cache)")
     ax.set_xlim(0, 1)
     ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("compression ratio (share of the context evicted)")

@@ -20,6 +20,12 @@ SEED_KEYS = ("seed", "workload.seed")
 # Keys that identify a run but are not grid axes: the mode is a column of its own, and the
 # experiment name is the same for every run of a sweep.
 NOT_AXES = {"modes", "name"}
+# Summary figures that are the mean over a run's requests of one requests column
+# (engine::kPerRequestFigures, lib/engine/result_schema.h): a point's mean and interval are taken
+# over the requests of all its runs, pooled, not over the seeds' means.
+PER_REQUEST = {"task_accuracy": "score", "rouge_l_vs_native": "rouge_l_vs_native",
+               "rouge_l_vs_naive": "rouge_l_vs_naive",
+               "rouge_l_vs_reference": "rouge_l_vs_reference"}
 
 
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -90,10 +96,12 @@ def is_number(v):
 
 
 class Run:
-    def __init__(self, run_id, mode, policy, config, summary):
+    def __init__(self, run_id, mode, policy, config, summary, per_request=None):
         self.id, self.mode, self.policy = run_id, mode, policy
         self.config = config
         self.summary = summary
+        # PER_REQUEST figure -> its requests' values (absent: the file stores none).
+        self.per_request = per_request or {}
 
     def get(self, name):
         v = self.summary.get(name)
@@ -122,6 +130,10 @@ class Point:
         self.values = {}
 
     def stat(self, name):
+        """(mean, 95% half-width, n): over the requests of all the point's runs for a
+        PER_REQUEST figure that every run has per request, else over the runs (seeds)."""
+        if self.runs and all(r.per_request.get(name) for r in self.runs):
+            return ci95([v for r in self.runs for v in r.per_request[name]])
         return ci95([r.get(name) for r in self.runs])
 
     def mean(self, name):
@@ -187,6 +199,7 @@ def load(db_path, sweep):
     ).fetchall()
     if not rows:
         sys.exit(f"plot.py: error: no completed runs of sweep '{sweep}' in {db_path}")
+    request_columns = {r[1] for r in con.execute("PRAGMA table_info(requests)")}
     runs = []
     for run_id, mode, policy, config_toml in rows:
         try:
@@ -194,7 +207,13 @@ def load(db_path, sweep):
         except tomllib.TOMLDecodeError as e:
             sys.exit(f"plot.py: error: run {run_id}: config_toml does not parse: {e}")
         summary = dict(con.execute("SELECT name, value FROM summary WHERE run_id = ?", (run_id,)))
-        runs.append(Run(run_id, mode, policy, config, summary))
+        per_request = {}
+        for name, column in PER_REQUEST.items():
+            if column in request_columns and summary.get(name) is not None:
+                per_request[name] = [v for (v,) in con.execute(
+                    f"SELECT {column} FROM requests WHERE run_id = ? AND {column} IS NOT NULL",
+                    (run_id,))]
+        runs.append(Run(run_id, mode, policy, config, summary, per_request))
     points, dropped = group_points(runs)
     if dropped:
         print(f"plot.py: {dropped} native runs repeat a baseline that differs only in policy.* "

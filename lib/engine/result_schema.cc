@@ -67,6 +67,17 @@ constexpr std::string_view kSummaryDdl[] = {
 
 }  // namespace
 
+std::optional<double> RequestColumnValue(const RequestRecord& r, std::string_view column) {
+  for (const Column<RequestRecord>& c : kRequestColumns) {
+    if (c.name != column) continue;
+    const sql::Value v = c.get(r);
+    if (const auto* d = std::get_if<double>(&v)) return *d;
+    if (const auto* i = std::get_if<int64_t>(&v)) return static_cast<double>(*i);
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 std::vector<std::string> CreateSchemaSql() {
   std::vector<std::string> out = {
       CreateTable(kRunTable),

@@ -28,8 +28,8 @@ namespace vtoken::engine {
 
 // PRAGMA user_version of a database this build writes. 1: c87a9c5 and before. 2: the task
 // columns of requests (task ... score), runs.run_lock. 3: requests.live_per_group. 4:
-// requests.score_partial.
-inline constexpr int kResultSchemaVersion = 4;
+// requests.score_partial. 5: requests.rouge_l_vs_{native,naive,reference}.
+inline constexpr int kResultSchemaVersion = 5;
 
 // One column of the table of `Record`.
 template <typename Record>
@@ -243,6 +243,12 @@ struct RequestRecord : RequestMetrics {
   // Task requests: the share of the expected answer's characters the output has in place
   // (PartialTaskScore); nullopt for a workload without tasks.
   std::optional<double> score_partial;
+  // ROUGE-L F1 of its output against the same request's output in the invocation's native run,
+  // in its naive run (vtoken runs), and against the workload's reference text; nullopt when the
+  // run had no such counterpart (a simulated model: none).
+  std::optional<double> rouge_l_vs_native;
+  std::optional<double> rouge_l_vs_naive;
+  std::optional<double> rouge_l_vs_reference;
 };
 
 // One row of `outputs`: what a request generated.
@@ -362,10 +368,35 @@ inline constexpr Column<RequestRecord> kRequestColumns[] = {
         "live_per_group", "TEXT", 3, "live tokens per KV group at finish, JSON per layer"),
     Field<&RequestRecord::score_partial, RequestRecord>("score_partial", "REAL", 4,
                                                         "share of the answer's characters found"),
+    Field<&RequestRecord::rouge_l_vs_native, RequestRecord>("rouge_l_vs_native", "REAL", 5,
+                                                            "ROUGE-L F1 vs the native output"),
+    Field<&RequestRecord::rouge_l_vs_naive, RequestRecord>("rouge_l_vs_naive", "REAL", 5,
+                                                           "ROUGE-L F1 vs the naive output"),
+    Field<&RequestRecord::rouge_l_vs_reference, RequestRecord>("rouge_l_vs_reference", "REAL", 5,
+                                                               "ROUGE-L F1 vs the reference"),
 };
 static_assert(VersionsAscend<RequestRecord>(kRequestColumns));
 inline constexpr Table<RequestRecord> kRequestTable{
     "requests", kRequestColumns, "PRIMARY KEY (run_id, request_id)) WITHOUT ROWID"};
+
+// Summary figures that are the mean over a run's requests of one requests column: `report` and
+// experiments/plot.py take their 95% interval over the requests (those of all of a point's
+// seeds, pooled), not over the seeds' means. experiments/sweep_points.py's PER_REQUEST repeats
+// this table (result_schema_test checks that the two agree).
+struct PerRequestFigure {
+  std::string_view summary;  // the summary name
+  std::string_view column;   // the requests column it is the mean of
+};
+inline constexpr PerRequestFigure kPerRequestFigures[] = {
+    {"task_accuracy", "score"},
+    {"rouge_l_vs_native", "rouge_l_vs_native"},
+    {"rouge_l_vs_naive", "rouge_l_vs_naive"},
+    {"rouge_l_vs_reference", "rouge_l_vs_reference"},
+};
+
+// The value of requests column `column` in `r`, or nullopt when it is NULL, not numeric, or no
+// column has that name.
+std::optional<double> RequestColumnValue(const RequestRecord& r, std::string_view column);
 
 inline constexpr Column<OutputRecord> kOutputColumns[] = {
     Field<&OutputRecord::request_id>("request_id", "INTEGER NOT NULL", 1, "request id"),

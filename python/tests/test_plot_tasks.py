@@ -234,3 +234,50 @@ def test_accuracy_vs_compression_needs_two_keep_ratios_per_curve(keep_db):
     out = Capture()
     plot.plot_accuracy_vs_compression(con, one_ratio, out)
     assert out.figures == {}
+
+
+def test_rouge_l_interval_is_over_the_requests(tmp_path):
+    """ROUGE-L is a mean over requests (sweep_points.PER_REQUEST): with one seed its interval on
+    the by_KEY figure is the one over the run's requests (stored since schema 5), and a file
+    without the per-request column keeps no interval for a single seed."""
+    rouge = [0.6, 0.5, 0.5, 0.4]  # mean 0.5, s 0.0816: t(0.975, 3) * s / 2 = 0.1299
+    paths = {}
+    for per_request in (True, False):
+        path = str(tmp_path / f"r{int(per_request)}.db")
+        con = sqlite3.connect(path)
+        for ddl in SCHEMA:
+            con.execute(ddl)
+        con.execute("CREATE TABLE requests (run_id INTEGER NOT NULL, request_id INTEGER NOT "
+                    "NULL, score REAL" + (", rouge_l_vs_native REAL" if per_request else "") +
+                    ", PRIMARY KEY (run_id, request_id)) WITHOUT ROWID")
+        for run_id, keep in enumerate((0.25, 0.5), start=1):
+            toml = (f'name = "r"\nmodes = ["naive"]\nseed = 1\n'
+                    f'[policy]\nname = "h2o"\nkeep_ratio = {keep}\n')
+            con.execute("INSERT INTO runs (id, created, config_toml, sweep, mode, policy, seed, "
+                        "status) VALUES (?, '2026-12-05T00:00:00Z', ?, 'r', 'naive', 'h2o', 1, "
+                        "'completed')", (run_id, toml))
+            for i, v in enumerate(rouge):
+                con.execute("INSERT INTO requests VALUES (?, ?, NULL" +
+                            (", ?)" if per_request else ")"),
+                            (run_id, i, v) if per_request else (run_id, i))
+            con.execute("INSERT INTO summary VALUES (?, 'rouge_l_vs_native', 0.5)", (run_id,))
+        con.commit()
+        con.close()
+        paths[per_request] = path
+
+    _, points, axes = sweep_points.load(paths[True], "r")
+    mean, half, n = points[0].stat("rouge_l_vs_native")
+    assert (mean, n) == (pytest.approx(0.5), 4)
+    assert half == pytest.approx(0.1299, abs=1e-4)
+    out = Capture()
+    plot.plot_generic(points, axes, out)
+    fig = out.figures["by_policy_keep_ratio"]
+    ax = {a.get_ylabel(): a for a in fig.axes}["ROUGE-L F1 vs native"]
+    ends = sorted(y for c in ax.containers for seg in c.lines[2][0].get_segments()
+                  for _, y in seg)
+    assert ends == pytest.approx([0.3701, 0.3701, 0.6299, 0.6299], abs=1e-4)
+    assert fig.legends[0].get_title().get_text() == "ROUGE-L: 95% CI over the requests"
+
+    _, old_points, _ = sweep_points.load(paths[False], "r")
+    mean, half, n = old_points[0].stat("rouge_l_vs_native")
+    assert (mean, n) == (0.5, 1) and math.isnan(half)

@@ -20,7 +20,7 @@ from vtoken import _core
 
 # The schema versions this reader reads: lib/engine/result_schema.h's kResultSchemaVersion and
 # the older ones (result_schema_test checks that this is that constant).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 RUN_COLUMNS = ["run_id", "status", "mode", "policy", "model", "workload", "sweep", "created",
                "finished", "git_sha", "error"]
@@ -347,11 +347,18 @@ class ResultDb:
             return rouge_l_f1(run_texts[request_id], ref[request_id])
 
         columns = self.columns("requests")
+        # Files before schema 5 store no per-request ROUGE-L: computed from the counterparts'
+        # outputs, as the run would have stored it.
+        computed = [] if "rouge_l_vs_native" in columns else ["rouge_l_vs_native",
+                                                               "rouge_l_vs_naive"]
         for r in self._select(sweep, ids):
             reqs = self._db.execute(
                 f"SELECT {', '.join(columns)} FROM requests WHERE run_id = ? "
                 "ORDER BY request_id", (r["id"],)).fetchall()
             if not reqs:
+                continue
+            if not computed:
+                rows.extend([r["id"]] + [_number(v) for v in q] for q in reqs)
                 continue
             own = texts(r["id"])
             native = self._counterpart(r, "native", completed)
@@ -359,7 +366,7 @@ class ResultDb:
             for q in reqs:
                 rows.append([r["id"]] + [_number(v) for v in q] +
                             [rouge(own, native, q[0]), rouge(own, naive, q[0])])
-        return self._table(["run_id"] + columns + ["rouge_l_vs_native", "rouge_l_vs_naive"], rows)
+        return self._table(["run_id"] + columns + computed, rows)
 
 
 def load(db, frames=None):

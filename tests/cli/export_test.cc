@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "lib/engine/result_store.h"
+#include "lib/engine/sqlite_db.h"
 #include "tests/cli/cli_test_util.h"
 
 namespace vtoken::cli {
@@ -16,17 +18,35 @@ namespace {
 
 // The requests columns added after schema 1 (the task columns, empty in these runs), each as
 // ",NAME" and as the empty cells ",".
-std::string LaterRequestColumns() {
+// Up to schema `version`.
+std::string LaterRequestColumns(int version = engine::kResultSchemaVersion) {
   std::string out;
   for (const auto& c : engine::kRequestTable.columns) {
-    if (c.since > 1) out += "," + std::string(c.name);
+    if (c.since > 1 && c.since <= version) out += "," + std::string(c.name);
   }
   return out;
 }
-std::string LaterRequestCells() {
+std::string LaterRequestCells(int version = engine::kResultSchemaVersion) {
   std::string out;
-  for (const auto& c : engine::kRequestTable.columns) out += c.since > 1 ? "," : "";
+  for (const auto& c : engine::kRequestTable.columns) {
+    out += c.since > 1 && c.since <= version ? "," : "";
+  }
   return out;
+}
+
+// Makes the file at `path` one that a schema-4 build wrote: without the columns added since
+// (the requests' ROUGE-L), its user_version 4.
+void MakeSchemaFour(const std::string& path) {
+  StatusOr<sqlite3*> db = engine::sql::OpenFile(path, /*create=*/true, 1000);  // read-write
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  for (const auto& c : engine::kRequestTable.columns) {
+    if (c.since <= 4) continue;
+    const Status s =
+        engine::sql::Exec(*db, path, "ALTER TABLE requests DROP COLUMN " + std::string(c.name));
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  ASSERT_TRUE(engine::sql::Exec(*db, path, "PRAGMA user_version = 4").ok());
+  engine::sql::CloseFile(*db);
 }
 
 std::string Config(const std::string& mode, const std::string& keep_ratio) {
@@ -232,16 +252,41 @@ TEST_F(ExportTest, CsvQuotesFieldsWithCommasQuotesAndLineBreaks) {
   EXPECT_NE(r.out.find("\n5,failed,naive,h2o,"), std::string::npos) << r.out;
 }
 
-TEST_F(ExportTest, RequestsTableScoresEachRequestAgainstItsNativeRun) {
+// A run stores each request's ROUGE-L (schema 5): export writes the stored values.
+TEST_F(ExportTest, RequestsTableHasTheStoredRougeL) {
+  const std::string db = Path("rouge.db");
+  StatusOr<engine::ResultStore> store = engine::ResultStore::Open(db);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  const int64_t id = BeginRun(*store, Config("vtoken", "0.25"), "vtoken", "h2o", "s");
+  engine::RequestRecord q = Request(0, 3.0, 14);
+  q.rouge_l_vs_native = 0.75;
+  q.rouge_l_vs_naive = 1.0;
+  ASSERT_TRUE(store->AppendRequests(id, {q, Request(1, 3.5, 15)}).ok());
+  ASSERT_TRUE(store->FinishRun(id, {{"rouge_l_vs_native", 0.75}}).ok());
+  CliResult r = Cli({"export", "--db", db, "--table", "requests", "--format", "jsonl"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  const auto first = nlohmann::json::parse(lines[0]);
+  EXPECT_EQ(first["rouge_l_vs_native"], 0.75);
+  EXPECT_EQ(first["rouge_l_vs_naive"], 1.0);
+  EXPECT_TRUE(first["rouge_l_vs_reference"].is_null());
+  EXPECT_TRUE(nlohmann::json::parse(lines[1])["rouge_l_vs_native"].is_null());
+}
+
+// A file older than schema 5 stores no per-request ROUGE-L: export computes it from the outputs
+// of each run's native (and for vtoken, naive) counterpart.
+TEST_F(ExportTest, AnOlderFilesRequestsAreScoredAgainstTheirNativeRun) {
+  MakeSchemaFour(db_);
   CliResult r = Cli({"export", "--db", db_, "--sweep", "grid", "--table", "requests"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::vector<std::string> lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 6u) << r.out;
-  const std::string later = LaterRequestCells();
+  const std::string later = LaterRequestCells(4);
   EXPECT_EQ(lines[0],
             "run_id,request_id,prompt_tokens,output_tokens,arrival_s,first_token_s,finish_s,"
             "ttft_s,tpot_s,e2e_s,preemptions,blocks_mean,blocks_final,ideal_blocks_final" +
-                LaterRequestColumns() + ",rouge_l_vs_native,rouge_l_vs_naive");
+                LaterRequestColumns(4) + ",rouge_l_vs_native,rouge_l_vs_naive");
   // native vs itself
   EXPECT_EQ(lines[1], "1,0,640,96,0,0.5,4,0.5,0.125,4,0,20.5,40,12" + later + ",1,");
   EXPECT_EQ(lines[2], "1,1,641,96,0,0.5,5,0.5,0.125,5,0,20.5,41,12" + later + ",1,");

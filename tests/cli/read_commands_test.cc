@@ -226,5 +226,59 @@ TEST_F(ReadCommandsTest, ReportAveragesSeedsIntoPointsWithConfidenceIntervals) {
       << r.out;
 }
 
+// Accuracy and ROUGE-L are means over requests (engine::kPerRequestFigures): report takes their
+// interval over the requests of all a point's seeds, pooled, also for a single run; a run whose
+// requests store no ROUGE-L (a file older than schema 5) keeps the interval over the seeds.
+TEST_F(ReadCommandsTest, ReportTakesRougeAndAccuracyIntervalsOverTheRequests) {
+  const std::string db = Path("q.db");
+  auto config = [](const std::string& keep, int seed) {
+    return "name = \"t\"\nmodes = [\"naive\"]\nseed = " + std::to_string(seed) +
+           "\n[workload]\nseed = " + std::to_string(seed) + "\n[policy]\nname = \"h2o\"\n" +
+           "keep_ratio = " + keep + "\n";
+  };
+  {
+    StatusOr<engine::ResultStore> store = engine::ResultStore::Open(db);
+    ASSERT_TRUE(store.ok());
+    // keep_ratio 0.25, seeds 1 and 2, two requests each: ROUGE-L 0.6, 0.4 and 0.5, 0.5 (mean
+    // 0.5, s = sqrt(0.02 / 3), t(0.975, 3) = 3.182: half-width 0.1299; over the two seeds' equal
+    // means it would be 0); scores 1, 0 and 0, 1 (0.5 ± 3.182 * sqrt(1 / 3) / 2 = 0.919).
+    const double rouge[2][2] = {{0.6, 0.4}, {0.5, 0.5}};
+    const double score[2][2] = {{1, 0}, {0, 1}};
+    for (int seed = 1; seed <= 2; ++seed) {
+      const int64_t id = BeginRun(*store, config("0.25", seed), "naive", "h2o", "s");
+      std::vector<engine::RequestRecord> requests(2);
+      for (int i = 0; i < 2; ++i) {
+        requests[i].request_id = i;
+        requests[i].rouge_l_vs_native = rouge[seed - 1][i];
+        requests[i].score = score[seed - 1][i];
+      }
+      ASSERT_TRUE(store->AppendRequests(id, requests).ok());
+      ASSERT_TRUE(
+          store
+              ->FinishRun(id, {{"rouge_l_vs_native", 0.5},
+                               {"task_accuracy", (score[seed - 1][0] + score[seed - 1][1]) / 2}})
+              .ok());
+    }
+    // keep_ratio 0.5: seeds whose requests store no ROUGE-L (0.3 and 0.7: 0.5 ± 2.541).
+    for (int seed = 1; seed <= 2; ++seed) {
+      const int64_t id = BeginRun(*store, config("0.5", seed), "naive", "h2o", "s");
+      ASSERT_TRUE(store->FinishRun(id, {{"rouge_l_vs_native", seed == 1 ? 0.3 : 0.7}}).ok());
+    }
+  }
+  CliResult r = Cli({"report", "--db", db, "--sweep", "s", "--no-figures"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("| 1 2 | 2 | naive | h2o | token | uniform | 0.25 | - | - | - | - | "
+                       "0.500 ± 0.919 | 0.5000 ± 0.1299 |"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("| 3 4 | 2 | naive | h2o | token | uniform | 0.5 | - | - | - | - | - | "
+                       "0.5000 ± 2.5412 |"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("Accuracy and ROUGE-L: the mean over the requests ± the 95% interval"),
+            std::string::npos)
+      << r.out;
+}
+
 }  // namespace
 }  // namespace vtoken::cli

@@ -62,6 +62,15 @@ grep -q "policy.params.decayed_attention.decay=0.75" "$TMP/dry.out" \
 scored=$(sqlite3 "$TMP/s.db" "select count(*) from summary s join runs r on r.id = s.run_id
   where r.mode = 'vtoken' and s.name = 'rouge_l_vs_native' and s.value between 0 and 1")
 [[ $scored -eq 6 ]] || fail "$scored of 6 vtoken runs are scored against their native run"
+# Each request's ROUGE-L is stored with it (schema 5): both requests of every run, and the run's
+# summary figure is their mean.
+stored=$(sqlite3 "$TMP/s.db" "select count(*) from requests q join runs r on r.id = q.run_id
+  where q.rouge_l_vs_native between 0 and 1 and (r.mode = 'vtoken' or q.rouge_l_vs_native = 1)
+    and q.rouge_l_vs_naive is null and q.rouge_l_vs_reference is null")
+[[ $stored -eq 16 ]] || fail "$stored of 16 requests store their ROUGE-L vs native"
+off=$(sqlite3 "$TMP/s.db" "select count(*) from summary s where s.name = 'rouge_l_vs_native' and
+  abs(s.value - (select avg(q.rouge_l_vs_native) from requests q where q.run_id = s.run_id)) > 1e-9")
+[[ $off -eq 0 ]] || fail "$off runs' rouge_l_vs_native is not the mean of their requests'"
 # The same at layer granularity (the run splits the pool into KV-group blocks; the shared native
 # run is still found, by the config as recorded): every vtoken run scored against it.
 "$CLI" sweep "$TMP/s.toml" --db "$TMP/layer.db" --set cache.granularity=layer >"$TMP/layer.out" \

@@ -65,6 +65,10 @@ class ChildRows {
     out.insert(out.end(), extra.begin(), extra.end());
     return out;
   }
+  bool Has(std::string_view name) const {
+    return std::any_of(columns_.begin(), columns_.end(),
+                       [&](const auto* c) { return c->name == name; });
+  }
   std::vector<Cell> Row(int64_t run_id, const Record& r) const {
     std::vector<Cell> row = {run_id};
     for (const auto* c : columns_) row.push_back(CellOf(c->get(r)));
@@ -328,20 +332,32 @@ Cell Rouge(const Texts& run, const std::optional<Texts>& reference, int64_t requ
 
 Status ExportRequests(const engine::ResultStore& store, const std::vector<engine::RunRecord>& runs,
                       std::FILE* out, bool csv) {
-  VTOKEN_ASSIGN_OR_RETURN(Counterparts counterparts, Counterparts::Load(store));
   const ChildRows<engine::RequestRecord> rows(store, engine::kRequestTable);
-  TableWriter writer(out, csv, rows.Names({"rouge_l_vs_native", "rouge_l_vs_naive"}));
+  // Files before schema 5 store no per-request ROUGE-L: computed here from the outputs of the
+  // run's native and naive counterparts, as the run would have stored it.
+  const bool stored_rouge = rows.Has("rouge_l_vs_native");
+  std::optional<Counterparts> counterparts;
+  if (!stored_rouge) {
+    VTOKEN_ASSIGN_OR_RETURN(counterparts, Counterparts::Load(store));
+  }
+  TableWriter writer(
+      out, csv,
+      stored_rouge ? rows.Names() : rows.Names({"rouge_l_vs_native", "rouge_l_vs_naive"}));
   for (const engine::RunRecord& run : runs) {
     VTOKEN_ASSIGN_OR_RETURN(std::vector<engine::RequestRecord> requests, store.GetRequests(run.id));
     if (requests.empty()) continue;
+    if (stored_rouge) {
+      for (const engine::RequestRecord& q : requests) writer.Write(rows.Row(run.id, q));
+      continue;
+    }
     VTOKEN_ASSIGN_OR_RETURN(Texts texts, OutputTexts(store, run.id));
     // As in the run's summary: every mode against native, vtoken also against naive.
     std::optional<Texts> native, naive;
-    if (std::optional<int64_t> id = counterparts.Find(run, "native")) {
+    if (std::optional<int64_t> id = counterparts->Find(run, "native")) {
       VTOKEN_ASSIGN_OR_RETURN(native, OutputTexts(store, *id));
     }
     if (run.mode == "vtoken") {
-      if (std::optional<int64_t> id = counterparts.Find(run, "naive")) {
+      if (std::optional<int64_t> id = counterparts->Find(run, "naive")) {
         VTOKEN_ASSIGN_OR_RETURN(naive, OutputTexts(store, *id));
       }
     }

@@ -85,18 +85,21 @@ struct ReportRun {
   FlatConfig config;
   std::map<std::string, double> ci;
   std::vector<int64_t> run_ids;
-  // Task runs: each request's score (requests.score). A point's accuracy and its interval are
-  // taken over the requests of all its runs (every seed draws other instances), not over the
-  // seeds' means.
-  std::vector<double> scores;
+  // The figures that are means over requests (engine::kPerRequestFigures: task accuracy,
+  // ROUGE-L), by summary name: each request's value. A point's figure and its interval are taken
+  // over the requests of all its runs (every seed draws other instances), not over the seeds'
+  // means.
+  std::map<std::string, std::vector<double>> per_request;
 };
 
-// The accuracy of `r` as the mean of its requests' scores, with the 95% interval over them.
-void AccuracyOverRequests(ReportRun& r) {
-  if (r.scores.empty()) return;
-  const engine::MeanCi m = engine::MeanCi95(r.scores);
-  r.summary.values["task_accuracy"] = m.mean;
-  r.ci["task_accuracy"] = m.half_width;
+// The figures of `r` that are means over requests, with the 95% interval over its requests.
+void OverRequests(ReportRun& r) {
+  for (const auto& [name, values] : r.per_request) {
+    if (values.empty()) continue;
+    const engine::MeanCi m = engine::MeanCi95(values);
+    r.summary.values[name] = m.mean;
+    r.ci[name] = m.half_width;
+  }
 }
 
 double Get(const ReportRun& r, const std::string& key) {
@@ -124,10 +127,20 @@ std::vector<ReportRun> AggregateSeeds(const std::vector<ReportRun>& runs) {
       p.summary.values[name] = m.count > 0 ? m.mean : NAN;
       p.ci[name] = m.half_width;
     }
-    p.scores.clear();
-    for (size_t i : group)
-      p.scores.insert(p.scores.end(), runs[i].scores.begin(), runs[i].scores.end());
-    AccuracyOverRequests(p);
+    // Pooled only where every run of the point has its requests' values (older files store
+    // no per-request ROUGE-L: their interval stays over the seeds).
+    p.per_request.clear();
+    for (const auto& [name, values] : runs[group.front()].per_request) {
+      std::vector<double> pooled;
+      bool all = true;
+      for (size_t i : group) {
+        auto it = runs[i].per_request.find(name);
+        if (it == runs[i].per_request.end() || it->second.empty()) all = false;
+        if (all) pooled.insert(pooled.end(), it->second.begin(), it->second.end());
+      }
+      if (all) p.per_request[name] = std::move(pooled);
+    }
+    OverRequests(p);
     points.push_back(std::move(p));
   }
   return points;
@@ -343,13 +356,20 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
         if (it != r.summary.values.end()) it->second /= groups;
       }
     }
-    if (!std::isnan(Get(r, "task_accuracy"))) {
+    if (std::any_of(std::begin(engine::kPerRequestFigures), std::end(engine::kPerRequestFigures),
+                    [&](const auto& f) { return !std::isnan(Get(r, std::string(f.summary))); })) {
       VTOKEN_ASSIGN_OR_RETURN(const std::vector<engine::RequestRecord> requests,
                               store.GetRequests(rec.id));
-      for (const engine::RequestRecord& q : requests) {
-        if (q.score) r.scores.push_back(*q.score);
+      for (const engine::PerRequestFigure& f : engine::kPerRequestFigures) {
+        if (std::isnan(Get(r, std::string(f.summary)))) continue;
+        std::vector<double>& values = r.per_request[std::string(f.summary)];
+        for (const engine::RequestRecord& q : requests) {
+          if (std::optional<double> v = engine::RequestColumnValue(q, f.column)) {
+            values.push_back(*v);
+          }
+        }
       }
-      AccuracyOverRequests(r);
+      OverRequests(r);
     }
     r.run_ids = {rec.id};
     r.record = std::move(rec);
@@ -394,6 +414,13 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
       "head granularity a run's group blocks divided by its KV groups, as `compare` "
       "counts them. Peak blocks include the sources of relocation copies in flight.\n");
   PrintTable("Speed, quality, reclamation cost", runs, axes, kSpeed, seeds);
+  std::printf(
+      "\nAccuracy and ROUGE-L: the mean over the requests ± the 95%% interval over them (Student's "
+      "t; a point's requests of all its seeds pooled, as each seed draws other requests)%s.\n",
+      seeds ? "; the other figures: the mean over the seeds ± the 95% interval over the seeds' "
+              "values (and ROUGE-L of result files older than schema 5, which store no "
+              "per-request ROUGE-L)"
+            : "");
   if (std::any_of(runs.begin(), runs.end(),
                   [](const ReportRun& r) { return Get(r, "prefill_restored_tokens") > 0; })) {
     std::printf(

@@ -333,24 +333,25 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
         outputs.back().token_logprobs = nlohmann::json(q.token_logprobs).dump();
       }
     }
-    std::vector<double> rouge_native, rouge_ref;
+    // ROUGE-L of each request's output: against native's, naive's (vtoken runs) and the
+    // reference, stored per request; the summary keeps their means.
     // Simulated outputs are random ids: their ROUGE-L would measure nothing (reported n/a).
     if (mode == Mode::kNative && sim_runner == nullptr) native_text = texts;
     if (mode == Mode::kNaive && sim_runner == nullptr) naive_text = texts;
-    std::vector<double> rouge_naive;
-    if (mode == Mode::kVtoken && !naive_text.empty()) {
-      for (size_t i = 0; i < texts.size(); ++i) {
-        rouge_naive.push_back(engine::RougeLF1(texts[i], naive_text[i]));
+    std::vector<double> rouge_native, rouge_naive, rouge_ref;
+    for (size_t i = 0; i < texts.size() && sim_runner == nullptr; ++i) {
+      engine::RequestRecord& rec_i = records[i];
+      if (i < native_text.size())
+        rec_i.rouge_l_vs_native = engine::RougeLF1(texts[i], native_text[i]);
+      if (mode == Mode::kVtoken && i < naive_text.size()) {
+        rec_i.rouge_l_vs_naive = engine::RougeLF1(texts[i], naive_text[i]);
       }
-    }
-    if (!native_text.empty() && sim_runner == nullptr) {
-      for (size_t i = 0; i < texts.size(); ++i) {
-        rouge_native.push_back(engine::RougeLF1(texts[i], native_text[i]));
+      if (requests[i].reference) {
+        rec_i.rouge_l_vs_reference = engine::RougeLF1(texts[i], *requests[i].reference);
       }
-    }
-    for (size_t i = 0; i < requests.size() && sim_runner == nullptr; ++i) {
-      if (requests[i].reference)
-        rouge_ref.push_back(engine::RougeLF1(texts[i], *requests[i].reference));
+      if (rec_i.rouge_l_vs_native) rouge_native.push_back(*rec_i.rouge_l_vs_native);
+      if (rec_i.rouge_l_vs_naive) rouge_naive.push_back(*rec_i.rouge_l_vs_naive);
+      if (rec_i.rouge_l_vs_reference) rouge_ref.push_back(*rec_i.rouge_l_vs_reference);
     }
     std::map<std::string, double> summary = engine::SummarizeRun(*result, rouge_native, rouge_ref);
     // Task requests: RULER's score of each output against its expected strings.
