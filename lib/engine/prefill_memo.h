@@ -23,6 +23,15 @@
 // KV bytes live in an unlinked file in the directory given (the page cache keeps the hot part in
 // memory); outputs in memory. Past max_bytes nothing new is stored: chunks are computed as usual.
 // Not thread-safe: one run at a time uses a memo (the sweep's runs are sequential).
+//
+// A persistent memo (OpenPersistent) keeps its chunks in a directory across invocations: `kv`
+// (the KV bytes, appended) and `index` (a record per chunk and per output, each with its length
+// and checksum), locked by one process at a time (`lock`). A chunk's KV bytes are on disk
+// (fdatasync) before its record is, so a crash leaves at most a torn last record, which the next
+// open drops. Each chunk's KV bytes carry a checksum, checked on its first restore in a process
+// (a mismatch is a one-line DataLoss error naming the directory). What decides whether a stored
+// chunk is valid in a later invocation (the binary, the model file, the host) is the caller's
+// partition (MemoRunner).
 #pragma once
 
 #include <cstddef>
@@ -46,6 +55,9 @@ struct PrefillMemoStats {
   int64_t tokens_computed = 0;
   int64_t kv_mismatches = 0;  // recomputed chunks whose K/V differ from the stored bytes
   int64_t bytes_stored = 0;   // KV bytes in the file
+  // A persistent memo: the chunks and KV bytes it held when opened (from earlier invocations).
+  int64_t chunks_loaded = 0;
+  int64_t bytes_loaded = 0;
 };
 
 class PrefillMemo {
@@ -53,12 +65,24 @@ class PrefillMemo {
   // Creates the memo's file in `dir` (created if missing; unlinked at once, so nothing remains
   // after the process). NotFound when the directory cannot be made or written.
   static StatusOr<std::unique_ptr<PrefillMemo>> Create(const std::string& dir, int64_t max_bytes);
+  // Opens (creating it if missing) the persistent memo in `dir`, with what earlier invocations
+  // stored; it keeps at most `max_bytes` of KV in all. A damaged tail of its index (a crash while
+  // writing) is dropped with a note on stderr. FailedPrecondition when another process holds it;
+  // NotFound when it cannot be made or read; DataLoss when its files are not a memo's.
+  static StatusOr<std::unique_ptr<PrefillMemo>> OpenPersistent(const std::string& dir,
+                                                               int64_t max_bytes);
   ~PrefillMemo();
   PrefillMemo(const PrefillMemo&) = delete;
   PrefillMemo& operator=(const PrefillMemo&) = delete;
 
   const PrefillMemoStats& stats() const { return stats_; }
   int64_t max_bytes() const { return max_bytes_; }
+  bool persistent() const { return index_fd_ >= 0; }
+  const std::string& dir() const { return dir_; }
+
+  // A checksum of the contents of the files at `paths`, in order (for a persistent memo's
+  // partition: the binary, the model's files). NotFound naming a file that cannot be read.
+  static StatusOr<uint64_t> HashFiles(const std::vector<std::string>& paths);
 
  private:
   friend class MemoRunner;
@@ -76,8 +100,19 @@ class PrefillMemo {
     int64_t kv_offset = 0;  // in the file
     int64_t kv_bytes = 0;
     std::vector<Output> outputs;
+    uint64_t kv_hash = 0;  // XXH3 of the KV bytes
+    bool verified = true;  // false: loaded from disk, its KV bytes not yet checked
   };
-  PrefillMemo(int fd, int64_t max_bytes) : fd_(fd), max_bytes_(max_bytes) {}
+  PrefillMemo(int fd, int64_t max_bytes, std::string dir)
+      : fd_(fd), max_bytes_(max_bytes), dir_(std::move(dir)) {}
+  // A persistent memo: reads the index, drops a damaged tail, truncates both files to the
+  // records kept.
+  Status Load();
+  // Appends one index record (persistent memos); false when the write failed (reported once,
+  // then nothing more is stored).
+  bool AppendRecord(const std::string& payload);
+  // Adds an output to entry `id` (and its record, when persistent).
+  void AddOutput(int64_t id, Output output);
   // The entry for (partition, parent, tokens), or -1.
   int64_t Find(const std::string& partition, int64_t parent,
                const std::vector<int32_t>& tokens) const;
@@ -104,10 +139,15 @@ class PrefillMemo {
     size_t length_;
     std::span<const std::byte> bytes_;
   };
-  StatusOr<KvView> MapKv(const Entry& e) const;
+  // The entry's KV bytes, mapped; checked against its checksum the first time (loaded entries).
+  StatusOr<KvView> MapKv(Entry& e) const;
 
   int fd_;
   int64_t max_bytes_;
+  std::string dir_;
+  int index_fd_ = -1;  // persistent memos: the index file, and the lock held
+  int lock_fd_ = -1;
+  int64_t index_bytes_ = 0;
   bool full_ = false;
   std::vector<Entry> entries_;
   std::unordered_multimap<uint64_t, int64_t> index_;  // key hash -> entry

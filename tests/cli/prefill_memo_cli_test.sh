@@ -3,7 +3,8 @@
 # in native, naive and vtoken mode, at token and at head granularity, gives the same outputs,
 # per-request blocks and per-step pool figures with --prefill-memo as with --no-prefill-memo, and
 # with the memo every run after the first restores its whole prompt prefill; by default only task
-# workloads use it, and compare shows no times for the runs that restored.
+# workloads use it, and compare shows no times for the runs that restored; --prefill-memo-cache
+# serves a later invocation the same way.
 # Usage: prefill_memo_cli_test.sh VTOKEN_CLI SOURCE_DIR
 source "$(dirname "${BASH_SOURCE[0]}")/cli_test_lib.sh" "$@"
 bash scripts/make-corpus.sh build/corpus >/dev/null || fail "corpus"
@@ -113,6 +114,33 @@ prompt=$(sqlite3 "$TMP/task.db" "select sum(prompt_tokens) + count(*) from reque
 grep -q "^throughput (tok/s) .* n/a" "$TMP/task.out" \
   || fail "compare shows the restoring run's throughput: $(grep throughput "$TMP/task.out")"
 grep -q "^n/a: the run restored" "$TMP/task.out" || fail "compare does not say what n/a means"
+
+# --prefill-memo-cache keeps the memo across invocations: a second invocation (another policy)
+# restores every prompt token, its native run's too, with the results of computing them.
+cache="$TMP/cache"
+"$CLI" run "$TMP/t.toml" --db "$TMP/c1.db" --prefill-memo-cache "$cache" >/dev/null \
+  2>"$TMP/c1.err" || fail "cached run exited $?: $(tail -3 "$TMP/c1.err")"
+grep -q "prefill memo $cache: 0 chunks" "$TMP/c1.err" || fail "new cache: $(grep memo "$TMP/c1.err")"
+"$CLI" run "$TMP/t.toml" --db "$TMP/c2.db" --prefill-memo-cache "$cache" \
+  --set policy.name='"knorm"' >/dev/null 2>"$TMP/c2.err" \
+  || fail "second cached run exited $?: $(tail -3 "$TMP/c2.err")"
+grep -q "prefill memo $cache: [1-9][0-9]* chunks" "$TMP/c2.err" \
+  || fail "the cache held nothing: $(grep memo "$TMP/c2.err")"
+restored=$(sqlite3 "$TMP/c2.db" "select group_concat(cast(m.value as int), ' ') from summary m
+             join runs r on r.id = m.run_id where m.name = 'prefill_restored_tokens' order by r.id")
+prompt=$(sqlite3 "$TMP/c2.db" "select sum(prompt_tokens) + count(*) from requests q join runs r
+           on r.id = q.run_id where r.mode = 'native'")
+[[ "$restored" == "$prompt $prompt" ]] || fail "second invocation restored '$restored', want '$prompt $prompt'"
+"$CLI" run "$TMP/t.toml" --db "$TMP/c3.db" --no-prefill-memo --set policy.name='"knorm"' \
+  >/dev/null 2>"$TMP/c3.err" || fail "uncached run exited $?: $(tail -3 "$TMP/c3.err")"
+facts "$TMP/c2.db" >"$TMP/c2.facts"
+facts "$TMP/c3.db" >"$TMP/c3.facts"
+cmp -s "$TMP/c2.facts" "$TMP/c3.facts" \
+  || fail "the cache changed results: $(diff "$TMP/c2.facts" "$TMP/c3.facts" | head -5)"
+mkdir -p "$TMP/junk" && echo "not a memo" >"$TMP/junk/index"
+expect_error "not a vtoken prefill memo's index" run "$TMP/t.toml" --prefill-memo-cache "$TMP/junk"
+expect_error "contradict" run "$TMP/t.toml" --prefill-memo-cache "$cache" --no-prefill-memo
+expect_error "contradict" run "$TMP/t.toml" --prefill-memo-cache "$cache" --prefill-memo-dir "$TMP"
 
 expect_error "prefill-memo-gib must be > 0" run "$TMP/m.toml" --prefill-memo-gib 0
 expect_error "contradict" run "$TMP/m.toml" --prefill-memo --no-prefill-memo

@@ -5,9 +5,11 @@
 #include "lib/engine/prefill_memo.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "lib/core/host_kv_store.h"
@@ -266,6 +268,144 @@ TEST(PrefillMemoTest, AnUnwritableDirectoryIsAOneLineError) {
   StatusOr<std::unique_ptr<PrefillMemo>> memo = PrefillMemo::Create("/proc/none/memo", 1 << 20);
   ASSERT_FALSE(memo.ok());
   EXPECT_NE(memo.status().message().find("/proc/none/memo"), std::string::npos);
+}
+
+// A fresh directory for a persistent memo.
+std::string CacheDir(const std::string& name) {
+  const std::filesystem::path d =
+      std::filesystem::temp_directory_path() /
+      ("vtoken-prefill-memo-cache-" + std::to_string(getpid()) + "-" + name);
+  std::filesystem::remove_all(d);
+  return d.string();
+}
+
+// Runs `configs` through a memo in order (as a sweep would), each checked against a run without
+// it; returns the prompt tokens the model computed over all of them.
+int64_t RunThrough(PrefillMemo& memo, const std::vector<Request>& requests,
+                   const std::vector<std::pair<Mode, std::string>>& configs) {
+  int64_t computed = 0;
+  for (const auto& [mode, policy] : configs) {
+    const EngineOptions o = Options(mode, policy, 60);
+    const std::string what = std::string(ModeName(mode)) + " " + policy;
+    KvRunner plain(int64_t{o.pool.num_blocks} * o.pool.block_size);
+    StatusOr<EngineResult> separate = RunEngine(o, plain, requests);
+    EXPECT_TRUE(separate.ok()) << what << ": " << separate.status().ToString();
+    KvRunner inner(int64_t{o.pool.num_blocks} * o.pool.block_size);
+    MemoRunner runner(inner, memo, "fake");
+    const int64_t before = memo.stats().tokens_computed;
+    StatusOr<EngineResult> memoized = RunEngine(o, runner, requests);
+    EXPECT_TRUE(memoized.ok()) << what << ": " << memoized.status().ToString();
+    if (separate.ok() && memoized.ok()) ExpectSameRun(*separate, *memoized, what);
+    computed += memo.stats().tokens_computed - before;
+  }
+  return computed;
+}
+
+// A persistent memo serves a later invocation: every prompt of the second one is restored from
+// what the first stored, and its runs equal separate runs.
+TEST(PrefillMemoTest, APersistentMemoServesALaterInvocation) {
+  const std::vector<Request> requests = Prompts(4, 150);
+  int64_t prompt_tokens = 0;
+  for (const Request& r : requests) prompt_tokens += static_cast<int64_t>(r.prompt_tokens.size());
+  const std::string dir = CacheDir("later");
+  const std::vector<std::pair<Mode, std::string>> first = {{Mode::kNative, "h2o"},
+                                                           {Mode::kNaive, "h2o"}};
+  const std::vector<std::pair<Mode, std::string>> second = {
+      {Mode::kVtoken, "snapkv"}, {Mode::kNaive, "knorm"}, {Mode::kNative, "h2o"}};
+  {
+    StatusOr<std::unique_ptr<PrefillMemo>> memo = PrefillMemo::OpenPersistent(dir, 1 << 30);
+    ASSERT_TRUE(memo.ok()) << memo.status().ToString();
+    EXPECT_TRUE((*memo)->persistent());
+    EXPECT_EQ((*memo)->stats().chunks_loaded, 0);
+    EXPECT_EQ(RunThrough(**memo, requests, first), prompt_tokens);
+    // Held by this process: another one gets a one-line refusal.
+    StatusOr<std::unique_ptr<PrefillMemo>> busy = PrefillMemo::OpenPersistent(dir, 1 << 30);
+    ASSERT_FALSE(busy.ok());
+    EXPECT_EQ(busy.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(busy.status().message().find(dir + " is in use"), std::string::npos);
+  }
+  StatusOr<std::unique_ptr<PrefillMemo>> memo = PrefillMemo::OpenPersistent(dir, 1 << 30);
+  ASSERT_TRUE(memo.ok()) << memo.status().ToString();
+  EXPECT_GT((*memo)->stats().chunks_loaded, 0);
+  EXPECT_EQ((*memo)->stats().bytes_loaded, prompt_tokens * kSlotBytes);
+  EXPECT_EQ(RunThrough(**memo, requests, second), 0);  // nothing computed again
+  EXPECT_EQ((*memo)->stats().tokens_restored, prompt_tokens * 3);
+  EXPECT_EQ((*memo)->stats().kv_mismatches, 0);
+  std::filesystem::remove_all(dir);
+}
+
+// A write cut short leaves a torn last record: the next open drops it (and the chunks after it)
+// and computes those again; a chunk whose KV bytes changed on disk is a one-line DataLoss error;
+// files that are not a memo's are refused.
+TEST(PrefillMemoTest, APersistentMemoDropsATornTailAndRefusesChangedBytes) {
+  const std::vector<Request> requests = Prompts(3, 150);
+  const std::string dir = CacheDir("torn");
+  const std::filesystem::path index = std::filesystem::path(dir) / "index";
+  const std::filesystem::path kv = std::filesystem::path(dir) / "kv";
+  int64_t kept_records = 0;
+  {
+    StatusOr<std::unique_ptr<PrefillMemo>> memo = PrefillMemo::OpenPersistent(dir, 1 << 30);
+    ASSERT_TRUE(memo.ok()) << memo.status().ToString();
+    RunThrough(**memo, requests, {{Mode::kNative, "h2o"}});
+    kept_records = (*memo)->stats().chunks_computed;
+  }
+  std::filesystem::resize_file(index, std::filesystem::file_size(index) - 5);
+  {
+    testing::internal::CaptureStderr();
+    StatusOr<std::unique_ptr<PrefillMemo>> memo = PrefillMemo::OpenPersistent(dir, 1 << 30);
+    const std::string note = testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(memo.ok()) << memo.status().ToString();
+    EXPECT_NE(note.find("prefill memo " + dir + ": its index is damaged after"), std::string::npos)
+        << note;
+    // The last record was an output or the last chunk: at most one chunk fewer.
+    EXPECT_GE((*memo)->stats().chunks_loaded, kept_records - 1);
+    EXPECT_LE((*memo)->stats().chunks_loaded, kept_records);
+    const int64_t computed = RunThrough(**memo, requests, {{Mode::kNaive, "h2o"}});
+    EXPECT_LT(computed, 150);  // at most the torn chunk's prompt part, computed again
+  }
+  {  // Change one KV byte: the run that restores it fails, naming the directory.
+    std::fstream f(kv, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(7);
+    f.put('\x5a');
+  }
+  {
+    StatusOr<std::unique_ptr<PrefillMemo>> memo = PrefillMemo::OpenPersistent(dir, 1 << 30);
+    ASSERT_TRUE(memo.ok()) << memo.status().ToString();
+    const EngineOptions o = Options(Mode::kNative, "h2o", 60);
+    KvRunner inner(int64_t{o.pool.num_blocks} * o.pool.block_size);
+    MemoRunner runner(inner, **memo, "fake");
+    StatusOr<EngineResult> r = RunEngine(o, runner, requests);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(r.status().message().find("prefill memo " + dir), std::string::npos);
+  }
+  {
+    std::ofstream f(index, std::ios::binary | std::ios::trunc);
+    f << "not a memo";
+  }
+  StatusOr<std::unique_ptr<PrefillMemo>> memo = PrefillMemo::OpenPersistent(dir, 1 << 30);
+  ASSERT_FALSE(memo.ok());
+  EXPECT_EQ(memo.status().code(), StatusCode::kDataLoss);
+  EXPECT_NE(memo.status().message().find("not a vtoken prefill memo"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PrefillMemoTest, HashFilesFollowsTheContents) {
+  const std::string dir = CacheDir("hash");
+  std::filesystem::create_directories(dir);
+  const std::string a = dir + "/a", b = dir + "/b";
+  std::ofstream(a) << "weights";
+  std::ofstream(b) << "tokenizer";
+  StatusOr<uint64_t> ab = PrefillMemo::HashFiles({a, b});
+  ASSERT_TRUE(ab.ok());
+  EXPECT_EQ(*PrefillMemo::HashFiles({a, b}), *ab);
+  EXPECT_NE(*PrefillMemo::HashFiles({b, a}), *ab);
+  std::ofstream(a) << "weightz";
+  EXPECT_NE(*PrefillMemo::HashFiles({a, b}), *ab);
+  StatusOr<uint64_t> missing = PrefillMemo::HashFiles({dir + "/none"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find(dir + "/none"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

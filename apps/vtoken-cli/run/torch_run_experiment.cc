@@ -1,3 +1,5 @@
+#include <torch/version.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -60,6 +62,34 @@ std::string MemoPartition(const ExperimentConfig& c) {
          c.model_dtype + "\n" + std::to_string(ModelThreads(c.model_threads)) + "\n" +
          GranularityName(c.granularity) + "\n" + (c.cuda_graphs ? "graphs" : "eager") +
          (c.model_weights != "float32" ? "\n" + c.model_weights : "");
+}
+
+// What a persistent memo's chunks also depend on in a later invocation: this binary, the
+// contents of the model's files, the host's CPU and kernel path, BLAS and libtorch.
+StatusOr<std::string> MemoIdentity(const ExperimentConfig& c,
+                                   const std::map<std::string, std::string>& host) {
+  std::vector<std::string> files = {"/proc/self/exe"};
+  if (!IsSynthetic(c.model)) {  // a synthetic model's weights follow from model_seed
+    VTOKEN_ASSIGN_OR_RETURN(const std::string path, model::ResolveModelPath(c.model));
+    if (model::IsModelFile(path)) {
+      files.push_back(path);
+    } else {
+      std::vector<std::string> in_dir;
+      for (const auto& entry : std::filesystem::directory_iterator(path)) {
+        if (entry.is_regular_file()) in_dir.push_back(entry.path().string());
+      }
+      std::sort(in_dir.begin(), in_dir.end());
+      files.insert(files.end(), in_dir.begin(), in_dir.end());
+    }
+  }
+  VTOKEN_ASSIGN_OR_RETURN(const uint64_t hash, engine::PrefillMemo::HashFiles(files));
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(hash));
+  std::string identity = std::string("files ") + hex + "\ntorch " + TORCH_VERSION;
+  for (const auto& [key, value] : host) {
+    if (key != "cpu_threads") identity += "\n" + key + " " + value;
+  }
+  return identity;
 }
 
 StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::string& db_path,
@@ -192,6 +222,12 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     std::fprintf(stderr, "CPU: %s; kernels for %s\n", host["cpu_model"].c_str(),
                  host["cpu_isa"].c_str());
   }
+  // A persistent memo serves later invocations: its partition also names what they may differ in.
+  std::string memo_partition = MemoPartition(c);
+  if (memo != nullptr && memo->persistent() && sim_runner == nullptr) {
+    VTOKEN_ASSIGN_OR_RETURN(const std::string identity, MemoIdentity(c, host));
+    memo_partition += "\n" + identity;
+  }
   if (auto* llama = dynamic_cast<model::LlamaRunner*>(runner.get())) {
     std::fprintf(stderr, "device %s, dtype %s, relocation by the %s copy engine\n",
                  llama->kv().options().device.str().c_str(),
@@ -264,7 +300,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     // The prefill memo below the recorder: a recorded trace sees the signals a run observes.
     std::optional<engine::MemoRunner> memo_runner;
     if (memo != nullptr && sim_runner == nullptr) {
-      memo_runner.emplace(*runner, *memo, MemoPartition(c));
+      memo_runner.emplace(*runner, *memo, memo_partition);
     }
     model::ModelRunner& model_runner =
         memo_runner ? static_cast<model::ModelRunner&>(*memo_runner) : *runner;
