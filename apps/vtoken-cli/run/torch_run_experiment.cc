@@ -377,8 +377,9 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     std::vector<double> rouge_native, rouge_naive, rouge_ref;
     for (size_t i = 0; i < texts.size() && sim_runner == nullptr; ++i) {
       engine::RequestRecord& rec_i = records[i];
-      if (i < native_text.size())
+      if (i < native_text.size()) {
         rec_i.rouge_l_vs_native = engine::RougeLF1(texts[i], native_text[i]);
+      }
       if (mode == Mode::kVtoken && i < naive_text.size()) {
         rec_i.rouge_l_vs_naive = engine::RougeLF1(texts[i], naive_text[i]);
       }
