@@ -143,7 +143,13 @@ TEST_F(ExportTest, PointsTableAveragesSeedsWithAConfidenceInterval) {
         "name = \"t\"\nmodes = [\"vtoken\"]\nseed = " + std::to_string(seed) +
         "\n[workload]\nseed = " + std::to_string(seed) + "\n[policy]\nname = \"h2o\"\n";
     const int64_t id = BeginRun(*store, config, "vtoken", "h2o", "s");
-    ASSERT_TRUE(store->FinishRun(id, {{"blocks_mean", blocks[seed - 1]}}).ok());
+    // ROUGE-L per request: 0.5 and 0.7 (seed 1), 0.6 and 0.6 (2), 0.4 and 0.8 (3).
+    std::vector<engine::RequestRecord> requests = {Request(0, 3.0, 14), Request(1, 3.0, 14)};
+    const double rouge[3][2] = {{0.5, 0.7}, {0.6, 0.6}, {0.4, 0.8}};
+    for (int i = 0; i < 2; ++i) requests[i].rouge_l_vs_native = rouge[seed - 1][i];
+    ASSERT_TRUE(store->AppendRequests(id, requests).ok());
+    ASSERT_TRUE(
+        store->FinishRun(id, {{"blocks_mean", blocks[seed - 1]}, {"rouge_l_vs_native", 0.6}}).ok());
   }
   // Another point (tova) with one seed: no interval.
   const int64_t tova = BeginRun(*store,
@@ -164,6 +170,11 @@ TEST_F(ExportTest, PointsTableAveragesSeedsWithAConfidenceInterval) {
   EXPECT_DOUBLE_EQ(h2o["blocks_mean"].get<double>(), 12.0);
   // sd 2, t(0.975, 2) = 4.303: 4.303 * 2 / sqrt(3).
   EXPECT_NEAR(h2o["blocks_mean_ci95"].get<double>(), 4.303 * 2 / std::sqrt(3.0), 1e-9);
+  // ROUGE-L over the 6 requests of the 3 seeds (over the seeds' equal means it would be 0):
+  // sd sqrt(0.1 / 5), t(0.975, 5) = 2.571.
+  EXPECT_NEAR(h2o["rouge_l_vs_native"].get<double>(), 0.6, 1e-12);
+  EXPECT_NEAR(h2o["rouge_l_vs_native_ci95"].get<double>(),
+              2.571 * std::sqrt(0.1 / 5) / std::sqrt(6.0), 1e-9);
   const nlohmann::json one = nlohmann::json::parse(lines[1]);
   EXPECT_EQ(one["seeds"], 1);
   EXPECT_DOUBLE_EQ(one["blocks_mean"].get<double>(), 7.0);

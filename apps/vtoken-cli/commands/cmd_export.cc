@@ -192,6 +192,9 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
     std::vector<std::string> seeds;
     std::vector<int64_t> ids;
     std::map<std::string, std::vector<double>> figures;
+    // engine::kPerRequestFigures: the values of the requests of all its runs, where every run
+    // has them (accuracy, and ROUGE-L since schema 5).
+    std::map<std::string, std::vector<double>> per_request;
   };
   std::vector<const engine::RunRecord*> completed;
   std::vector<FlatConfig> configs;
@@ -211,6 +214,7 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
     const engine::RunRecord& first = *completed[group.front()];
     Point p{first.mode, first.policy, first.sweep, SeedPointConfig(configs[group.front()]),
             {},         {},           {}};
+    std::set<std::string> lacking;  // per-request figures some run has no request values of
     for (size_t i : group) {
       p.seeds.push_back(ConfigValue(configs[i], "seed", ""));
       p.ids.push_back(completed[i]->id);
@@ -219,7 +223,20 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
         figures.insert(name);
         p.figures[name].push_back(value);
       }
+      VTOKEN_ASSIGN_OR_RETURN(const std::vector<engine::RequestRecord> requests,
+                              store.GetRequests(completed[i]->id));
+      for (const engine::PerRequestFigure& f : engine::kPerRequestFigures) {
+        std::vector<double>& values = p.per_request[std::string(f.summary)];
+        const size_t before = values.size();
+        for (const engine::RequestRecord& q : requests) {
+          if (std::optional<double> v = engine::RequestColumnValue(q, f.column)) {
+            values.push_back(*v);
+          }
+        }
+        if (values.size() == before) lacking.insert(std::string(f.summary));
+      }
     }
+    for (const std::string& name : lacking) p.per_request.erase(name);
     points.push_back(std::move(p));
   }
   std::vector<const FlatConfig*> config_ptrs;
@@ -250,9 +267,13 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
     }
     for (const std::string& f : figures) {
       auto it = p.figures.find(f);
-      // A figure some runs of the point lack is reported over the runs that have it.
-      const engine::MeanCi m =
-          it == p.figures.end() ? engine::MeanCi95({}) : engine::MeanCi95(it->second);
+      auto by_request = p.per_request.find(f);
+      // A mean over requests: over the requests of all the point's runs. Else over the runs; a
+      // figure some runs of the point lack, over the runs that have it.
+      const engine::MeanCi m = by_request != p.per_request.end()
+                                   ? engine::MeanCi95(by_request->second)
+                               : it == p.figures.end() ? engine::MeanCi95({})
+                                                       : engine::MeanCi95(it->second);
       row.push_back(Number(m.mean));
       row.push_back(Number(m.half_width));
     }
