@@ -321,10 +321,13 @@ int RunSweep(const SweepArgs& a) {
     }
   }
 
-  // What the database already has. A dry run does not create the database.
+  // What the database already has. A dry run neither creates the database nor writes to it (it
+  // reads it as it is: no migration to this build's schema, which would lock out an older build
+  // that is running a sweep into it).
   std::optional<engine::ResultStore> store;
   if (!a.dry_run || std::filesystem::exists(db)) {
-    StatusOr<engine::ResultStore> s = engine::ResultStore::Open(db);
+    StatusOr<engine::ResultStore> s =
+        a.dry_run ? engine::ResultStore::OpenReadOnly(db) : engine::ResultStore::Open(db);
     if (!s.ok()) return fail(s.status().message(), 1);
     store = std::move(*s);
   }
