@@ -71,6 +71,12 @@ stored=$(sqlite3 "$TMP/s.db" "select count(*) from requests q join runs r on r.i
 off=$(sqlite3 "$TMP/s.db" "select count(*) from summary s where s.name = 'rouge_l_vs_native' and
   abs(s.value - (select avg(q.rouge_l_vs_native) from requests q where q.run_id = s.run_id)) > 1e-9")
 [[ $off -eq 0 ]] || fail "$off runs' rouge_l_vs_native is not the mean of their requests'"
+# ... and its interval over them: t(0.975, 1) * |a - b| / 2 for two requests a, b.
+off=$(sqlite3 "$TMP/s.db" "select count(*) from runs r where r.status = 'completed' and not exists
+  (select 1 from summary s where s.run_id = r.id and s.name = 'rouge_l_vs_native_ci95' and
+   abs(s.value - 12.706 * abs((select max(rouge_l_vs_native) - min(rouge_l_vs_native) from requests
+   q where q.run_id = r.id)) / 2) < 1e-9)")
+[[ $off -eq 0 ]] || fail "$off runs lack rouge_l_vs_native_ci95 over their two requests"
 # The same at layer granularity (the run splits the pool into KV-group blocks; the shared native
 # run is still found, by the config as recorded): every vtoken run scored against it.
 "$CLI" sweep "$TMP/s.toml" --db "$TMP/layer.db" --set cache.granularity=layer >"$TMP/layer.out" \

@@ -61,6 +61,8 @@ constexpr Row kRows[] = {
     {"perplexity", "perplexity", "%.3f", true, Derive::kValue, true},
     {"NLL / token (nats)", "nll_mean", "%.4f", false, Derive::kValue, true},
     {"ROUGE-L vs native", "rouge_l_vs_native", "%.4f", false},
+    {"ROUGE-L vs native 95% CI (+-)", "rouge_l_vs_native_ci95", "%.4f", false, Derive::kValue,
+     true},
     {"ROUGE-L vtoken vs naive", "rouge_l_vs_naive", "%.4f", false},
     {"ROUGE-L vs reference", "rouge_l_vs_reference", "%.4f", false},
     {"tokens evicted", "evictions", "%.0f", false},

@@ -453,9 +453,11 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       }
     }
     if (!rouge_naive.empty()) {
-      double sum = 0;
-      for (double x : rouge_naive) sum += x;
-      summary["rouge_l_vs_naive"] = sum / static_cast<double>(rouge_naive.size());
+      summary["rouge_l_vs_naive"] = engine::MeanCi95(rouge_naive).mean;
+    }
+    // ROUGE-L's interval over the run's requests, as the task accuracy's.
+    if (rouge_native.size() > 1) {
+      summary["rouge_l_vs_native_ci95"] = engine::MeanCi95(rouge_native).half_width;
     }
     // One transaction: a full disk leaves no partial rows, and the run is marked failed.
     std::map<std::string, std::string> text = host;
