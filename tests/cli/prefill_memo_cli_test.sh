@@ -51,6 +51,18 @@ facts() {
       order by r.config_hash, r.mode, m.name;"
 }
 
+# restored DB: each run's prefill_restored_tokens, in run order, space-separated.
+restored() {
+  sqlite3 "$1" "select group_concat(cast(m.value as int), ' ') from summary m join runs r
+    on r.id = m.run_id where m.name = 'prefill_restored_tokens' order by r.id"
+}
+# prompt_tokens DB: the prompt tokens of the native run's requests, with the BOS token the engine
+# puts before each prompt.
+prompt_tokens() {
+  sqlite3 "$1" "select sum(prompt_tokens) + count(*) from requests q join runs r
+    on r.id = q.run_id where r.mode = 'native'"
+}
+
 for gran in token head; do
   sets=(--set "cache.granularity=\"$gran\"")
   "$CLI" sweep "$TMP/m.toml" --db "$TMP/on-$gran.db" "${sets[@]}" --prefill-memo \
@@ -66,11 +78,8 @@ for gran in token head; do
     || fail "$gran: the memo changed results: $(diff "$TMP/on.facts" "$TMP/off.facts" | head -5)"
   # 1 native + 8 points x 2 modes; all but the first restore every prompt token (and the BOS
   # token the engine puts before each prompt).
-  prompt=$(sqlite3 "$TMP/on-$gran.db" "select sum(prompt_tokens) + count(*) from requests q join runs r
-             on r.id = q.run_id where r.mode = 'native'")
-  restored=$(sqlite3 "$TMP/on-$gran.db" "select group_concat(cast(m.value as int), ' ') from
-             summary m join runs r on r.id = m.run_id where m.name = 'prefill_restored_tokens'
-             order by r.id")
+  prompt=$(prompt_tokens "$TMP/on-$gran.db")
+  restored=$(restored "$TMP/on-$gran.db")
   [[ "$restored" == "0$(printf " $prompt%.0s" {1..16})" ]] \
     || fail "$gran: restored tokens per run '$restored', want 0 then $prompt x 16"
   [[ -z $(sqlite3 "$TMP/off-$gran.db" "select 1 from summary where name =
@@ -103,10 +112,8 @@ keep_ratio = 0.5
 TOML
 "$CLI" run "$TMP/t.toml" --db "$TMP/task.db" >"$TMP/task.out" 2>"$TMP/task.err" \
   || fail "task run exited $?: $(tail -3 "$TMP/task.err")"
-restored=$(sqlite3 "$TMP/task.db" "select group_concat(cast(m.value as int), ' ') from summary m
-             join runs r on r.id = m.run_id where m.name = 'prefill_restored_tokens' order by r.id")
-prompt=$(sqlite3 "$TMP/task.db" "select sum(prompt_tokens) + count(*) from requests q join runs r
-           on r.id = q.run_id where r.mode = 'native'")
+restored=$(restored "$TMP/task.db")
+prompt=$(prompt_tokens "$TMP/task.db")
 [[ "$restored" == "0 $prompt" ]] || fail "task run: restored '$restored', want '0 $prompt'"
 [[ $(sqlite3 "$TMP/task.db" "select group_concat(r.mode) from summary m join runs r on
       r.id = m.run_id where m.name in ('throughput_tok_s', 'ttft_p95', 'e2e_p95')") == \
@@ -126,10 +133,8 @@ grep -q "prefill memo $cache: 0 chunks" "$TMP/c1.err" || fail "new cache: $(grep
   || fail "second cached run exited $?: $(tail -3 "$TMP/c2.err")"
 grep -q "prefill memo $cache: [1-9][0-9]* chunks" "$TMP/c2.err" \
   || fail "the cache held nothing: $(grep memo "$TMP/c2.err")"
-restored=$(sqlite3 "$TMP/c2.db" "select group_concat(cast(m.value as int), ' ') from summary m
-             join runs r on r.id = m.run_id where m.name = 'prefill_restored_tokens' order by r.id")
-prompt=$(sqlite3 "$TMP/c2.db" "select sum(prompt_tokens) + count(*) from requests q join runs r
-           on r.id = q.run_id where r.mode = 'native'")
+restored=$(restored "$TMP/c2.db")
+prompt=$(prompt_tokens "$TMP/c2.db")
 [[ "$restored" == "$prompt $prompt" ]] || fail "second invocation restored '$restored', want '$prompt $prompt'"
 "$CLI" run "$TMP/t.toml" --db "$TMP/c3.db" --no-prefill-memo --set policy.name='"knorm"' \
   >/dev/null 2>"$TMP/c3.err" || fail "uncached run exited $?: $(tail -3 "$TMP/c3.err")"
