@@ -1,5 +1,6 @@
 #include "lib/engine/result_schema.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 namespace vtoken::engine {
@@ -76,6 +77,48 @@ std::optional<double> RequestColumnValue(const RequestRecord& r, std::string_vie
     return std::nullopt;
   }
   return std::nullopt;
+}
+
+bool HasPerRequestFigure(const std::map<std::string, double>& summary) {
+  for (const PerRequestFigure& f : kPerRequestFigures) {
+    auto it = summary.find(std::string(f.summary));
+    if (it != summary.end() && !std::isnan(it->second)) return true;
+  }
+  return false;
+}
+
+PerRequestValues CollectPerRequest(const std::vector<RequestRecord>& requests,
+                                   const std::map<std::string, double>& summary) {
+  PerRequestValues out;
+  for (const PerRequestFigure& f : kPerRequestFigures) {
+    auto it = summary.find(std::string(f.summary));
+    if (it == summary.end() || std::isnan(it->second)) continue;
+    std::vector<double> values;
+    for (const RequestRecord& q : requests) {
+      if (std::optional<double> v = RequestColumnValue(q, f.column)) values.push_back(*v);
+    }
+    if (!values.empty()) out[std::string(f.summary)] = std::move(values);
+  }
+  return out;
+}
+
+PerRequestValues PoolPerRequest(const std::vector<const PerRequestValues*>& runs) {
+  PerRequestValues out;
+  if (runs.empty()) return out;
+  for (const auto& [name, first] : *runs.front()) {
+    std::vector<double> pooled;
+    bool all = true;
+    for (const PerRequestValues* run : runs) {
+      auto it = run->find(name);
+      if (it == run->end()) {
+        all = false;
+        break;
+      }
+      pooled.insert(pooled.end(), it->second.begin(), it->second.end());
+    }
+    if (all) out[name] = std::move(pooled);
+  }
+  return out;
 }
 
 std::vector<std::string> CreateSchemaSql() {

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -397,6 +398,18 @@ inline constexpr PerRequestFigure kPerRequestFigures[] = {
 // The value of requests column `column` in `r`, or nullopt when it is NULL, not numeric, or no
 // column has that name.
 std::optional<double> RequestColumnValue(const RequestRecord& r, std::string_view column);
+
+// kPerRequestFigures' values: summary name -> the values of the requests.
+using PerRequestValues = std::map<std::string, std::vector<double>>;
+// Whether `summary` (a run's figures) has one of kPerRequestFigures (then its requests are worth
+// reading).
+bool HasPerRequestFigure(const std::map<std::string, double>& summary);
+// For each of kPerRequestFigures that `summary` has (not NaN), the values its column holds in
+// `requests`; a figure with no value (ROUGE-L in a file older than schema 5) is left out.
+PerRequestValues CollectPerRequest(const std::vector<RequestRecord>& requests,
+                                   const std::map<std::string, double>& summary);
+// Several runs' values pooled (the seeds of one point): only the figures every run has.
+PerRequestValues PoolPerRequest(const std::vector<const PerRequestValues*>& runs);
 
 inline constexpr Column<OutputRecord> kOutputColumns[] = {
     Field<&OutputRecord::request_id>("request_id", "INTEGER NOT NULL", 1, "request id"),

@@ -194,7 +194,7 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
     std::map<std::string, std::vector<double>> figures;
     // engine::kPerRequestFigures: the values of the requests of all its runs, where every run
     // has them (accuracy, and ROUGE-L since schema 5).
-    std::map<std::string, std::vector<double>> per_request;
+    engine::PerRequestValues per_request;
   };
   std::vector<const engine::RunRecord*> completed;
   std::vector<FlatConfig> configs;
@@ -214,7 +214,7 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
     const engine::RunRecord& first = *completed[group.front()];
     Point p{first.mode, first.policy, first.sweep, SeedPointConfig(configs[group.front()]),
             {},         {},           {}};
-    std::set<std::string> lacking;  // per-request figures some run has no request values of
+    std::vector<engine::PerRequestValues> of_runs;
     for (size_t i : group) {
       p.seeds.push_back(ConfigValue(configs[i], "seed", ""));
       p.ids.push_back(completed[i]->id);
@@ -223,20 +223,16 @@ Status ExportPoints(const engine::ResultStore& store, const std::vector<engine::
         figures.insert(name);
         p.figures[name].push_back(value);
       }
-      VTOKEN_ASSIGN_OR_RETURN(const std::vector<engine::RequestRecord> requests,
-                              store.GetRequests(completed[i]->id));
-      for (const engine::PerRequestFigure& f : engine::kPerRequestFigures) {
-        std::vector<double>& values = p.per_request[std::string(f.summary)];
-        const size_t before = values.size();
-        for (const engine::RequestRecord& q : requests) {
-          if (std::optional<double> v = engine::RequestColumnValue(q, f.column)) {
-            values.push_back(*v);
-          }
-        }
-        if (values.size() == before) lacking.insert(std::string(f.summary));
+      engine::PerRequestValues& values = of_runs.emplace_back();
+      if (engine::HasPerRequestFigure(summary.values)) {
+        VTOKEN_ASSIGN_OR_RETURN(const std::vector<engine::RequestRecord> requests,
+                                store.GetRequests(completed[i]->id));
+        values = engine::CollectPerRequest(requests, summary.values);
       }
     }
-    for (const std::string& name : lacking) p.per_request.erase(name);
+    std::vector<const engine::PerRequestValues*> pointers;
+    for (const engine::PerRequestValues& v : of_runs) pointers.push_back(&v);
+    p.per_request = engine::PoolPerRequest(pointers);
     points.push_back(std::move(p));
   }
   std::vector<const FlatConfig*> config_ptrs;

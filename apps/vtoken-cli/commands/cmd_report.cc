@@ -89,7 +89,7 @@ struct ReportRun {
   // ROUGE-L), by summary name: each request's value. A point's figure and its interval are taken
   // over the requests of all its runs (every seed draws other instances), not over the seeds'
   // means.
-  std::map<std::string, std::vector<double>> per_request;
+  engine::PerRequestValues per_request;
 };
 
 // The figures of `r` that are means over requests, with the 95% interval over its requests.
@@ -129,17 +129,9 @@ std::vector<ReportRun> AggregateSeeds(const std::vector<ReportRun>& runs) {
     }
     // Pooled only where every run of the point has its requests' values (older files store
     // no per-request ROUGE-L: their interval stays over the seeds).
-    p.per_request.clear();
-    for (const auto& [name, values] : runs[group.front()].per_request) {
-      std::vector<double> pooled;
-      bool all = true;
-      for (size_t i : group) {
-        auto it = runs[i].per_request.find(name);
-        if (it == runs[i].per_request.end() || it->second.empty()) all = false;
-        if (all) pooled.insert(pooled.end(), it->second.begin(), it->second.end());
-      }
-      if (all) p.per_request[name] = std::move(pooled);
-    }
+    std::vector<const engine::PerRequestValues*> of_runs;
+    for (size_t i : group) of_runs.push_back(&runs[i].per_request);
+    p.per_request = engine::PoolPerRequest(of_runs);
     OverRequests(p);
     points.push_back(std::move(p));
   }
@@ -356,19 +348,10 @@ Status Report(const std::string& db, const std::string& sweep, std::string out, 
         if (it != r.summary.values.end()) it->second /= groups;
       }
     }
-    if (std::any_of(std::begin(engine::kPerRequestFigures), std::end(engine::kPerRequestFigures),
-                    [&](const auto& f) { return !std::isnan(Get(r, std::string(f.summary))); })) {
+    if (engine::HasPerRequestFigure(r.summary.values)) {
       VTOKEN_ASSIGN_OR_RETURN(const std::vector<engine::RequestRecord> requests,
                               store.GetRequests(rec.id));
-      for (const engine::PerRequestFigure& f : engine::kPerRequestFigures) {
-        if (std::isnan(Get(r, std::string(f.summary)))) continue;
-        std::vector<double>& values = r.per_request[std::string(f.summary)];
-        for (const engine::RequestRecord& q : requests) {
-          if (std::optional<double> v = engine::RequestColumnValue(q, f.column)) {
-            values.push_back(*v);
-          }
-        }
-      }
+      r.per_request = engine::CollectPerRequest(requests, r.summary.values);
       OverRequests(r);
     }
     r.run_ids = {rec.id};
