@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lib/model/cpu_blas_gemm.h"
 #include "lib/model/cpu_ops.h"
 #include "lib/model/cpu_paged_attention.h"
+#include "lib/model/cpu_prefill_attention.h"
 #include "lib/model/cpu_quant_ops.h"
 #include "lib/model/cpu_threads.h"
 #include "lib/model/llama.h"
@@ -52,11 +54,13 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     return out;
   };
   // out = in W^T + bias, or out += in W^T + bias: CpuLinear for decode-sized batches, BLAS
-  // for prefill chunks.
+  // for prefill chunks (on the pool's threads where PoolSgemm can, cpu_blas_gemm.h).
+  const bool pool_sgemm = PoolSgemmAvailable();
   auto linear = [&](const torch::Tensor& in, const torch::Tensor& w, const StoredWeight& stored,
                     const torch::Tensor& bias, torch::Tensor& out, bool accumulate) {
     const int64_t rows = in.size(0);
-    if (rows <= kCpuLinearMaxRows) {
+    const bool small = rows <= kCpuLinearMaxRows;
+    if (small || pool_sgemm) {
       if (!accumulate) out = torch::empty({rows, w.size(0)}, torch::kFloat32);
       const CpuLinearArgs a{.x = in.data_ptr<float>(),
                             .w = w.data_ptr<float>(),
@@ -66,6 +70,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
                             .in_features = w.size(1),
                             .out_features = w.size(0),
                             .accumulate = accumulate};
+      if (!small) return PoolSgemm(a, pool);
       pool.ParallelFor(
           w.size(0), [&](int64_t begin, int64_t end) { CpuLinearOrStored(a, stored, begin, end); },
           64);
@@ -180,7 +185,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
       .attn_sum = b.attn_sum(),
       .norm_sum = b.norm_sum(),
       .norm_heads = slot_per_head ? 1 : kv_heads};
-  // Long prefill chunks go to BLAS (AttendTorch); the kernel skips them.
+  // Long prefill chunks go to BLAS: CpuPrefillAttention on the pool where PoolSgemm can, else
+  // AttendTorch; the kernel skips them.
   std::vector<uint8_t> skip(static_cast<size_t>(num_seqs), 0);
   std::vector<int64_t> blas_seqs;
   std::vector<GatherMask> blas_gather_mask(static_cast<size_t>(num_seqs * groups));
@@ -197,6 +203,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     if (b.q_offsets[s + 1] - b.q_offsets[s] < kBlasAttentionMinQueries) continue;
     skip[s] = 1;
     blas_seqs.push_back(s);
+    if (pool_sgemm) continue;
     for (int64_t u = s * groups; u < (s + 1) * groups; ++u) {
       blas_gather_mask[u] = GatherAndMask(view, u, c.sliding_window, key_slots, key_positions);
     }
@@ -204,6 +211,8 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   attn_batch.skip = skip.data();
   auto blas_signals = SignalAccumulators(blas_seqs, view, b.want_signals.data(), sums, num_seqs);
   auto attn = torch::empty({total, heads * hd}, torch::kFloat32);
+  // The BLAS's own threads would spin against the pool's between the step's GEMMs.
+  const OneBlasThread one_blas_thread;
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
     auto h = rms_norm(x, l.input_norm);
@@ -240,6 +249,10 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     attn_batch.out = attn.data_ptr<float>();
     CpuPagedAttention(attn_batch, pool);
     for (int64_t s : blas_seqs) {
+      if (pool_sgemm) {
+        CpuPrefillAttention(attn_batch, s, pool);
+        continue;
+      }
       const int64_t begin = b.q_offsets[s], n = b.q_offsets[s + 1] - begin;
       attn.narrow(0, begin, n)
           .copy_(AttendSeqLayer(q.narrow(0, begin, n).view({n, heads, hd}), kv, li, s, groups,

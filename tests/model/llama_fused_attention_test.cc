@@ -141,7 +141,8 @@ INSTANTIATE_TEST_SUITE_P(GqaAndBlocks, FusedAttentionTest,
 // The step's threads (torch's pool and the fused step's CpuPool, sized together) split output
 // features and sequences, never a sum: the logits, signals and K/V are the same bits on 1 and 3
 // threads, for decode-sized batches (CpuLinear's tiles, up to kCpuLinearMaxRows rows: 3 and 10
-// here) and one with a 70-token prefill chunk (BLAS projections and attention).
+// here) and one with a 600-token prefill chunk (BLAS projections in calls of kPoolSgemmRows rows
+// and CpuPrefillAttention's query blocks, which the threads share out differently).
 TEST(FusedAttentionTest, ThreadCountDoesNotChangeTheStep) {
   const ModelConfig c = Config(6, 2, 16);
   const LlamaModel m = Model(c, 11, true);
@@ -149,7 +150,7 @@ TEST(FusedAttentionTest, ThreadCountDoesNotChangeTheStep) {
   for (const auto& shapes : std::vector<std::vector<std::pair<int64_t, int64_t>>>{
            {{40, 1}, {300, 1}, {0, 2}},
            {{0, 5}, {90, 1}, {700, 1}, {3, 2}, {10, 1}},
-           {{0, 70}, {20, 1}}}) {
+           {{0, 600}, {20, 1}}}) {
     std::vector<PagedSeqInput> inputs;
     int64_t next_block = 0;
     for (const auto& [ctx, n] : shapes) {
