@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "lib/model/cpu_blas_gemm.h"
+#include "lib/model/cpu_gemm.h"
 #include "lib/model/cpu_ops.h"
 #include "lib/model/cpu_paged_attention.h"
 #include "lib/model/cpu_prefill_attention.h"
@@ -53,14 +54,16 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
                eps);
     return out;
   };
-  // out = in W^T + bias, or out += in W^T + bias: CpuLinear for decode-sized batches, BLAS
-  // for prefill chunks (on the pool's threads where PoolSgemm can, cpu_blas_gemm.h).
+  // out = in W^T + bias, or out += in W^T + bias: CpuLinear for decode-sized batches; for prefill
+  // chunks CpuGemm where it is the faster (UseCpuGemm, cpu_gemm.h), else the BLAS on the pool's
+  // threads where PoolSgemm can (cpu_blas_gemm.h), else torch's addmm.
   const bool pool_sgemm = PoolSgemmAvailable();
+  const bool own_gemm = UseCpuGemm();
   auto linear = [&](const torch::Tensor& in, const torch::Tensor& w, const StoredWeight& stored,
                     const torch::Tensor& bias, torch::Tensor& out, bool accumulate) {
     const int64_t rows = in.size(0);
     const bool small = rows <= kCpuLinearMaxRows;
-    if (small || pool_sgemm) {
+    if (small || own_gemm || pool_sgemm) {
       if (!accumulate) out = torch::empty({rows, w.size(0)}, torch::kFloat32);
       const CpuLinearArgs a{.x = in.data_ptr<float>(),
                             .w = w.data_ptr<float>(),
@@ -70,6 +73,13 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
                             .in_features = w.size(1),
                             .out_features = w.size(0),
                             .accumulate = accumulate};
+      if (!small && own_gemm) {
+        pool.ParallelFor(
+            (a.out_features + kGemmPanel - 1) / kGemmPanel, [&](int64_t begin, int64_t end) {
+              CpuGemm(a, begin * kGemmPanel, std::min(a.out_features, end * kGemmPanel));
+            });
+        return;
+      }
       if (!small) return PoolSgemm(a, pool);
       pool.ParallelFor(
           w.size(0), [&](int64_t begin, int64_t end) { CpuLinearOrStored(a, stored, begin, end); },

@@ -141,8 +141,9 @@ INSTANTIATE_TEST_SUITE_P(GqaAndBlocks, FusedAttentionTest,
 // The step's threads (torch's pool and the fused step's CpuPool, sized together) split output
 // features and sequences, never a sum: the logits, signals and K/V are the same bits on 1 and 3
 // threads, for decode-sized batches (CpuLinear's tiles, up to kCpuLinearMaxRows rows: 3 and 10
-// here) and one with a 600-token prefill chunk (BLAS projections in calls of kPoolSgemmRows rows
-// and CpuPrefillAttention's query blocks, which the threads share out differently).
+// here) and one with a 600-token prefill chunk (projections by CpuGemm's panels at the AVX-512
+// level, else by BLAS calls of kPoolSgemmRows rows; CpuPrefillAttention's query blocks), which
+// the threads share out differently.
 TEST(FusedAttentionTest, ThreadCountDoesNotChangeTheStep) {
   const ModelConfig c = Config(6, 2, 16);
   const LlamaModel m = Model(c, 11, true);
