@@ -15,9 +15,9 @@ namespace vtoken::model {
 // kernels sum in a fixed order; prefill chunks go through the BLAS. Under OpenBLAS (Debian's
 // libtorch) the step makes one-thread calls cut by a fixed row count (cpu_blas_gemm.h): OpenBLAS's
 // own split over threads would change the bits. MKL (PyPI's torch wheels) takes whole GEMMs and
-// splits them otherwise unless its strict reproducibility mode is on. Loading this library therefore sets
-// MKL_CBWR=AUTO,STRICT in the environment, before MKL reads it, unless MKL_CBWR is already set
-// (a user's own setting wins); nothing else reads the variable. The value in effect:
+// splits them otherwise unless its strict reproducibility mode is on. Loading this library
+// therefore sets MKL_CBWR=AUTO,STRICT in the environment, before MKL reads it, unless MKL_CBWR is
+// already set (a user's own setting wins); nothing else reads the variable. The value in effect:
 const char* MklCbwr();
 
 // The CPUs this process may run on (its affinity mask), at least 1.
