@@ -13,6 +13,9 @@
 namespace vtoken::model {
 namespace {
 
+using internal::KeyRange;
+using internal::RangeOf;
+using internal::WindowStart;
 using simd::Exp;
 using simd::kLanes;
 using simd::Lanes16;
@@ -85,23 +88,6 @@ struct Workspace {
   std::vector<int64_t> unit_head;  // Unit -> its index in `heads`.
   std::vector<float> partials, scores, norms;
 };
-
-struct KeyRange {
-  int64_t k0, keys;
-};
-
-VTOKEN_INLINE KeyRange RangeOf(const CpuAttentionBatch& b, int64_t s, int64_t g) {
-  const int64_t u = s * b.groups_per_seq + (b.head_group != nullptr ? b.head_group[g] : 0);
-  return {b.key_offsets[u], b.key_offsets[u + 1] - b.key_offsets[u]};
-}
-
-// Query row i of a range with ctx context keys sees keys [lo, ctx + i + 1).
-VTOKEN_INLINE int64_t WindowStart(const CpuAttentionBatch& b, const int64_t* kpos, int64_t ctx,
-                                  int64_t i) {
-  if (b.sliding_window <= 0) return 0;
-  // Keys increase in position: the first one inside the window.
-  return std::upper_bound(kpos, kpos + ctx + i + 1, kpos[ctx + i] - b.sliding_window) - kpos;
-}
 
 VTOKEN_INLINE int64_t SignalRows(const CpuAttentionBatch& b, int64_t s, int64_t n) {
   return std::clamp<int64_t>(b.num_signal[s], 1, n);

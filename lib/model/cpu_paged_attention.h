@@ -32,6 +32,7 @@
 // multiversioning (the CPU picks at load time).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace vtoken::model {
@@ -81,5 +82,29 @@ void CpuPagedAttention(const CpuAttentionBatch& batch, CpuPool& pool);
 // The units of work the call above spreads over its threads: one per chunk of each (sequence,
 // KV head) range, skipped sequences excluded.
 int64_t CpuAttentionUnits(const CpuAttentionBatch& batch);
+
+namespace internal {
+
+// The CPU attention kernels' shared reading of a batch (cpu_paged_attention.cc,
+// cpu_prefill_attention.cc).
+struct KeyRange {
+  int64_t k0, keys;
+};
+
+// The key range KV head g of sequence s reads.
+inline KeyRange RangeOf(const CpuAttentionBatch& b, int64_t s, int64_t g) {
+  const int64_t u = s * b.groups_per_seq + (b.head_group != nullptr ? b.head_group[g] : 0);
+  return {b.key_offsets[u], b.key_offsets[u + 1] - b.key_offsets[u]};
+}
+
+// Query row i of a range with ctx context keys sees keys [WindowStart, ctx + i + 1).
+inline int64_t WindowStart(const CpuAttentionBatch& b, const int64_t* kpos, int64_t ctx,
+                           int64_t i) {
+  if (b.sliding_window <= 0) return 0;
+  // Keys increase in position: the first one inside the window.
+  return std::upper_bound(kpos, kpos + ctx + i + 1, kpos[ctx + i] - b.sliding_window) - kpos;
+}
+
+}  // namespace internal
 
 }  // namespace vtoken::model

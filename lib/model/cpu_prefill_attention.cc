@@ -13,6 +13,9 @@
 namespace vtoken::model {
 namespace {
 
+using internal::KeyRange;
+using internal::RangeOf;
+using internal::WindowStart;
 using simd::Exp;
 using simd::kLanes;
 using simd::Lanes16;
@@ -20,28 +23,13 @@ using simd::V16;
 using simd::V4;
 using simd::V8;
 
-struct Range {
-  int64_t k0 = 0, keys = 0;
-};
-
-Range RangeOfHead(const CpuAttentionBatch& b, int64_t s, int64_t g) {
-  const int64_t u = s * b.groups_per_seq + (b.head_group != nullptr ? b.head_group[g] : 0);
-  return {b.key_offsets[u], b.key_offsets[u + 1] - b.key_offsets[u]};
-}
-
-// Query row i of a range with ctx context keys sees keys [lo, ctx + i + 1).
-int64_t WindowStart(const CpuAttentionBatch& b, const int64_t* kpos, int64_t ctx, int64_t i) {
-  if (b.sliding_window <= 0) return 0;
-  return std::upper_bound(kpos, kpos + ctx + i + 1, kpos[ctx + i] - b.sliding_window) - kpos;
-}
-
 // One sequence's plan and buffers.
 struct Plan {
   const CpuAttentionBatch* b = nullptr;
   int64_t s = 0, n = 0, q0 = 0, group = 0, blocks = 0, pairs = 0, max_keys = 0;
   int64_t first_signal = 0;
   bool attn = false, norm = false;
-  std::vector<Range> ranges;     // [kv heads]
+  std::vector<KeyRange> ranges;  // [kv heads]
   std::vector<float> k, v;       // [kv heads][max_keys][head_dim]
   std::vector<float> attn_part;  // [blocks][kv heads][max_keys]
 };
@@ -71,7 +59,7 @@ VTOKEN_INLINE void AttendBlockOn(Plan& pl, int64_t g, int64_t block) {
   thread_local std::vector<float> scores;
   const CpuAttentionBatch& b = *pl.b;
   const int64_t hd = b.head_dim, q_row = b.num_heads * hd;
-  const Range r = pl.ranges[g];
+  const KeyRange r = pl.ranges[g];
   const int64_t ctx = r.keys - pl.n;
   const int64_t r0 = block * kPrefillQueryRows;
   const int64_t rows = std::min(kPrefillQueryRows, pl.n - r0), seen = ctx + r0 + rows;
@@ -181,7 +169,7 @@ void CpuPrefillAttention(const CpuAttentionBatch& b, int64_t s, CpuPool& pool) {
   pl.ranges.resize(static_cast<size_t>(kvh));
   pl.max_keys = 0;
   for (int64_t g = 0; g < kvh; ++g) {
-    pl.ranges[g] = RangeOfHead(b, s, g);
+    pl.ranges[g] = RangeOf(b, s, g);
     pl.max_keys = std::max(pl.max_keys, pl.ranges[g].keys);
   }
   pl.k.resize(static_cast<size_t>(kvh * pl.max_keys * hd));
@@ -194,7 +182,7 @@ void CpuPrefillAttention(const CpuAttentionBatch& b, int64_t s, CpuPool& pool) {
       pl.max_keys,
       [&](int64_t begin, int64_t end) {
         for (int64_t g = 0; g < kvh; ++g) {
-          const Range r = pl.ranges[g];
+          const KeyRange r = pl.ranges[g];
           const int64_t* slots = b.slots + r.k0;
           const float* kc = b.k_cache + g * b.kv_head_stride;
           const float* vc = b.v_cache + g * b.kv_head_stride;
@@ -224,7 +212,7 @@ void CpuPrefillAttention(const CpuAttentionBatch& b, int64_t s, CpuPool& pool) {
       pl.max_keys,
       [&](int64_t begin, int64_t end) {
         for (int64_t g = 0; g < kvh; ++g) {
-          const Range r = pl.ranges[g];
+          const KeyRange r = pl.ranges[g];
           const int64_t ctx = r.keys - pl.n;
           for (int64_t j = begin; j < std::min(end, r.keys); ++j) {
             float sum = b.attn_sum[r.k0 + j];

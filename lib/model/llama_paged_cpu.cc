@@ -1,6 +1,7 @@
 // LlamaModel::PagedLayersCpu: the fused CPU fp32 path of ForwardPaged.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "lib/model/cpu_blas_gemm.h"
 #include "lib/model/cpu_gemm.h"
@@ -219,10 +220,14 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     }
   }
   attn_batch.skip = skip.data();
-  auto blas_signals = SignalAccumulators(blas_seqs, view, b.want_signals.data(), sums, num_seqs);
+  // The torch path's signal views (CpuPrefillAttention adds into the sums itself).
+  auto blas_signals = SignalAccumulators(pool_sgemm ? std::vector<int64_t>() : blas_seqs, view,
+                                         b.want_signals.data(), sums, num_seqs);
   auto attn = torch::empty({total, heads * hd}, torch::kFloat32);
-  // The BLAS's own threads would spin against the pool's between the step's GEMMs.
-  const OneBlasThread one_blas_thread;
+  // The BLAS's own threads would spin against the pool's between the step's GEMMs; a step with
+  // no prefill chunk calls no BLAS.
+  std::optional<OneBlasThread> one_blas_thread;
+  if (total > kCpuLinearMaxRows || !blas_seqs.empty()) one_blas_thread.emplace();
   for (int64_t li = 0; li < c.num_hidden_layers; ++li) {
     const Layer& l = layers_[li];
     auto h = rms_norm(x, l.input_norm);
