@@ -76,16 +76,28 @@ VTOKEN_INLINE void AxpyRows(const float* p, const float* const* x, float* y, int
 
 // Where one (sequence, KV head) pair's chunk results and signal inputs live in the workspace.
 struct HeadPlan {
-  int64_t first_unit = 0, chunks = 0;  // Its units: [first_unit, first_unit + chunks).
-  int64_t partials = 0;                // Floats: [chunks][rows][group][2 + head_dim].
-  int64_t scores = -1;                 // Floats: [signal rows][group][keys], or -1.
-  int64_t norms = -1;                  // Floats: [keys], or -1.
+  int64_t partials = 0;  // Floats: [chunks][rows][group][2 + head_dim].
+  int64_t scores = -1;   // Floats: [signal rows][group][keys], or -1.
+  int64_t norms = -1;    // Floats: [keys], or -1.
+};
+
+// One key range of a sequence and the KV heads that read it (all of them at token granularity,
+// one at head granularity): a unit of work is one chunk of a range, for all its heads, so that a
+// slot's K and V rows of every head are read together (they are adjacent in the slot) instead of
+// once per head, a slot apart each time.
+struct RangePlan {
+  int64_t s = 0;
+  int64_t heads_begin = 0, heads_end = 0;  // Its KV heads: range_heads[heads_begin, heads_end).
+  int64_t first_unit = 0, chunks = 0;      // Its units: [first_unit, first_unit + chunks).
 };
 
 struct Workspace {
   int64_t seq_begin = 0, max_chunks = 0;
-  std::vector<HeadPlan> heads;     // [(seq - seq_begin) * num_kv_heads + kv head]
-  std::vector<int64_t> unit_head;  // Unit -> its index in `heads`.
+  std::vector<HeadPlan> heads;       // [(seq - seq_begin) * num_kv_heads + kv head]
+  std::vector<RangePlan> ranges;     // By sequence, then range.
+  std::vector<int64_t> seq_ranges;   // [seq - seq_begin + 1]: each sequence's first range.
+  std::vector<int64_t> range_heads;  // KV heads, range by range.
+  std::vector<int64_t> unit_range;   // Unit -> its index in `ranges`.
   std::vector<float> partials, scores, norms;
 };
 
@@ -98,117 +110,168 @@ void BuildPlan(const CpuAttentionBatch& b, int64_t seq_begin, int64_t seq_end, W
   ws.seq_begin = seq_begin;
   ws.max_chunks = 0;
   ws.heads.assign(static_cast<size_t>((seq_end - seq_begin) * kvh), HeadPlan{});
-  ws.unit_head.clear();
+  ws.ranges.clear();
+  ws.seq_ranges.assign(1, 0);
+  ws.range_heads.clear();
+  ws.unit_range.clear();
   int64_t partials = 0, scores = 0, norms = 0;
   for (int64_t s = seq_begin; s < seq_end; ++s) {
-    if (b.skip != nullptr && b.skip[s] != 0) continue;
-    const int64_t n = b.q_offsets[s + 1] - b.q_offsets[s];
-    const uint8_t want = b.want_signals != nullptr ? b.want_signals[s] : 0;
-    for (int64_t g = 0; g < kvh; ++g) {
-      const KeyRange r = RangeOf(b, s, g);
-      const int64_t index = (s - seq_begin) * kvh + g;
-      HeadPlan& hp = ws.heads[index];
-      hp.first_unit = static_cast<int64_t>(ws.unit_head.size());
-      hp.chunks = (r.keys + kCpuAttentionChunkKeys - 1) / kCpuAttentionChunkKeys;
-      ws.unit_head.insert(ws.unit_head.end(), hp.chunks, index);
-      ws.max_chunks = std::max(ws.max_chunks, hp.chunks);
-      hp.partials = partials;
-      partials += hp.chunks * n * group * (2 + hd);
-      if ((want & kAttnSignal) && b.attn_sum != nullptr) {
-        hp.scores = scores;
-        scores += SignalRows(b, s, n) * group * r.keys;
-      }
-      if ((want & kKeyNormSignal) && b.norm_sum != nullptr) {
-        hp.norms = norms;
-        norms += r.keys;
+    if (b.skip == nullptr || b.skip[s] == 0) {
+      const int64_t n = b.q_offsets[s + 1] - b.q_offsets[s];
+      const uint8_t want = b.want_signals != nullptr ? b.want_signals[s] : 0;
+      for (int64_t g = 0; g < kvh; ++g) {
+        const KeyRange r = RangeOf(b, s, g);
+        const int64_t chunks = (r.keys + kCpuAttentionChunkKeys - 1) / kCpuAttentionChunkKeys;
+        // Consecutive heads that read the same range share its plan (at token granularity all
+        // of them do; at head granularity none).
+        const int64_t u = b.head_group != nullptr ? b.head_group[g] : 0;
+        if (g == 0 || u != (b.head_group != nullptr ? b.head_group[g - 1] : 0)) {
+          ws.ranges.push_back(RangePlan{.s = s, .chunks = chunks});
+        }
+        ws.range_heads.push_back(g);
+        ws.ranges.back().heads_end = static_cast<int64_t>(ws.range_heads.size());
+        ws.max_chunks = std::max(ws.max_chunks, chunks);
+        HeadPlan& hp = ws.heads[(s - seq_begin) * kvh + g];
+        hp.partials = partials;
+        partials += chunks * n * group * (2 + hd);
+        if ((want & kAttnSignal) && b.attn_sum != nullptr) {
+          hp.scores = scores;
+          scores += SignalRows(b, s, n) * group * r.keys;
+        }
+        if ((want & kKeyNormSignal) && b.norm_sum != nullptr) {
+          hp.norms = norms;
+          norms += r.keys;
+        }
       }
     }
+    ws.seq_ranges.push_back(static_cast<int64_t>(ws.ranges.size()));
+  }
+  int64_t head = 0;
+  for (size_t i = 0; i < ws.ranges.size(); ++i) {
+    RangePlan& rp = ws.ranges[i];
+    rp.heads_begin = head;
+    head = rp.heads_end;
+    rp.first_unit = static_cast<int64_t>(ws.unit_range.size());
+    ws.unit_range.insert(ws.unit_range.end(), rp.chunks, static_cast<int64_t>(i));
   }
   ws.partials.resize(static_cast<size_t>(partials));
   ws.scores.resize(static_cast<size_t>(scores));
   ws.norms.resize(static_cast<size_t>(norms));
 }
 
-// One unit: keys [c * C, (c + 1) * C) of one (sequence, KV head) range, for each query row and
-// each query head of the group: m = the largest score, l = sum exp(score - m), acc = sum exp(score
-// - m) v; and, for the signal rows, the exp(score - m) values themselves; and the keys' norms.
-// On native vectors N (cpu_isa.h): AttendChunk below picks them.
+// One unit: keys [c * C, (c + 1) * C) of one (sequence, key range), for each KV head reading the
+// range, each query row and each query head of the KV head's group: m = the largest score, l =
+// sum exp(score - m), acc = sum exp(score - m) v; and, for the signal rows, the exp(score - m)
+// values themselves; and the keys' norms. Each head's arithmetic is the same whichever heads
+// share its unit. On native vectors N (cpu_isa.h): AttendChunk below picks them.
 template <typename N>
 VTOKEN_INLINE void AttendChunkOn(const CpuAttentionBatch& b, Workspace& ws, int64_t unit) {
-  thread_local std::vector<float> scratch;  // [group][C]
+  thread_local std::vector<float> scratch;  // [heads of the unit][group][C]
   const int64_t kvh = b.num_kv_heads, group = b.num_heads / kvh, hd = b.head_dim;
   const int64_t kv_row = b.slot_stride, q_row = b.num_heads * hd, part_row = 2 + hd;
   constexpr int64_t C = kCpuAttentionChunkKeys;
-  const int64_t index = ws.unit_head[unit];
-  const HeadPlan& hp = ws.heads[index];
-  const int64_t s = ws.seq_begin + index / kvh, g = index % kvh, c = unit - hp.first_unit;
-  const KeyRange r = RangeOf(b, s, g);
+  const RangePlan& rp = ws.ranges[ws.unit_range[unit]];
+  const int64_t s = rp.s, c = unit - rp.first_unit;
+  const int64_t* heads = ws.range_heads.data() + rp.heads_begin;
+  const int64_t nh = rp.heads_end - rp.heads_begin;
+  const KeyRange r = RangeOf(b, s, heads[0]);
   const int64_t q0 = b.q_offsets[s], n = b.q_offsets[s + 1] - q0, ctx = r.keys - n;
   const int64_t first_signal = n - SignalRows(b, s, n);
   const int64_t a = c * C, e = std::min(a + C, r.keys);
   const int64_t* slots = b.slots + r.k0;
   const int64_t* kpos = b.sliding_window > 0 ? b.key_positions + r.k0 : nullptr;
-  const float* kg = b.k_cache + g * b.kv_head_stride;
-  const float* vg = b.v_cache + g * b.kv_head_stride;
-  scratch.resize(static_cast<size_t>(group * C));
+  auto plan = [&](int64_t x) -> const HeadPlan& {
+    return ws.heads[(s - ws.seq_begin) * kvh + heads[x]];
+  };
+  // Head x's rows of a slot; at token granularity the heads' rows are adjacent.
+  auto k_row = [&](int64_t x, int64_t slot) {
+    return b.k_cache + heads[x] * b.kv_head_stride + slot * kv_row;
+  };
+  auto v_row = [&](int64_t x, int64_t slot) {
+    return b.v_cache + heads[x] * b.kv_head_stride + slot * kv_row;
+  };
+  scratch.resize(static_cast<size_t>(nh * group * C));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t ja = std::max(a, WindowStart(b, kpos, ctx, i)), jb = std::min(e, ctx + i + 1);
-    float* part = ws.partials.data() + hp.partials + (c * n + i) * group * part_row;
+    auto part_of = [&](int64_t x) {
+      return ws.partials.data() + plan(x).partials + (c * n + i) * group * part_row;
+    };
     if (ja >= jb) {  // The row sees no key of this chunk.
-      for (int64_t h = 0; h < group; ++h) {
-        float* ph = part + h * part_row;
-        ph[0] = -std::numeric_limits<float>::infinity();
-        std::fill(ph + 1, ph + part_row, 0.0f);
+      for (int64_t x = 0; x < nh; ++x) {
+        for (int64_t h = 0; h < group; ++h) {
+          float* ph = part_of(x) + h * part_row;
+          ph[0] = -std::numeric_limits<float>::infinity();
+          std::fill(ph + 1, ph + part_row, 0.0f);
+        }
       }
       continue;
     }
     const int64_t len = jb - ja;
-    const float* qi = b.q + (q0 + i) * q_row + g * group * hd;
+    const float* qi = b.q + (q0 + i) * q_row;
     float* sc = scratch.data();
     for (int64_t j = ja; j < jb; ++j) {
-      if (j + kPrefetchAhead < jb) PrefetchRow(kg + slots[j + kPrefetchAhead] * kv_row, hd);
-      const float* kj = kg + slots[j] * kv_row;
-      for (int64_t h = 0; h < group; ++h)
-        sc[h * C + (j - ja)] = b.scale * DotRow<N>(qi + h * hd, kj, hd);
+      for (int64_t x = 0; j + kPrefetchAhead < jb && x < nh; ++x) {
+        PrefetchRow(k_row(x, slots[j + kPrefetchAhead]), hd);
+      }
+      for (int64_t x = 0; x < nh; ++x) {
+        const float* kj = k_row(x, slots[j]);
+        const float* qg = qi + heads[x] * group * hd;
+        for (int64_t h = 0; h < group; ++h) {
+          sc[(x * group + h) * C + (j - ja)] = b.scale * DotRow<N>(qg + h * hd, kj, hd);
+        }
+      }
     }
-    for (int64_t h = 0; h < group; ++h) {
-      float* row = sc + h * C;
-      const float m = Max(row, len);
-      for (int64_t j = 0; j < len; ++j) row[j] = Exp(row[j] - m);
-      float* ph = part + h * part_row;
-      ph[0] = m;
-      ph[1] = SumRow<N>(row, len);
-      std::fill(ph + 2, ph + part_row, 0.0f);
+    for (int64_t x = 0; x < nh; ++x) {
+      for (int64_t h = 0; h < group; ++h) {
+        float* row = sc + (x * group + h) * C;
+        const float m = Max(row, len);
+        for (int64_t j = 0; j < len; ++j) row[j] = Exp(row[j] - m);
+        float* ph = part_of(x) + h * part_row;
+        ph[0] = m;
+        ph[1] = SumRow<N>(row, len);
+        std::fill(ph + 2, ph + part_row, 0.0f);
+      }
     }
     int64_t j = ja;
     for (; j + 4 <= jb; j += 4) {
       for (int64_t t = j + kPrefetchAhead; t < std::min(j + kPrefetchAhead + 4, jb); ++t) {
-        PrefetchRow(vg + slots[t] * kv_row, hd);
+        for (int64_t x = 0; x < nh; ++x) PrefetchRow(v_row(x, slots[t]), hd);
       }
-      const float* rows[4] = {vg + slots[j] * kv_row, vg + slots[j + 1] * kv_row,
-                              vg + slots[j + 2] * kv_row, vg + slots[j + 3] * kv_row};
-      for (int64_t h = 0; h < group; ++h) {
-        AxpyRows<N, 4>(sc + h * C + (j - ja), rows, part + h * part_row + 2, hd);
+      for (int64_t x = 0; x < nh; ++x) {
+        const float* rows[4] = {v_row(x, slots[j]), v_row(x, slots[j + 1]), v_row(x, slots[j + 2]),
+                                v_row(x, slots[j + 3])};
+        float* part = part_of(x);
+        for (int64_t h = 0; h < group; ++h) {
+          AxpyRows<N, 4>(sc + (x * group + h) * C + (j - ja), rows, part + h * part_row + 2, hd);
+        }
       }
     }
     for (; j < jb; ++j) {
-      const float* rows[1] = {vg + slots[j] * kv_row};
-      for (int64_t h = 0; h < group; ++h) {
-        AxpyRows<N, 1>(sc + h * C + (j - ja), rows, part + h * part_row + 2, hd);
+      for (int64_t x = 0; x < nh; ++x) {
+        const float* rows[1] = {v_row(x, slots[j])};
+        float* part = part_of(x);
+        for (int64_t h = 0; h < group; ++h) {
+          AxpyRows<N, 1>(sc + (x * group + h) * C + (j - ja), rows, part + h * part_row + 2, hd);
+        }
       }
     }
-    if (hp.scores >= 0 && i >= first_signal) {
-      float* kept = ws.scores.data() + hp.scores + (i - first_signal) * group * r.keys;
-      for (int64_t h = 0; h < group; ++h) {
-        std::copy(sc + h * C, sc + h * C + len, kept + h * r.keys + ja);
+    if (i >= first_signal) {
+      for (int64_t x = 0; x < nh; ++x) {
+        if (plan(x).scores < 0) continue;
+        float* kept = ws.scores.data() + plan(x).scores + (i - first_signal) * group * r.keys;
+        for (int64_t h = 0; h < group; ++h) {
+          const float* row = sc + (x * group + h) * C;
+          std::copy(row, row + len, kept + h * r.keys + ja);
+        }
       }
     }
   }
-  if (hp.norms >= 0) {
-    float* norms = ws.norms.data() + hp.norms;
-    const float inv_heads = 1.0f / static_cast<float>(b.norm_heads);
+  const float inv_heads = 1.0f / static_cast<float>(b.norm_heads);
+  for (int64_t x = 0; x < nh; ++x) {
+    if (plan(x).norms < 0) continue;
+    float* norms = ws.norms.data() + plan(x).norms;
     for (int64_t jj = a; jj < e; ++jj) {
-      const float* kj = kg + slots[jj] * kv_row;
+      const float* kj = k_row(x, slots[jj]);
       norms[jj] = std::sqrt(DotRow<N>(kj, kj, hd)) * inv_heads;
     }
   }
@@ -254,6 +317,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   for (int64_t g = 0; g < kvh; ++g) {
     const HeadPlan& hp = ws.heads[(s - ws.seq_begin) * kvh + g];
     const KeyRange r = RangeOf(b, s, g);
+    const int64_t chunks = (r.keys + C - 1) / C;
     const int64_t ctx = r.keys - n;
     const int64_t* kpos = b.sliding_window > 0 ? b.key_positions + r.k0 : nullptr;
     const float* parts = ws.partials.data() + hp.partials;
@@ -263,18 +327,18 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
       for (int64_t h = 0; h < group; ++h) {
         auto part = [&](int64_t c) { return parts + ((c * n + i) * group + h) * part_row; };
         float top = -std::numeric_limits<float>::infinity();
-        for (int64_t c = 0; c < hp.chunks; ++c) {
+        for (int64_t c = 0; c < chunks; ++c) {
           if (part(c)[1] > 0) top = std::max(top, part(c)[0]);
         }
         float total = 0;
-        for (int64_t c = 0; c < hp.chunks; ++c) {
+        for (int64_t c = 0; c < chunks; ++c) {
           weights[c] = part(c)[1] > 0 ? Exp(part(c)[0] - top) : 0.0f;
           total += weights[c] * part(c)[1];
         }
         const float inv = 1.0f / total;
         float* o = b.out + (q0 + i) * q_row + (g * group + h) * hd;
         std::fill(o, o + hd, 0.0f);
-        for (int64_t c = 0; c < hp.chunks; ++c) {
+        for (int64_t c = 0; c < chunks; ++c) {
           if (weights[c] == 0) continue;
           const float f = weights[c] * inv;
           const float* acc = part(c) + 2;
@@ -283,7 +347,7 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
         if (attn_sum == nullptr || i < first_signal) continue;
         const float* kept =
             ws.scores.data() + hp.scores + ((i - first_signal) * group + h) * r.keys;
-        for (int64_t c = 0; c < hp.chunks; ++c) {
+        for (int64_t c = 0; c < chunks; ++c) {
           const int64_t ja = std::max(c * C, lo), jb = std::min((c + 1) * C, hi);
           const float f = weights[c] * inv;
           for (int64_t j = ja; j < jb; ++j) attn_sum[j] += kept[j] * f;
@@ -311,14 +375,15 @@ Workspace& CallerWorkspace() {
 void CpuPagedAttention(const CpuAttentionBatch& batch, int64_t seq_begin, int64_t seq_end) {
   Workspace& ws = CallerWorkspace();
   BuildPlan(batch, seq_begin, seq_end, ws);
-  for (int64_t u = 0; u < static_cast<int64_t>(ws.unit_head.size()); ++u) AttendChunk(batch, ws, u);
+  for (int64_t u = 0; u < static_cast<int64_t>(ws.unit_range.size()); ++u)
+    AttendChunk(batch, ws, u);
   for (int64_t s = seq_begin; s < seq_end; ++s) CombineSeq(batch, ws, s);
 }
 
 int64_t CpuAttentionUnits(const CpuAttentionBatch& batch) {
   Workspace& ws = CallerWorkspace();
   BuildPlan(batch, 0, batch.num_seqs, ws);
-  return static_cast<int64_t>(ws.unit_head.size());
+  return static_cast<int64_t>(ws.unit_range.size());
 }
 
 void CpuPagedAttention(const CpuAttentionBatch& batch, CpuPool& pool) {
@@ -328,16 +393,15 @@ void CpuPagedAttention(const CpuAttentionBatch& batch, CpuPool& pool) {
     // One chunk per range: each sequence's two phases in one share (one pool call).
     pool.ParallelFor(batch.num_seqs, [&](int64_t begin, int64_t end) {
       for (int64_t s = begin; s < end; ++s) {
-        if (batch.skip != nullptr && batch.skip[s] != 0) continue;
-        for (int64_t g = 0; g < batch.num_kv_heads; ++g) {
-          AttendChunk(batch, ws, ws.heads[s * batch.num_kv_heads + g].first_unit);
+        for (int64_t x = ws.seq_ranges[s]; x < ws.seq_ranges[s + 1]; ++x) {
+          AttendChunk(batch, ws, ws.ranges[x].first_unit);
         }
         CombineSeq(batch, ws, s);
       }
     });
     return;
   }
-  pool.ParallelFor(static_cast<int64_t>(ws.unit_head.size()), [&](int64_t begin, int64_t end) {
+  pool.ParallelFor(static_cast<int64_t>(ws.unit_range.size()), [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) AttendChunk(batch, ws, u);
   });
   pool.ParallelFor(batch.num_seqs, [&](int64_t begin, int64_t end) {

@@ -21,12 +21,14 @@
 // num_signal[s] query rows; norm_sum[key] += the L2 norm of its K row / norm_heads. The caller
 // divides by layers (and heads x signal rows) after the last layer.
 //
-// Split over keys: each key range is cut into chunks of kCpuAttentionChunkKeys keys. A chunk
-// computes, per query row and head, its largest score m, l = sum exp(score - m) and acc =
-// sum exp(score - m) v; a second pass per sequence combines the chunks (out = sum w acc /
-// sum w l, w = exp(m - the largest m)) and adds the signals. The chunks of one sequence can run on
-// different threads, so a batch of one long sequence uses every thread. The chunking depends on
-// the keys only, never on the thread count: any split of the work gives the same bits.
+// Split over keys: each key range is cut into chunks of kCpuAttentionChunkKeys keys. A chunk (one
+// unit of work, for all the KV heads that read the range, so that the rows of a slot, adjacent in
+// memory, are read together and not once per head) computes, per query row and head, its largest
+// score m, l = sum exp(score - m) and acc = sum exp(score - m) v; a second pass per sequence
+// combines the chunks (out = sum w acc / sum w l, w = exp(m - the largest m)) and adds the signals.
+// The chunks of one sequence can run on different threads, so a batch of one long sequence uses
+// every thread. The chunking depends on the keys only, never on the thread count: any split of the
+// work gives the same bits.
 //
 // Vectorized for x86-64-v4 (AVX-512) / v3 (AVX2 + FMA) / baseline x86-64 by function
 // multiversioning (the CPU picks at load time).
@@ -80,7 +82,7 @@ void CpuPagedAttention(const CpuAttentionBatch& batch, int64_t seq_begin, int64_
 void CpuPagedAttention(const CpuAttentionBatch& batch, CpuPool& pool);
 
 // The units of work the call above spreads over its threads: one per chunk of each (sequence,
-// KV head) range, skipped sequences excluded.
+// key range) with all the KV heads that read it, skipped sequences excluded.
 int64_t CpuAttentionUnits(const CpuAttentionBatch& batch);
 
 namespace internal {

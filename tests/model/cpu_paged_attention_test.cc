@@ -68,10 +68,12 @@ TEST(CpuPagedAttentionTest, MatchesADoubleReferenceAndAnySplitGivesTheSameBits) 
         multi_chunk += c + p.seqs[s].rows > kCpuAttentionChunkKeys ? 1 : 0;
       }
     }
-    int64_t units = 0;  // One per chunk of each (sequence, KV head) range.
+    // One per chunk of each (sequence, key range), all the KV heads reading the range together:
+    // at token granularity one range per sequence whatever the KV heads.
+    int64_t units = 0;
     for (size_t s = 0; s < p.seqs.size(); ++s) {
-      for (int64_t g = 0; !p.seqs[s].skip && g < p.kv_heads; ++g) {
-        const int64_t u = static_cast<int64_t>(s) * p.groups + (p.per_head ? g : 0);
+      for (int64_t g = 0; !p.seqs[s].skip && g < (p.per_head ? p.kv_heads : 1); ++g) {
+        const int64_t u = static_cast<int64_t>(s) * p.groups + g;
         const int64_t keys = p.key_offsets[u + 1] - p.key_offsets[u];
         units += (keys + kCpuAttentionChunkKeys - 1) / kCpuAttentionChunkKeys;
       }
