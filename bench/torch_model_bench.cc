@@ -21,10 +21,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench/decode_inputs.h"
@@ -502,14 +504,23 @@ BENCHMARK(BM_LlamaCppShapes)
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
-// SmolLM2-135M-Instruct, the real model (scripts/fetch-model.sh smollm2-135m; its Q4_1 GGUF
+// SmolLM2-135M-Instruct: the real model when scripts/fetch-model.sh fetched it (its Q4_1 GGUF,
 // dequantized to fp32 on load), or synthetic weights of its shape when the file is not there
 // (labelled so in the `smollm2_weights` context line): 30 layers, hidden 576, 9 query and 3 KV
-// heads of 64, FFN 1536, vocabulary 49,152, tied embeddings.
-const StatusOr<LlamaModel>& SmolLm2() {
-  static const StatusOr<LlamaModel> model = []() -> StatusOr<LlamaModel> {
+// heads of 64, FFN 1536, vocabulary 49,152, tied embeddings. With `stored` the real model with
+// weights_as_stored (its Q4_1 blocks read by the decode kernels), or an error when the file is
+// not there (synthetic weights have no stored form); with `kv16` its KV store in fp16
+// (LlamaOptions::kv_dtype). One model per combination, loaded on first use.
+const StatusOr<LlamaModel>& SmolLm2(bool stored, bool kv16) {
+  static std::map<std::pair<bool, bool>, StatusOr<LlamaModel>> models;
+  auto it = models.find({stored, kv16});
+  if (it != models.end()) return it->second;
+  auto load = [&]() -> StatusOr<LlamaModel> {
+    LlamaOptions options{.weights_as_stored = stored};
+    if (kv16) options.kv_dtype = torch::kHalf;
     StatusOr<std::string> path = ResolveModelPath("smollm2-135m");
-    if (path.ok()) return LlamaModel::FromGguf(*path);
+    if (path.ok()) return LlamaModel::FromGguf(*path, options);
+    if (stored) return path.status();
     ModelConfig c;
     c.vocab_size = 49152;
     c.hidden_size = 576;
@@ -522,19 +533,9 @@ const StatusOr<LlamaModel>& SmolLm2() {
     c.rms_norm_eps = 1e-5;
     c.rope_theta = 100000.0;
     c.tie_word_embeddings = true;
-    return LlamaModel::RandomInit(c, /*seed=*/1);
-  }();
-  return model;
-}
-
-// The real model with weights_as_stored (its Q4_1 blocks read by the decode kernels), or an
-// error when the file is not there (synthetic weights have no stored form).
-const StatusOr<LlamaModel>& SmolLm2Stored() {
-  static const StatusOr<LlamaModel> model = []() -> StatusOr<LlamaModel> {
-    VTOKEN_ASSIGN_OR_RETURN(const std::string path, ResolveModelPath("smollm2-135m"));
-    return LlamaModel::FromGguf(path, {.weights_as_stored = true});
-  }();
-  return model;
+    return LlamaModel::RandomInit(c, /*seed=*/1, options);
+  };
+  return models.emplace(std::pair{stored, kv16}, load()).first->second;
 }
 
 std::string SmolLm2Weights() {
@@ -548,16 +549,17 @@ std::string SmolLm2Weights() {
 //   batch > 0: `batch` sequences whose KV already holds `context` tokens (noise), then 16 decode
 //              steps (llama-batched-bench's TG at that prompt length, -ntg 16).
 // stored = 1: the real model with weights as stored (LlamaOptions::weights_as_stored), against
-// llama.cpp on the same Q4_1 file.
+// llama.cpp on the same Q4_1 file. kv16 = 1: the KV store in fp16 (llama.cpp's default cache
+// type, which its side of the comparison uses throughout), else fp32.
 void BM_SmolLm2Shapes(benchmark::State& state) {
-  const StatusOr<LlamaModel>& loaded = state.range(2) != 0 ? SmolLm2Stored() : SmolLm2();
+  const StatusOr<LlamaModel>& loaded = SmolLm2(state.range(2) != 0, state.range(3) != 0);
   if (!loaded.ok()) return state.SkipWithError(loaded.status().ToString().c_str());
   TimeLlamaCppShape(state, *loaded, state.range(0), state.range(1), /*steps=*/16);
 }
 BENCHMARK(BM_SmolLm2Shapes)
-    ->ArgNames({"batch", "context", "stored"})
-    ->ArgsProduct({{0, 1, 8, 32}, {512, 2048}, {0}})
-    ->ArgsProduct({{1, 8}, {512}, {1}})
+    ->ArgNames({"batch", "context", "stored", "kv16"})
+    ->ArgsProduct({{0, 1, 8, 32}, {512, 2048}, {0}, {0, 1}})
+    ->ArgsProduct({{1, 8}, {512}, {1}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 

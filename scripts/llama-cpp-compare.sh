@@ -17,7 +17,8 @@
 #     -ntg 16 -npl 1,8,32 with one KV stream per sequence, its default), all on THREADS threads
 #     (default: every CPU), KV cache f16 and flash attention auto (llama.cpp's defaults). And the
 #     weights as stored: ours with model weights as_stored (BM_SmolLm2Shapes/.../stored:1, decode
-#     of batch 1 and 8 at context 512) against llama.cpp on the Q4_1 file itself.
+#     of batch 1 and 8 at context 512) against llama.cpp on the Q4_1 file itself. Ours runs each
+#     case twice, its KV store in fp32 and in fp16 (kv16 = 1: model.kv_dtype = float16).
 #  4. A table of medians (tokens/s) and ratios, ours over llama.cpp at the same ISA level, to
 #     stdout and OUT/summary.md; every raw output under OUT (default build/llama-cpp-compare).
 #
@@ -123,9 +124,9 @@ def ours(isa):
         for b in json.load(open(f"{out}/ours-{isa}-{r}.json"))["benchmarks"]:
             if b.get("run_type") == "aggregate" or "tok_s" not in b:
                 continue
-            parts = dict(p.split(":") for p in b["name"].split("/")[1:4])
+            parts = dict(p.split(":") for p in b["name"].split("/")[1:5])
             key = (int(parts["batch"]), int(parts["context"]), int(parts["stored"]))
-            rows.setdefault(key, []).append(b["tok_s"])
+            rows.setdefault(key, {}).setdefault(int(parts["kv16"]), []).append(b["tok_s"])
     return rows
 def peer(isa):
     rows = {}
@@ -143,16 +144,24 @@ def peer(isa):
     return rows
 print(f"Tokens/s, medians of {rounds} rounds; batch 0 = prefill of `context` tokens, else decode "
       "of `batch` sequences at that context (16 steps). Weights: fp32 (llama.cpp: the F32 GGUF) "
-      "or Q4_1 as stored (ours: model.weights = as_stored; llama.cpp: the Q4_1 file).\n")
-print("| ISA | weights | case | llama.cpp | ours | ours / llama.cpp |")
-print("|---|---|---|---:|---:|---:|")
+      "or Q4_1 as stored (ours: model.weights = as_stored; llama.cpp: the Q4_1 file). KV cache: "
+      "llama.cpp's f16 (its default); ours in fp32 and in fp16 (model.kv_dtype = float16).\n")
+print("| ISA | weights | case | llama.cpp | ours, fp32 KV | ratio | ours, fp16 KV | ratio |")
+print("|---|---|---|---:|---:|---:|---:|---:|")
 for isa in levels:
     o, p = ours(isa), peer(isa)
     for key in sorted(o, key=lambda k: (k[2], k[0] > 0, k[1], k[0])):
         if key not in p:
             continue
-        mo, mp = statistics.median(o[key]), statistics.median(p[key])
+        mp = statistics.median(p[key])
         case = f"prefill {key[1]}" if key[0] == 0 else f"decode batch {key[0]}, context {key[1]}"
         weights = "Q4_1 as stored" if key[2] else "fp32"
-        print(f"| {isa} | {weights} | {case} | {mp:,.0f} | {mo:,.0f} | **{mo / mp:.2f}x** |")
+        cells = ""
+        for kv16 in (0, 1):
+            if kv16 in o[key]:
+                mo = statistics.median(o[key][kv16])
+                cells += f" {mo:,.0f} | **{mo / mp:.2f}x** |"
+            else:
+                cells += " - | - |"
+        print(f"| {isa} | {weights} | {case} | {mp:,.0f} |{cells}")
 EOF

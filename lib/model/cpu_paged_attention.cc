@@ -18,7 +18,9 @@ using internal::RangeOf;
 using internal::WindowStart;
 using simd::Exp;
 using simd::kLanes;
+using simd::KvValue;
 using simd::Lanes16;
+using simd::LoadKv;
 using simd::Max;
 using simd::V16;
 using simd::V4;
@@ -26,20 +28,24 @@ using simd::V8;
 
 // Slots are scattered: fetch the rows a few keys ahead so that their cache misses overlap.
 constexpr int64_t kPrefetchAhead = 8;
-VTOKEN_INLINE void PrefetchRow(const float* row, int64_t floats) {
+template <typename E>
+VTOKEN_INLINE void PrefetchRow(const E* row, int64_t elements) {
   const char* p = reinterpret_cast<const char*>(row);
-  for (int64_t off = 0; off < floats * 4; off += 64) __builtin_prefetch(p + off);
+  for (int64_t off = 0; off < elements * static_cast<int64_t>(sizeof(E)); off += 64) {
+    __builtin_prefetch(p + off);
+  }
 }
 
 // a . b: 16 lanes (in native vectors N, cpu_simd.h's Lanes16), Reduce16's tree, then the tail.
-template <typename N>
-VTOKEN_INLINE float DotRow(const float* a, const float* b, int64_t n) {
+// A and B: float, or uint16_t for a row of an fp16 cache (widened as loaded).
+template <typename N, typename A, typename B>
+VTOKEN_INLINE float DotRow(const A* a, const B* b, int64_t n) {
   using L = Lanes16<N>;
   L acc = L::Zero();
   int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) acc.MulAdd(L::Load(a + i), L::Load(b + i));
+  for (; i + kLanes <= n; i += kLanes) acc.MulAdd(LoadKv<N>(a + i), LoadKv<N>(b + i));
   float s = acc.Reduce();
-  for (; i < n; ++i) s = L::TailMulAdd(s, a[i], b[i]);
+  for (; i < n; ++i) s = L::TailMulAdd(s, KvValue(a[i]), KvValue(b[i]));
   return s;
 }
 
@@ -57,19 +63,19 @@ VTOKEN_INLINE float SumRow(const float* a, int64_t n) {
 }
 
 // y += p[0] x[0] + ... + p[K-1] x[K-1], each element summed in that order: y is loaded and
-// stored once per K rows instead of once per row.
-template <typename N, int K>
-VTOKEN_INLINE void AxpyRows(const float* p, const float* const* x, float* y, int64_t n) {
+// stored once per K rows instead of once per row. E: the cache's element (float or uint16_t).
+template <typename N, int K, typename E>
+VTOKEN_INLINE void AxpyRows(const float* p, const E* const* x, float* y, int64_t n) {
   using L = Lanes16<N>;
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
     L acc = L::Load(y + i);
-    for (int r = 0; r < K; ++r) acc.MulAdd(p[r], L::Load(x[r] + i));
+    for (int r = 0; r < K; ++r) acc.MulAdd(p[r], LoadKv<N>(x[r] + i));
     acc.Store(y + i);
   }
   for (; i < n; ++i) {
     float acc = y[i];
-    for (int r = 0; r < K; ++r) acc = L::TailMulAdd(acc, p[r], x[r][i]);
+    for (int r = 0; r < K; ++r) acc = L::TailMulAdd(acc, p[r], KvValue(x[r][i]));
     y[i] = acc;
   }
 }
@@ -163,8 +169,9 @@ void BuildPlan(const CpuAttentionBatch& b, int64_t seq_begin, int64_t seq_end, W
 // range, each query row and each query head of the KV head's group: m = the largest score, l =
 // sum exp(score - m), acc = sum exp(score - m) v; and, for the signal rows, the exp(score - m)
 // values themselves; and the keys' norms. Each head's arithmetic is the same whichever heads
-// share its unit. On native vectors N (cpu_isa.h): AttendChunk below picks them.
-template <typename N>
+// share its unit. On native vectors N (cpu_isa.h) over a cache of E (float, or uint16_t for
+// fp16): AttendChunk below picks them.
+template <typename N, typename E>
 VTOKEN_INLINE void AttendChunkOn(const CpuAttentionBatch& b, Workspace& ws, int64_t unit) {
   thread_local std::vector<float> scratch;  // [heads of the unit][group][C]
   const int64_t kvh = b.num_kv_heads, group = b.num_heads / kvh, hd = b.head_dim;
@@ -184,11 +191,13 @@ VTOKEN_INLINE void AttendChunkOn(const CpuAttentionBatch& b, Workspace& ws, int6
     return ws.heads[(s - ws.seq_begin) * kvh + heads[x]];
   };
   // Head x's rows of a slot; at token granularity the heads' rows are adjacent.
+  const E* k_cache = static_cast<const E*>(b.k_cache);
+  const E* v_cache = static_cast<const E*>(b.v_cache);
   auto k_row = [&](int64_t x, int64_t slot) {
-    return b.k_cache + heads[x] * b.kv_head_stride + slot * kv_row;
+    return k_cache + heads[x] * b.kv_head_stride + slot * kv_row;
   };
   auto v_row = [&](int64_t x, int64_t slot) {
-    return b.v_cache + heads[x] * b.kv_head_stride + slot * kv_row;
+    return v_cache + heads[x] * b.kv_head_stride + slot * kv_row;
   };
   scratch.resize(static_cast<size_t>(nh * group * C));
   for (int64_t i = 0; i < n; ++i) {
@@ -214,7 +223,7 @@ VTOKEN_INLINE void AttendChunkOn(const CpuAttentionBatch& b, Workspace& ws, int6
         PrefetchRow(k_row(x, slots[j + kPrefetchAhead]), hd);
       }
       for (int64_t x = 0; x < nh; ++x) {
-        const float* kj = k_row(x, slots[j]);
+        const E* kj = k_row(x, slots[j]);
         const float* qg = qi + heads[x] * group * hd;
         for (int64_t h = 0; h < group; ++h) {
           sc[(x * group + h) * C + (j - ja)] = b.scale * DotRow<N>(qg + h * hd, kj, hd);
@@ -238,8 +247,8 @@ VTOKEN_INLINE void AttendChunkOn(const CpuAttentionBatch& b, Workspace& ws, int6
         for (int64_t x = 0; x < nh; ++x) PrefetchRow(v_row(x, slots[t]), hd);
       }
       for (int64_t x = 0; x < nh; ++x) {
-        const float* rows[4] = {v_row(x, slots[j]), v_row(x, slots[j + 1]), v_row(x, slots[j + 2]),
-                                v_row(x, slots[j + 3])};
+        const E* rows[4] = {v_row(x, slots[j]), v_row(x, slots[j + 1]), v_row(x, slots[j + 2]),
+                            v_row(x, slots[j + 3])};
         float* part = part_of(x);
         for (int64_t h = 0; h < group; ++h) {
           AxpyRows<N, 4>(sc + (x * group + h) * C + (j - ja), rows, part + h * part_row + 2, hd);
@@ -248,7 +257,7 @@ VTOKEN_INLINE void AttendChunkOn(const CpuAttentionBatch& b, Workspace& ws, int6
     }
     for (; j < jb; ++j) {
       for (int64_t x = 0; x < nh; ++x) {
-        const float* rows[1] = {v_row(x, slots[j])};
+        const E* rows[1] = {v_row(x, slots[j])};
         float* part = part_of(x);
         for (int64_t h = 0; h < group; ++h) {
           AxpyRows<N, 1>(sc + (x * group + h) * C + (j - ja), rows, part + h * part_row + 2, hd);
@@ -271,20 +280,27 @@ VTOKEN_INLINE void AttendChunkOn(const CpuAttentionBatch& b, Workspace& ws, int6
     if (plan(x).norms < 0) continue;
     float* norms = ws.norms.data() + plan(x).norms;
     for (int64_t jj = a; jj < e; ++jj) {
-      const float* kj = k_row(x, slots[jj]);
+      const E* kj = k_row(x, slots[jj]);
       norms[jj] = std::sqrt(DotRow<N>(kj, kj, hd)) * inv_heads;
     }
   }
 }
 
+// The instantiation for the batch's cache element.
+template <typename N>
+VTOKEN_INLINE void AttendChunkOnCache(const CpuAttentionBatch& b, Workspace& ws, int64_t unit) {
+  if (b.kv_element == CpuKvElement::kFloat16) return AttendChunkOn<N, uint16_t>(b, ws, unit);
+  AttendChunkOn<N, float>(b, ws, unit);
+}
+
 #if defined(__x86_64__)
 __attribute__((target("arch=x86-64-v4"))) void AttendChunkAvx512(const CpuAttentionBatch& b,
                                                                  Workspace& ws, int64_t unit) {
-  AttendChunkOn<V16>(b, ws, unit);
+  AttendChunkOnCache<V16>(b, ws, unit);
 }
 __attribute__((target("arch=x86-64-v3"))) void AttendChunkAvx2(const CpuAttentionBatch& b,
                                                                Workspace& ws, int64_t unit) {
-  AttendChunkOn<V8>(b, ws, unit);
+  AttendChunkOnCache<V8>(b, ws, unit);
 }
 #endif
 
@@ -297,7 +313,7 @@ void AttendChunk(const CpuAttentionBatch& b, Workspace& ws, int64_t unit) {
       return AttendChunkAvx2(b, ws, unit);
 #endif
     default:
-      return AttendChunkOn<V4>(b, ws, unit);
+      return AttendChunkOnCache<V4>(b, ws, unit);
   }
 }
 
@@ -378,6 +394,15 @@ void CpuPagedAttention(const CpuAttentionBatch& batch, int64_t seq_begin, int64_
   for (int64_t u = 0; u < static_cast<int64_t>(ws.unit_range.size()); ++u)
     AttendChunk(batch, ws, u);
   for (int64_t s = seq_begin; s < seq_end; ++s) CombineSeq(batch, ws, s);
+}
+
+void CpuStoreKvRow(CpuKvElement element, const float* from, int64_t n, void* cache, int64_t at) {
+  if (element == CpuKvElement::kFloat32) {
+    std::copy(from, from + n, static_cast<float*>(cache) + at);
+    return;
+  }
+  uint16_t* to = static_cast<uint16_t*>(cache) + at;
+  for (int64_t i = 0; i < n; ++i) to[i] = simd::NarrowF16(from[i]);
 }
 
 int64_t CpuAttentionUnits(const CpuAttentionBatch& batch) {

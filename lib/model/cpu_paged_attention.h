@@ -1,6 +1,7 @@
 // CpuPagedAttention: one layer's attention for a whole batch in one call, reading K and V where
-// they lie in the paged store through per-sequence slot lists (no gather copy, no BLAS), fp32,
-// with the eviction signals accumulated in the same pass. It is what LlamaModel::ForwardPaged
+// they lie in the paged store through per-sequence slot lists (no gather copy, no BLAS), in fp32
+// over an fp32 or fp16 cache (CpuKvElement), with the eviction signals accumulated in the same
+// pass. It is what LlamaModel::ForwardPaged
 // runs on the CPU in fp32; the torch ops it replaces stay as the reference in tests.
 //
 // The batch is CSR-shaped: sequence s owns query rows [q_offsets[s], q_offsets[s+1]) (its new
@@ -43,22 +44,28 @@ class CpuPool;
 
 inline constexpr int64_t kCpuAttentionChunkKeys = 128;
 
+// The element type of the K and V caches the kernels read: fp32, or IEEE binary16 (half the
+// bytes per token; the rows are widened to fp32 exactly as they are loaded, and all arithmetic
+// stays fp32, so an fp16 cache gives the bits of an fp32 cache holding the same values).
+enum class CpuKvElement : uint8_t { kFloat32, kFloat16 };
+
 struct CpuAttentionBatch {
   int64_t num_seqs = 0;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
   float scale = 1;
-  int64_t sliding_window = 0;              // 0: full causal attention.
-  const float* q = nullptr;                // [num query rows, num_heads, head_dim]
-  const float* k_cache = nullptr;          // [num_slots, slot_stride]
-  const float* v_cache = nullptr;          // [num_slots, slot_stride]
-  int64_t slot_stride = 0;                 // Floats per slot: num_kv_heads * head_dim, or head_dim.
-  int64_t kv_head_stride = 0;              // Floats between KV heads in a slot: head_dim, or 0.
-  float* out = nullptr;                    // [num query rows, num_heads, head_dim]
-  const int64_t* q_offsets = nullptr;      // [num_seqs + 1]
-  int64_t groups_per_seq = 1;              // G: key ranges per sequence.
-  const int64_t* head_group = nullptr;     // [num_kv_heads]: the range each KV head reads; null: 0.
-  const int64_t* key_offsets = nullptr;    // [num_seqs * G + 1]
-  const int64_t* slots = nullptr;          // [key_offsets[num_seqs * G]]: context, then new tokens
+  int64_t sliding_window = 0;     // 0: full causal attention.
+  const float* q = nullptr;       // [num query rows, num_heads, head_dim]
+  const void* k_cache = nullptr;  // [num_slots, slot_stride] of kv_element
+  const void* v_cache = nullptr;  // [num_slots, slot_stride] of kv_element
+  CpuKvElement kv_element = CpuKvElement::kFloat32;
+  int64_t slot_stride = 0;               // Elements per slot: num_kv_heads * head_dim, or head_dim.
+  int64_t kv_head_stride = 0;            // Elements between KV heads in a slot: head_dim, or 0.
+  float* out = nullptr;                  // [num query rows, num_heads, head_dim]
+  const int64_t* q_offsets = nullptr;    // [num_seqs + 1]
+  int64_t groups_per_seq = 1;            // G: key ranges per sequence.
+  const int64_t* head_group = nullptr;   // [num_kv_heads]: the range each KV head reads; null: 0.
+  const int64_t* key_offsets = nullptr;  // [num_seqs * G + 1]
+  const int64_t* slots = nullptr;        // [key_offsets[num_seqs * G]]: context, then new tokens
   const int64_t* key_positions = nullptr;  // Same shape: RoPE positions; read (and required)
                                            // only with a sliding window.
   const int64_t* num_signal = nullptr;     // [num_seqs]: signal query rows (the last ones).
@@ -84,6 +91,10 @@ void CpuPagedAttention(const CpuAttentionBatch& batch, CpuPool& pool);
 // The units of work the call above spreads over its threads: one per chunk of each (sequence,
 // key range) with all the KV heads that read it, skipped sequences excluded.
 int64_t CpuAttentionUnits(const CpuAttentionBatch& batch);
+
+// Writes n fp32 values into a cache of `element` from element `at` on: a copy, or each rounded to
+// the nearest binary16, ties to even (as torch's `.to(torch::kHalf)` rounds).
+void CpuStoreKvRow(CpuKvElement element, const float* from, int64_t n, void* cache, int64_t at);
 
 namespace internal {
 

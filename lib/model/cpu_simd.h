@@ -102,6 +102,50 @@ struct Lanes16 {
   }
 };
 
+// IEEE binary16 <-> binary32 for the CPU KV cache in fp16 (CpuKvElement::kFloat16): the widening
+// is exact; the narrowing rounds to nearest even, as torch's `.to(torch::kHalf)` does.
+VTOKEN_INLINE float WidenF16(uint16_t bits) {
+  return static_cast<float>(std::bit_cast<_Float16>(bits));
+}
+VTOKEN_INLINE uint16_t NarrowF16(float x) {
+  return std::bit_cast<uint16_t>(static_cast<_Float16>(x));
+}
+
+// 16 binary16 values at `at` widened into Lanes16<N>: one F16C `vcvtph2ps` per part on AVX2 and
+// AVX-512 (in asm: <immintrin.h>'s intrinsics cannot be inlined into these templates, which carry
+// no target attribute, and GCC 12 converts a vector of _Float16 element by element); WidenF16
+// lane by lane on the baseline, which has no conversion instruction. Exact either way.
+template <typename N>
+VTOKEN_INLINE Lanes16<N> LoadF16(const uint16_t* at) {
+  using L = Lanes16<N>;
+  L v;
+#if defined(__x86_64__)
+  if constexpr (L::kParts < 4) {
+    for (int p = 0; p < L::kParts; ++p) {
+      const auto& h = *reinterpret_cast<const uint16_t(*)[L::kWidth]>(at + p * L::kWidth);
+      asm("vcvtph2ps %1, %0" : "=v"(v.part[p]) : "m"(h));
+    }
+    return v;
+  }
+#endif
+  for (int p = 0; p < L::kParts; ++p) {
+    for (int l = 0; l < L::kWidth; ++l) v.part[p][l] = WidenF16(at[p * L::kWidth + l]);
+  }
+  return v;
+}
+
+// Lanes16<N> of a KV row's elements (fp32 or binary16) at `at`.
+template <typename N>
+VTOKEN_INLINE Lanes16<N> LoadKv(const float* at) {
+  return Lanes16<N>::Load(at);
+}
+template <typename N>
+VTOKEN_INLINE Lanes16<N> LoadKv(const uint16_t* at) {
+  return LoadF16<N>(at);
+}
+VTOKEN_INLINE float KvValue(float x) { return x; }
+VTOKEN_INLINE float KvValue(uint16_t bits) { return WidenF16(bits); }
+
 VTOKEN_INLINE float Dot(const float* a, const float* b, int64_t n) {
   float s = 0;
 #pragma omp simd reduction(+ : s)

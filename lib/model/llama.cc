@@ -308,7 +308,7 @@ KvTensorsOptions LlamaModel::KvOptions(int64_t num_slots, Granularity granularit
   o.num_slots = num_slots;
   o.num_kv_heads = config_.num_key_value_heads;
   o.head_dim = config_.head_dim;
-  o.dtype = options_.compute_dtype;
+  o.dtype = options_.kv_dtype.value_or(options_.compute_dtype);
   o.device = options_.device;
   return o;
 }

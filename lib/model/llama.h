@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -48,6 +49,11 @@ struct LlamaOptions {
   // decode step) with the same bits as the fp32 weights. Prefill chunks (BLAS) and the other
   // paths use the fp32 weights, which stay. Needs device cpu, float32 and the fused path.
   bool weights_as_stored = false;
+  // The KV store's dtype (KvOptions); unset: compute_dtype. kHalf under fp32 compute on the CPU
+  // (llama.cpp's default cache type): half the bytes per token, which the fused path writes
+  // rounded to fp16 and its attention kernels widen back to fp32 as they read them
+  // (cpu_paged_attention.h); the torch path casts as it gathers.
+  std::optional<torch::Dtype> kv_dtype;
 };
 
 // What a paged step returns of a sequence's last-token logits.

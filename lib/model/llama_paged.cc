@@ -31,7 +31,8 @@ StatusOr<std::vector<PagedSeqOutput>> LlamaModel::ForwardPaged(std::span<const P
   torch::NoGradGuard no_grad;
   auto idx = torch::TensorOptions().dtype(torch::kInt64).device(options_.device);
   const bool fused = options_.fused_cpu_attention && options_.device.is_cpu() &&
-                     options_.compute_dtype == torch::kFloat32 && kvo.dtype == torch::kFloat32;
+                     options_.compute_dtype == torch::kFloat32 &&
+                     (kvo.dtype == torch::kFloat32 || kvo.dtype == torch::kHalf);
   // What comes back of the last rows' logits: the rows when a sequence wants its row; else each
   // row's token (the argmax, or the draw of a sampling sequence), taken where the logits are.
   const internal::LogitsAsked asked = internal::AskedOfLogits(inputs, c.vocab_size);

@@ -23,10 +23,10 @@ using internal::GatherMask;
 using internal::kBlasAttentionMinQueries;
 using internal::SignalAccumulators;
 
-// The fused CPU fp32 path: RMSNorm, RoPE, the K/V writes and SwiGLU as loops on raw memory, the
-// projections as one GEMM each (bias and residual fused into addmm), attention as one
-// CpuPagedAttention call over the whole batch. About 7 torch ops per layer instead of ~30 plus
-// ~17 per sequence.
+// The fused CPU fp32 path (over an fp32 or fp16 KV store): RMSNorm, RoPE, the K/V writes and
+// SwiGLU as loops on raw memory, the projections as one GEMM each (bias and residual fused into
+// addmm), attention as one CpuPagedAttention call over the whole batch. About 7 torch ops per layer
+// instead of ~30 plus ~17 per sequence.
 torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int64_t>& positions,
                                          const std::vector<int64_t>& writes, PagedBatch& b,
                                          KvTensors& kv) const {
@@ -177,6 +177,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   const int64_t groups = b.num_groups;
   const std::vector<int64_t> head_group = HeadGroups(gran);
   const int64_t kv_row = kv_heads * hd, slot_row = slot_per_head ? hd : kv_row;
+  const bool kv_half = kv.options().dtype == torch::kHalf;
   CpuAttentionBatch attn_batch{
       .num_seqs = num_seqs,
       .num_heads = heads,
@@ -184,6 +185,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
       .head_dim = hd,
       .scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))),
       .sliding_window = c.sliding_window,
+      .kv_element = kv_half ? CpuKvElement::kFloat16 : CpuKvElement::kFloat32,
       .slot_stride = slot_row,
       .kv_head_stride = slot_per_head ? 0 : hd,
       .q_offsets = b.q_offsets.data(),
@@ -236,8 +238,11 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     float* qp = q.data_ptr<float>();
     float* kp = k.data_ptr<float>();
     const float* vp = v.data_ptr<float>();
-    float* k_cache = kv.k(li).data_ptr<float>();
-    float* v_cache = kv.v(li).data_ptr<float>();
+    void* k_cache = kv.k(li).data_ptr();
+    void* v_cache = kv.v(li).data_ptr();
+    auto store = [&](const float* from, int64_t n, void* cache, int64_t at) {
+      CpuStoreKvRow(attn_batch.kv_element, from, n, cache, at);
+    };
     const int64_t* layer_groups = head_group.data() + li * kv_heads;
     if (!b.query_moments.empty()) AddQueryMoments(b, li, qp);
     for (int64_t t = 0; t < total; ++t) {
@@ -246,15 +251,13 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
       if (slot_per_head) {
         for (int64_t hh = 0; hh < kv_heads; ++hh) {
           const int64_t slot = writes[layer_groups[hh] * total + t];
-          std::copy(kp + t * kv_row + hh * hd, kp + t * kv_row + (hh + 1) * hd,
-                    k_cache + slot * hd);
-          std::copy(vp + t * kv_row + hh * hd, vp + t * kv_row + (hh + 1) * hd,
-                    v_cache + slot * hd);
+          store(kp + t * kv_row + hh * hd, hd, k_cache, slot * hd);
+          store(vp + t * kv_row + hh * hd, hd, v_cache, slot * hd);
         }
       } else {
         const int64_t slot = writes[layer_groups[0] * total + t];
-        std::copy(kp + t * kv_row, kp + (t + 1) * kv_row, k_cache + slot * kv_row);
-        std::copy(vp + t * kv_row, vp + (t + 1) * kv_row, v_cache + slot * kv_row);
+        store(kp + t * kv_row, kv_row, k_cache, slot * kv_row);
+        store(vp + t * kv_row, kv_row, v_cache, slot * kv_row);
       }
     }
     attn_batch.head_group = layer_groups;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -126,6 +127,34 @@ inline Problem RandomProblem(std::mt19937_64& rng, int64_t prefill_rows = 0) {
 struct Result {
   std::vector<float> out, attn, norm;
 };
+
+// p's K and V as an fp16 cache (CpuKvElement::kFloat16): k and v the binary16 rounding of each
+// value (CpuStoreKvRow), `rounded` p with those values widened back to fp32 (by the compiler's
+// _Float16, not the kernels' code): the kernels must give the same bits on both.
+struct F16Cache {
+  Problem rounded;
+  std::vector<uint16_t> k, v;
+
+  CpuAttentionBatch Batch(float* out, float* attn, float* norm) const {
+    CpuAttentionBatch b = rounded.Batch(out, attn, norm);
+    b.k_cache = k.data();
+    b.v_cache = v.data();
+    b.kv_element = CpuKvElement::kFloat16;
+    return b;
+  }
+};
+
+inline F16Cache ToF16Cache(const Problem& p) {
+  F16Cache h{p, std::vector<uint16_t>(p.k.size()), std::vector<uint16_t>(p.v.size())};
+  const auto n = static_cast<int64_t>(p.k.size());
+  CpuStoreKvRow(CpuKvElement::kFloat16, p.k.data(), n, h.k.data(), 0);
+  CpuStoreKvRow(CpuKvElement::kFloat16, p.v.data(), n, h.v.data(), 0);
+  for (size_t i = 0; i < h.k.size(); ++i) {
+    h.rounded.k[i] = static_cast<float>(std::bit_cast<_Float16>(h.k[i]));
+    h.rounded.v[i] = static_cast<float>(std::bit_cast<_Float16>(h.v[i]));
+  }
+  return h;
+}
 
 // The reference: per sequence, KV head, row and query head, the visible keys' softmax in double.
 inline Result Reference(const Problem& p) {

@@ -3,7 +3,8 @@
 // GQA, token- and head-granularity slot layouts, sliding windows, skipped sequences and every
 // signal bit, against a double-precision reference (cpu_attention_problem.h); and the same bits
 // whether one thread computes the batch or a pool of 1, 2 or 3 threads splits it chunk by chunk, on
-// every instruction-set level the CPU has (cpu_isa.h), and the same bits on AVX2 as on AVX-512.
+// every instruction-set level the CPU has (cpu_isa.h), and the same bits on AVX2 as on AVX-512;
+// over an fp16 cache, the bits of an fp32 cache holding the same values; CpuStoreKvRow's rounding.
 #include "lib/model/cpu_paged_attention.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -20,6 +22,7 @@
 #include "lib/core/policy.h"
 #include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_pool.h"
+#include "lib/model/io/safetensors.h"
 #include "tests/model/cpu_attention_problem.h"
 
 namespace vtoken::model {
@@ -31,7 +34,11 @@ using testing::Reference;
 using testing::Result;
 using testing::SeqSpec;
 
-Result Attend(const Problem& p, CpuPool* pool) {
+using testing::F16Cache;
+using testing::ToF16Cache;
+
+// With f16: over that fp16 cache of p's K and V (p is then f16->rounded).
+Result Attend(const Problem& p, CpuPool* pool, const F16Cache* f16 = nullptr) {
   Result r{std::vector<float>(p.q.size(), -7.0f), std::vector<float>(p.num_keys(), 0.0f),
            std::vector<float>(p.num_keys(), 0.0f)};
   // Skipped sequences keep what the caller put there.
@@ -42,7 +49,9 @@ Result Attend(const Problem& p, CpuPool* pool) {
       r.out[i] = 0.0f;
     }
   }
-  const CpuAttentionBatch b = p.Batch(r.out.data(), r.attn.data(), r.norm.data());
+  const CpuAttentionBatch b = f16 != nullptr
+                                  ? f16->Batch(r.out.data(), r.attn.data(), r.norm.data())
+                                  : p.Batch(r.out.data(), r.attn.data(), r.norm.data());
   if (pool == nullptr) {
     CpuPagedAttention(b, 0, b.num_seqs);
   } else {
@@ -81,10 +90,20 @@ TEST(CpuPagedAttentionTest, MatchesADoubleReferenceAndAnySplitGivesTheSameBits) 
     std::vector<float> o(p.q.size()), a(p.num_keys()), nrm(p.num_keys());
     ASSERT_EQ(CpuAttentionUnits(p.Batch(o.data(), a.data(), nrm.data())), units);
     const Result want = Reference(p);
+    const F16Cache f16 = ToF16Cache(p);
     std::optional<Result> fma;  // The first FMA level's result: the others give the same bits.
     for (CpuIsa isa : HostCpuIsas()) {
       SCOPED_TRACE(std::string(CpuIsaName(isa)));
       ASSERT_TRUE(SetCpuIsa(isa).ok());
+      // An fp16 cache: the bits of an fp32 cache holding its values, serial or split.
+      const Result rounded = Attend(f16.rounded, nullptr);
+      for (CpuPool* pool : {static_cast<CpuPool*>(nullptr), &two}) {
+        SCOPED_TRACE(pool == nullptr ? "fp16 cache, serial" : "fp16 cache, 2 threads");
+        const Result half = Attend(f16.rounded, pool, &f16);
+        ASSERT_EQ(half.out, rounded.out);
+        ASSERT_EQ(half.attn, rounded.attn);
+        ASSERT_EQ(half.norm, rounded.norm);
+      }
       const Result serial = Attend(p, nullptr);
       for (CpuPool* pool : {&one, &two, &three}) {
         SCOPED_TRACE(std::to_string(pool->num_threads()) + " threads");
@@ -150,6 +169,47 @@ TEST(CpuPagedAttentionTest, OneLongDecodeRowOnTwoThreads) {
   EXPECT_EQ(split.attn, serial.attn);
   for (size_t i = 0; i < want.out.size(); ++i) EXPECT_NEAR(split.out[i], want.out[i], 1e-5) << i;
   EXPECT_NEAR(std::accumulate(split.attn.begin(), split.attn.end(), 0.0), 3.0, 1e-4);
+}
+
+// CpuStoreKvRow's fp16 rounding against io/safetensors.h's FloatToF16 (the checkpoint reader's,
+// written out bit by bit): ties to even, subnormals, overflow to infinity, on edge values and on
+// random ones; and an fp32 store is a copy.
+TEST(CpuStoreKvRowTest, Fp16RoundsAsTheCheckpointReaderAndFp32Copies) {
+  std::vector<float> x = {0.0f,
+                          -0.0f,
+                          1.0f,
+                          1.0f + 0x1p-11f,
+                          1.0f + 3 * 0x1p-11f,
+                          65504.0f,
+                          65519.0f,
+                          65520.0f,
+                          -1e9f,
+                          0x1p-24f,
+                          0x1p-25f,
+                          3 * 0x1p-26f,
+                          0x1p-14f - 0x1p-25f,
+                          6.1e-5f,
+                          std::numeric_limits<float>::infinity()};
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<float> expo(-30.0f, 17.0f);
+  for (int i = 0; i < 4000; ++i) {
+    x.push_back((rng() % 2 == 0 ? 1.0f : -1.0f) * std::exp2(expo(rng)));
+  }
+  std::vector<uint16_t> bits(x.size());
+  CpuStoreKvRow(CpuKvElement::kFloat16, x.data(), static_cast<int64_t>(x.size()), bits.data(), 0);
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(bits[i], FloatToF16(x[i])) << "x = " << x[i];
+  }
+  // The ties: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10 and goes to the even one (1).
+  EXPECT_EQ(bits[3], 0x3c00);
+  EXPECT_EQ(bits[4], 0x3c02);
+  EXPECT_EQ(bits[7], 0x7c00);   // 65520 rounds past the largest half: infinity.
+  EXPECT_EQ(bits[10], 0x0000);  // 2^-25, half the smallest subnormal: ties to even zero.
+  EXPECT_EQ(bits[11], 0x0001);
+  std::vector<float> copy(x.size() + 3, -1.0f);
+  CpuStoreKvRow(CpuKvElement::kFloat32, x.data(), static_cast<int64_t>(x.size()), copy.data(), 3);
+  EXPECT_TRUE(std::equal(x.begin(), x.end(), copy.begin() + 3));
+  EXPECT_EQ(copy[0], -1.0f);
 }
 
 }  // namespace

@@ -3,7 +3,8 @@
 // CpuPrefillAttention on random prefill chunks (cpu_attention_problem.h: GQA, token- and
 // head-granularity layouts, sliding windows, every signal bit) against a double-precision reference
 // and against CpuPagedAttention, with the same bits on a pool of 1, 2 or 3 threads and on every FMA
-// instruction-set level the CPU has. Both need OpenBLAS (Debian's libtorch); they skip where
+// instruction-set level the CPU has, and over an fp16 cache the bits of an fp32 cache holding its
+// values. Both need OpenBLAS (Debian's libtorch); they skip where
 // PoolSgemmAvailable() is false (PyPI's torch, whose BLAS is MKL).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -24,10 +25,12 @@
 namespace vtoken::model {
 namespace {
 
+using testing::F16Cache;
 using testing::Problem;
 using testing::RandomProblem;
 using testing::Reference;
 using testing::Result;
+using testing::ToF16Cache;
 
 TEST(PoolSgemmTest, SameBitsOnAnyThreadCountWithinRoundingOfADoubleReference) {
   if (!PoolSgemmAvailable()) GTEST_SKIP() << "the BLAS is not OpenBLAS";
@@ -76,10 +79,13 @@ TEST(PoolSgemmTest, SameBitsOnAnyThreadCountWithinRoundingOfADoubleReference) {
   }
 }
 
-Result PrefillAttend(const Problem& p, CpuPool& pool) {
+// With f16: over that fp16 cache of p's K and V (p is then f16->rounded).
+Result PrefillAttend(const Problem& p, CpuPool& pool, const F16Cache* f16 = nullptr) {
   Result r{std::vector<float>(p.q.size(), -7.0f), std::vector<float>(p.num_keys(), 0.0f),
            std::vector<float>(p.num_keys(), 0.0f)};
-  const CpuAttentionBatch b = p.Batch(r.out.data(), r.attn.data(), r.norm.data());
+  const CpuAttentionBatch b = f16 != nullptr
+                                  ? f16->Batch(r.out.data(), r.attn.data(), r.norm.data())
+                                  : p.Batch(r.out.data(), r.attn.data(), r.norm.data());
   const OneBlasThread one_blas_thread;
   for (int64_t s = 0; s < b.num_seqs; ++s) CpuPrefillAttention(b, s, pool);
   return r;
@@ -114,6 +120,15 @@ TEST(CpuPrefillAttentionTest, MatchesTheReferenceAndTheDecodeKernelWithTheSameBi
       SCOPED_TRACE(std::string(CpuIsaName(isa)));
       ASSERT_TRUE(SetCpuIsa(isa).ok());
       const Result first = PrefillAttend(p, one);
+      {  // An fp16 cache: the bits of an fp32 cache holding its values.
+        SCOPED_TRACE("fp16 cache");
+        const F16Cache f16 = ToF16Cache(p);
+        const Result rounded = PrefillAttend(f16.rounded, two);
+        const Result half = PrefillAttend(f16.rounded, two, &f16);
+        ASSERT_EQ(half.out, rounded.out);
+        ASSERT_EQ(half.attn, rounded.attn);
+        ASSERT_EQ(half.norm, rounded.norm);
+      }
       for (CpuPool* pool : {&two, &three}) {
         SCOPED_TRACE(std::to_string(pool->num_threads()) + " threads");
         const Result split = PrefillAttend(p, *pool);

@@ -134,6 +134,16 @@ std::vector<ConfigKey> MakeKeys() {
                "and `model.dtype` `float32` (else a one-line error). Recorded only when not "
                "`float32`"),
       Field(
+          "model.kv_dtype", [](ExperimentConfig & c) -> auto& { return c.model_kv_dtype; })
+          .Choices({"auto", "float32", "bfloat16", "float16"})
+          .Record(kSet)
+          .Doc("the KV store's dtype: `auto` (that of `model.dtype`), or `float32`, `bfloat16`, "
+               "`float16` whatever `model.dtype` is. `float16` under `model.dtype` `float32` on "
+               "`cpu` (llama.cpp's default cache type) halves the bytes a token's K and V take: "
+               "the fused CPU path writes them rounded to fp16 and its attention kernels widen "
+               "them to fp32 as they read them (lib/model/cpu_paged_attention.h); any other pair "
+               "takes the torch path, which casts as it gathers. Recorded only when not `auto`"),
+      Field(
           "model.threads", [](ExperimentConfig & c) -> auto& { return c.model_threads; })
           .Unit("threads")
           .Range(0, 1024)

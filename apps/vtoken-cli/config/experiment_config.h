@@ -34,6 +34,9 @@ struct ExperimentConfig {
   // [model] weights: "float32", or "as_stored" (decode reads a GGUF file's Q8_0 / Q4_0 / Q4_1
   // blocks as the file stores them: LlamaOptions::weights_as_stored).
   std::string model_weights = "float32";
+  // [model] kv_dtype: the KV store's dtype, "auto" (model_dtype's) or a dtype name
+  // (LlamaOptions::kv_dtype).
+  std::string model_kv_dtype = "auto";
   // [model] threads: CPU threads of the model's step (torch's intra-op pool and the fused CPU
   // step's CpuPool); 0 = every CPU this process may use.
   int64_t model_threads = 0;

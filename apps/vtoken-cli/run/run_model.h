@@ -53,7 +53,7 @@ class ShapeRunner final : public model::ModelRunner {
          .num_kv_heads = config_.num_key_value_heads,
          .head_dim = config_.head_dim > 0 ? config_.head_dim
                                           : config_.hidden_size / config_.num_attention_heads,
-         .dtype = options_.compute_dtype});
+         .dtype = options_.kv_dtype.value_or(options_.compute_dtype)});
   }
   int64_t num_slots() const override { return num_slots_; }
   int32_t num_kv_groups() const override {

@@ -61,7 +61,8 @@ std::string MemoPartition(const ExperimentConfig& c) {
   return c.model + "\n" + std::to_string(c.model_seed) + "\n" + c.model_device + "\n" +
          c.model_dtype + "\n" + std::to_string(ModelThreads(c.model_threads)) + "\n" +
          GranularityName(c.granularity) + "\n" + (c.cuda_graphs ? "graphs" : "eager") +
-         (c.model_weights != "float32" ? "\n" + c.model_weights : "");
+         (c.model_weights != "float32" ? "\n" + c.model_weights : "") +
+         (c.model_kv_dtype != "auto" ? "\nkv " + c.model_kv_dtype : "");
 }
 
 // What a persistent memo's chunks also depend on in a later invocation: this binary, the

@@ -45,6 +45,19 @@ std::string ModelLoadLine(const model::ModelDescription& d, const model::ModelCo
   return line;
 }
 
+// The model options a run asks for: [model] device, dtype, weights and kv_dtype.
+StatusOr<model::LlamaOptions> RunOptions(const ExperimentConfig& c) {
+  StatusOr<model::LlamaOptions> options = model::LlamaOptionsFor(c.model_device, c.model_dtype);
+  if (!options.ok()) {
+    return Status(options.status().code(), c.file + ": model." + options.status().message());
+  }
+  options->weights_as_stored = c.model_weights == "as_stored";
+  if (c.model_kv_dtype != "auto") {
+    VTOKEN_ASSIGN_OR_RETURN(options->kv_dtype, model::TorchDtype(c.model_kv_dtype));
+  }
+  return options;
+}
+
 }  // namespace
 
 StatusOr<int64_t> DeviceFreeBytes(const ExperimentConfig& c) {
@@ -65,14 +78,10 @@ bool IsSyntheticLlama(const std::string& model) { return model.rfind("synthetic:
 StatusOr<std::unique_ptr<model::ModelRunner>> MakeShapeRunner(const ExperimentConfig& c,
                                                               const model::ModelConfig& shape,
                                                               int64_t slots) {
-  StatusOr<model::LlamaOptions> options = model::LlamaOptionsFor(c.model_device, c.model_dtype);
-  if (!options.ok()) {
-    return Status(options.status().code(), c.file + ": model." + options.status().message());
-  }
-  options->weights_as_stored = c.model_weights == "as_stored";
-  VTOKEN_RETURN_IF_ERROR(model::CheckModelLoads(c.model, *options));
+  VTOKEN_ASSIGN_OR_RETURN(const model::LlamaOptions options, RunOptions(c));
+  VTOKEN_RETURN_IF_ERROR(model::CheckModelLoads(c.model, options));
   return std::unique_ptr<model::ModelRunner>(
-      std::make_unique<ShapeRunner>(shape, *options, slots, c.granularity));
+      std::make_unique<ShapeRunner>(shape, options, slots, c.granularity));
 }
 
 StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig& c, int64_t slots,
@@ -83,16 +92,12 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
     if (!r.ok()) return Status(r.status().code(), c.file + ": " + r.status().message());
     return std::unique_ptr<model::ModelRunner>(std::move(*r));
   }
-  StatusOr<model::LlamaOptions> options = model::LlamaOptionsFor(c.model_device, c.model_dtype);
-  if (!options.ok()) {
-    return Status(options.status().code(), c.file + ": model." + options.status().message());
-  }
-  options->weights_as_stored = c.model_weights == "as_stored";
+  VTOKEN_ASSIGN_OR_RETURN(const model::LlamaOptions options, RunOptions(c));
   VTOKEN_RETURN_IF_ERROR(
       model::SetCpuThreads(static_cast<int>(ModelThreads(c.model_threads))).status());
   VTOKEN_RETURN_IF_ERROR(model::ApplyCpuIsaEnvironment());  // VTOKEN_CPU_ISA (cpu_isa.h)
   const auto start = std::chrono::steady_clock::now();
-  VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed, *options));
+  VTOKEN_ASSIGN_OR_RETURN(model::LlamaModel m, model::LoadModel(c.model, c.model_seed, options));
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const int64_t resident = ResidentBytes();  // the weights, before the KV tensors exist
@@ -108,8 +113,9 @@ StatusOr<std::unique_ptr<model::ModelRunner>> MakeRunner(const ExperimentConfig&
            .decode = c.cuda_graphs ? model::DecodeMode::kCudaGraphs : model::DecodeMode::kEager}));
   if (model_line != nullptr && !IsSyntheticLlama(c.model)) {
     VTOKEN_ASSIGN_OR_RETURN(const model::ModelDescription d, model::DescribeModel(c.model));
-    *model_line = ModelLoadLine(d, shape, parameters, load_s, resident, c.model_dtype,
-                                r->kv_bytes_per_token());
+    *model_line =
+        ModelLoadLine(d, shape, parameters, load_s, resident,
+                      model::TorchDtypeName(r->kv().options().dtype), r->kv_bytes_per_token());
   }
   return std::unique_ptr<model::ModelRunner>(std::move(r));
 }
