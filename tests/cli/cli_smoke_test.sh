@@ -72,8 +72,25 @@ cmp -s "$TMP/dry.default" "$TMP/dry.explicit" || fail "explicit model.device/dty
 grep -q "^device = \|^dtype = " "$TMP/dry.default" && fail "the default device or dtype is recorded"
 "$CLI" run experiments/quickstart.toml --set model.dtype=bfloat16 --dry-run 2>"$TMP/dry.err" \
   | grep -q "^dtype = 'bfloat16'" || fail "model.dtype = bfloat16 is not recorded"
-grep -q "device cpu, dtype bfloat16, relocation by the torch copy engine" "$TMP/dry.err" \
-  || fail "the run header does not name device, dtype and copy engine: $(cat "$TMP/dry.err")"
+grep -q "device cpu, dtype bfloat16, KV bfloat16, relocation by the torch copy engine" "$TMP/dry.err" \
+  || fail "the run header does not name device, dtype, KV dtype and copy engine: $(cat "$TMP/dry.err")"
+# model.kv_dtype: auto (the default) records nothing; float16 is recorded, and a real run over an
+# fp16 KV store (the fused CPU path, relocations included) completes every mode and says so.
+"$CLI" run experiments/quickstart.toml --set model.kv_dtype=auto --dry-run >"$TMP/dry.auto" 2>/dev/null \
+  || fail "dry run with model.kv_dtype=auto"
+cmp -s "$TMP/dry.default" "$TMP/dry.auto" || fail "model.kv_dtype=auto changes the resolved config"
+"$CLI" run experiments/quickstart.toml --set model.kv_dtype=float16 --dry-run 2>/dev/null \
+  | grep -q "^kv_dtype = 'float16'" || fail "model.kv_dtype = float16 is not recorded"
+expect_error "model.kv_dtype" run experiments/quickstart.toml --set model.kv_dtype=int8
+"$CLI" run experiments/sweep_example.toml --db "$TMP/kv16.db" --set model.kv_dtype=float16 \
+  >/dev/null 2>"$TMP/kv16.err" || fail "run with model.kv_dtype=float16 exited $?: $(tail -3 "$TMP/kv16.err")"
+grep -q "device cpu, dtype float32, KV float16, relocation by the" "$TMP/kv16.err" \
+  || fail "the run header does not name the fp16 KV store: $(grep '^device' "$TMP/kv16.err")"
+grep -q "KV [0-9]* bytes/token (.* x 2 B float16)" "$TMP/kv16.err" \
+  || fail "the model line does not give fp16's 2 bytes per element: $(grep '^model:' "$TMP/kv16.err")"
+[[ "$(sqlite3 "$TMP/kv16.db" "select count(*) from runs where status = 'completed'")" -ge 2 &&
+   "$(sqlite3 "$TMP/kv16.db" "select count(*) from runs where status != 'completed'")" == 0 ]] \
+  || fail "the fp16 KV run did not complete its modes: $(sqlite3 "$TMP/kv16.db" 'select mode, status from runs')"
 mkdir -p "$TMP/corrupt" && cp models/vt-tiny/config.json models/vt-tiny/tokenizer.json "$TMP/corrupt/"
 head -c 1000 models/vt-tiny/model.safetensors >"$TMP/corrupt/model.safetensors"
 expect_error "model.safetensors" run experiments/quickstart.toml --set "model.path=\"$TMP/corrupt\""

@@ -24,7 +24,7 @@ PY
 ((peak_kib < 2 * 1024 * 1024)) || fail "the dry run peaked at ${peak_kib} KiB: weights were drawn?"
 [[ $(grep -c '^# run [123]: ' "$TMP/dry.out") -eq 3 ]] || fail "not three resolved runs: $(head -5 "$TMP/dry.out")"
 grep -q "^path = 'synthetic:llama-3.1-8b'" "$TMP/dry.out" || fail "resolved config lacks the model"
-grep -q 'device cpu, dtype bfloat16 (dry run: synthetic weights not drawn)' "$TMP/dry.err" ||
+grep -q 'device cpu, dtype bfloat16, KV bfloat16 (dry run: synthetic weights not drawn)' "$TMP/dry.err" ||
   fail "no dry-run device line: $(cat "$TMP/dry.err")"
 [[ $had_db -eq 1 || ! -e results/gpu.db ]] || fail "the dry run created the config's database"
 

@@ -7,7 +7,7 @@
 //     paged engine) equal its own token for token until a step whose margin is below kF32Tie;
 //   - greedy.json: llama.cpp on the Q4_1 file as it stands, which quantizes activations to Q8_1
 //     and the KV cache to F16 (logits up to ~2 away from fp32): the same comparisons with
-//     kQ4Tie;
+//     kQ4Tie; and both again over an fp16 KV store;
 //   - naive and vtoken eviction give identical tokens at token, layer and head granularity
 //     (the same tokens are evicted; only their physical placement differs), tokens really moved.
 #include <gtest/gtest.h>
@@ -108,6 +108,43 @@ TEST_F(SmolLm2Test, TeacherForcedArgmaxMatchesLlamaCpp) {
   }
 }
 
+// Our greedy continuations against each fixture's: equal until a step whose llama.cpp margin is
+// below the fixture's tie.
+void CompareGreedy(const std::vector<engine::Request>& requests, const engine::EngineResult& result,
+                   int64_t n_predict,
+                   const std::vector<std::pair<const nlohmann::json*, double>>& fixtures) {
+  for (const auto& [fixture, tie] : fixtures) {
+    int64_t identical = 0, matched_tokens = 0;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const auto& c = (*fixture)["cases"][i];
+      ASSERT_EQ(c["prompt_ids"].get<std::vector<int32_t>>(), requests[i].prompt_tokens);
+      const auto want = c["output_ids"].get<std::vector<int32_t>>();
+      const auto margins = c["margins"].get<std::vector<double>>();
+      const std::vector<int32_t>& got = result.requests[i].output_tokens;
+      ASSERT_EQ(got.size(), want.size()) << c["name"];
+      size_t k = 0;
+      while (k < want.size() && got[k] == want[k]) ++k;
+      matched_tokens += static_cast<int64_t>(k);
+      if (k == want.size()) {
+        ++identical;
+        continue;
+      }
+      std::printf(
+          "  %-12s %-6s diverges at token %3zu: ours %5d, llama.cpp %5d (its margin %.4f)\n",
+          c["name"].get<std::string>().c_str(), c["format"].get<std::string>().c_str(), k, got[k],
+          want[k], margins[k]);
+      EXPECT_LT(margins[k], tie) << c["name"] << "/" << c["format"] << " diverges at token " << k
+                                 << " where llama.cpp's choice is not a near-tie";
+    }
+    std::printf(
+        "%s: %lld of %zu cases identical; %lld of %zu tokens before the first "
+        "divergence\n",
+        fixture == fixtures.front().first ? "greedy_f32.json" : "greedy.json",
+        static_cast<long long>(identical), requests.size(), static_cast<long long>(matched_tokens),
+        requests.size() * n_predict);
+  }
+}
+
 TEST_F(SmolLm2Test, GreedyTokensMatchLlamaCpp) {
   const nlohmann::json f32 = Fixture("greedy_f32.json"), q4 = Fixture("greedy.json");
   ASSERT_TRUE(f32.is_object() && f32.contains("cases")) << "greedy_f32.json unreadable";
@@ -132,42 +169,23 @@ TEST_F(SmolLm2Test, GreedyTokensMatchLlamaCpp) {
   o.max_num_seqs = static_cast<int32_t>(requests.size());
   o.stop_at_eos = false;
   // Weights as stored: decode reads the file's Q4_1 blocks (CpuQuantLinear), with the fp32
-  // weights' bits (llama_gguf_test), so llama.cpp's choices must hold for both.
-  std::unique_ptr<LlamaRunner> runner = Runner(int64_t{o.pool.num_blocks} * o.pool.block_size,
-                                               Granularity::kToken, {.weights_as_stored = true});
-  ASSERT_NE(runner, nullptr);
-  ASSERT_FALSE(runner->bos_token_id().has_value()) << "SmolLM2's file says add_bos_token false";
-  StatusOr<engine::EngineResult> result = engine::RunEngine(o, *runner, requests);
-  ASSERT_TRUE(result.ok()) << result.status().ToString();
-
-  for (const auto& [fixture, tie] : {std::pair{&f32, kF32Tie}, std::pair{&q4, kQ4Tie}}) {
-    int64_t identical = 0, matched_tokens = 0;
-    for (size_t i = 0; i < requests.size(); ++i) {
-      const auto& c = (*fixture)["cases"][i];
-      ASSERT_EQ(c["prompt_ids"].get<std::vector<int32_t>>(), requests[i].prompt_tokens);
-      const auto want = c["output_ids"].get<std::vector<int32_t>>();
-      const auto margins = c["margins"].get<std::vector<double>>();
-      const std::vector<int32_t>& got = result->requests[i].output_tokens;
-      ASSERT_EQ(got.size(), want.size()) << c["name"];
-      size_t k = 0;
-      while (k < want.size() && got[k] == want[k]) ++k;
-      matched_tokens += static_cast<int64_t>(k);
-      if (k == want.size()) {
-        ++identical;
-        continue;
-      }
-      std::printf(
-          "  %-12s %-6s diverges at token %3zu: ours %5d, llama.cpp %5d (its margin %.4f)\n",
-          c["name"].get<std::string>().c_str(), c["format"].get<std::string>().c_str(), k, got[k],
-          want[k], margins[k]);
-      EXPECT_LT(margins[k], tie) << c["name"] << "/" << c["format"] << " diverges at token " << k
-                                 << " where llama.cpp's choice is not a near-tie";
-    }
-    std::printf(
-        "%s: %lld of %zu cases identical; %lld of %zu tokens before the first "
-        "divergence\n",
-        fixture == &f32 ? "greedy_f32.json" : "greedy.json", static_cast<long long>(identical),
-        requests.size(), static_cast<long long>(matched_tokens), requests.size() * n_predict);
+  // weights' bits (llama_gguf_test), so llama.cpp's choices must hold for both. Then the same
+  // over an fp16 KV store (LlamaOptions::kv_dtype), llama.cpp's default cache type, to the same
+  // ties (on 2026-12-06 its tokens were the fp32 store's, all 16 cases identical to the F32
+  // fixture's).
+  for (const bool kv16 : {false, true}) {
+    SCOPED_TRACE(kv16 ? "fp16 KV" : "fp32 KV");
+    std::printf("KV store in %s\n", kv16 ? "fp16" : "fp32");
+    LlamaOptions options{.weights_as_stored = true};
+    if (kv16) options.kv_dtype = torch::kHalf;
+    std::unique_ptr<LlamaRunner> runner =
+        Runner(int64_t{o.pool.num_blocks} * o.pool.block_size, Granularity::kToken, options);
+    ASSERT_NE(runner, nullptr);
+    ASSERT_EQ(runner->kv().options().dtype, kv16 ? torch::kHalf : torch::kFloat32);
+    ASSERT_FALSE(runner->bos_token_id().has_value()) << "SmolLM2's file says add_bos_token false";
+    StatusOr<engine::EngineResult> result = engine::RunEngine(o, *runner, requests);
+    ASSERT_TRUE(result.ok()) << result.status().ToString();
+    CompareGreedy(requests, *result, n_predict, {{&f32, kF32Tie}, {&q4, kQ4Tie}});
   }
 }
 

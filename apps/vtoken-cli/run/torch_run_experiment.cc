@@ -230,15 +230,17 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
     memo_partition += "\n" + identity;
   }
   if (auto* llama = dynamic_cast<model::LlamaRunner*>(runner.get())) {
-    std::fprintf(stderr, "device %s, dtype %s, relocation by the %s copy engine\n",
+    std::fprintf(stderr, "device %s, dtype %s, KV %s, relocation by the %s copy engine\n",
                  llama->kv().options().device.str().c_str(),
+                 model::TorchDtypeName(llama->model().options().compute_dtype).c_str(),
                  model::TorchDtypeName(llama->kv().options().dtype).c_str(),
                  llama->copy_engine_kind());
   }
   if (auto* dry = dynamic_cast<ShapeRunner*>(runner.get())) {
-    std::fprintf(stderr, "device %s, dtype %s (dry run: synthetic weights not drawn)\n",
-                 dry->options().device.str().c_str(),
-                 model::TorchDtypeName(dry->options().compute_dtype).c_str());
+    const model::LlamaOptions& o = dry->options();
+    std::fprintf(stderr, "device %s, dtype %s, KV %s (dry run: synthetic weights not drawn)\n",
+                 o.device.str().c_str(), model::TorchDtypeName(o.compute_dtype).c_str(),
+                 model::TorchDtypeName(o.kv_dtype.value_or(o.compute_dtype)).c_str());
   }
   if (dry_run) {
     for (size_t i = 0; i < c.modes.size(); ++i) {
