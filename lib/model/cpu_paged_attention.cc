@@ -378,6 +378,26 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
   }
 }
 
+// to[0..n) = from[0..n) rounded to binary16 (a prefill chunk writes thousands of rows: F16C's
+// conversion, not the compiler's call per element).
+template <typename N>
+VTOKEN_INLINE void NarrowOn(const float* from, int64_t n, uint16_t* to) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) simd::StoreF16<N>(Lanes16<N>::Load(from + i), to + i);
+  for (; i < n; ++i) to[i] = simd::NarrowF16(from[i]);
+}
+
+#if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) void NarrowAvx512(const float* from, int64_t n,
+                                                            uint16_t* to) {
+  NarrowOn<V16>(from, n, to);
+}
+__attribute__((target("arch=x86-64-v3"))) void NarrowAvx2(const float* from, int64_t n,
+                                                          uint16_t* to) {
+  NarrowOn<V8>(from, n, to);
+}
+#endif
+
 // The calling thread's plan and scratch, reused call after call. Returned by reference: a lambda
 // naming the thread_local itself would reach the running thread's own copy, and the pool's
 // workers must see the caller's.
@@ -402,7 +422,16 @@ void CpuStoreKvRow(CpuKvElement element, const float* from, int64_t n, void* cac
     return;
   }
   uint16_t* to = static_cast<uint16_t*>(cache) + at;
-  for (int64_t i = 0; i < n; ++i) to[i] = simd::NarrowF16(from[i]);
+  switch (ActiveCpuIsa()) {
+#if defined(__x86_64__)
+    case CpuIsa::kAvx512:
+      return NarrowAvx512(from, n, to);
+    case CpuIsa::kAvx2:
+      return NarrowAvx2(from, n, to);
+#endif
+    default:
+      return NarrowOn<V4>(from, n, to);
+  }
 }
 
 int64_t CpuAttentionUnits(const CpuAttentionBatch& batch) {

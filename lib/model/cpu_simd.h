@@ -134,6 +134,26 @@ VTOKEN_INLINE Lanes16<N> LoadF16(const uint16_t* at) {
   return v;
 }
 
+// v's 16 lanes rounded to binary16 (to nearest, ties to even: NarrowF16's rounding) at `at`: one
+// F16C `vcvtps2ph` per part on AVX2 and AVX-512 (asm, as above), NarrowF16 lane by lane on the
+// baseline.
+template <typename N>
+VTOKEN_INLINE void StoreF16(const Lanes16<N>& v, uint16_t* at) {
+  using L = Lanes16<N>;
+#if defined(__x86_64__)
+  if constexpr (L::kParts < 4) {
+    for (int p = 0; p < L::kParts; ++p) {
+      auto& h = *reinterpret_cast<uint16_t(*)[L::kWidth]>(at + p * L::kWidth);
+      asm("vcvtps2ph $0, %1, %0" : "=m"(h) : "v"(v.part[p]));
+    }
+    return;
+  }
+#endif
+  for (int p = 0; p < L::kParts; ++p) {
+    for (int l = 0; l < L::kWidth; ++l) at[p * L::kWidth + l] = NarrowF16(v.part[p][l]);
+  }
+}
+
 // Lanes16<N> of a KV row's elements (fp32 or binary16) at `at`.
 template <typename N>
 VTOKEN_INLINE Lanes16<N> LoadKv(const float* at) {

@@ -173,7 +173,7 @@ TEST(CpuPagedAttentionTest, OneLongDecodeRowOnTwoThreads) {
 
 // CpuStoreKvRow's fp16 rounding against io/safetensors.h's FloatToF16 (the checkpoint reader's,
 // written out bit by bit): ties to even, subnormals, overflow to infinity, on edge values and on
-// random ones; and an fp32 store is a copy.
+// random ones, at every instruction-set level; and an fp32 store is a copy.
 TEST(CpuStoreKvRowTest, Fp16RoundsAsTheCheckpointReaderAndFp32Copies) {
   std::vector<float> x = {0.0f,
                           -0.0f,
@@ -196,10 +196,16 @@ TEST(CpuStoreKvRowTest, Fp16RoundsAsTheCheckpointReaderAndFp32Copies) {
     x.push_back((rng() % 2 == 0 ? 1.0f : -1.0f) * std::exp2(expo(rng)));
   }
   std::vector<uint16_t> bits(x.size());
-  CpuStoreKvRow(CpuKvElement::kFloat16, x.data(), static_cast<int64_t>(x.size()), bits.data(), 0);
-  for (size_t i = 0; i < x.size(); ++i) {
-    ASSERT_EQ(bits[i], FloatToF16(x[i])) << "x = " << x[i];
+  for (CpuIsa isa : HostCpuIsas()) {  // F16C's vcvtps2ph on AVX2 and AVX-512, software below.
+    SCOPED_TRACE(std::string(CpuIsaName(isa)));
+    ASSERT_TRUE(SetCpuIsa(isa).ok());
+    std::fill(bits.begin(), bits.end(), uint16_t{0x7e00});
+    CpuStoreKvRow(CpuKvElement::kFloat16, x.data(), static_cast<int64_t>(x.size()), bits.data(), 0);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_EQ(bits[i], FloatToF16(x[i])) << "x = " << x[i];
+    }
   }
+  ASSERT_TRUE(SetCpuIsa(HostCpuIsa()).ok());
   // The ties: 1 + 2^-11 lies halfway between 1 and 1 + 2^-10 and goes to the even one (1).
   EXPECT_EQ(bits[3], 0x3c00);
   EXPECT_EQ(bits[4], 0x3c02);
