@@ -209,10 +209,12 @@ StatusOr<LlamaModel> LlamaModel::FromGguf(const std::string& path, const LlamaOp
   VTOKEN_ASSIGN_OR_RETURN(LlamaModel model,
                           FromNamedTensors(checkpoint.config(), tensors, options));
   if (!options.weights_as_stored) return model;
+  const torch::Dtype kv_dtype = options.kv_dtype.value_or(options.compute_dtype);
   if (!options.device.is_cpu() || options.compute_dtype != torch::kFloat32 ||
-      !options.fused_cpu_attention) {
+      !options.fused_cpu_attention || (kv_dtype != torch::kFloat32 && kv_dtype != torch::kHalf)) {
     return InvalidArgumentError(
-        "weights as_stored need the fused CPU path: device cpu, dtype float32");
+        "weights as_stored need the fused CPU path: device cpu, dtype float32, KV float32 or "
+        "float16");
   }
   // Each linear weight the fused kernels can read as stored; the others stay fp32 only.
   auto keep = [&](const std::string& name, StoredWeight& out) -> Status {

@@ -47,7 +47,8 @@ struct LlamaOptions {
   // also kept as stored, and the fused CPU path's decode-sized projections read those blocks
   // (CpuQuantLinear, dequantizing in the kernel: a quarter to a seventh of fp32's bytes per
   // decode step) with the same bits as the fp32 weights. Prefill chunks (BLAS) and the other
-  // paths use the fp32 weights, which stay. Needs device cpu, float32 and the fused path.
+  // paths use the fp32 weights, which stay. Needs device cpu, float32, the fused path and a KV
+  // store in fp32 or fp16.
   bool weights_as_stored = false;
   // The KV store's dtype (KvOptions); unset: compute_dtype. kHalf under fp32 compute on the CPU
   // (llama.cpp's default cache type): half the bytes per token, which the fused path writes

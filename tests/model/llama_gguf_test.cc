@@ -174,8 +174,17 @@ TEST_F(LlamaGgufTest, WeightsAsStoredGiveTheFp32WeightsLogitsExactly) {
 TEST_F(LlamaGgufTest, WeightsAsStoredNeedAGgufFileAndTheFusedCpuPath) {
   StatusOr<LlamaModel> torch_path = LlamaModel::FromGguf(
       Convert(GgmlType::kQ8_0), {.fused_cpu_attention = false, .weights_as_stored = true});
-  EXPECT_EQ(torch_path.status().message(),
-            "weights as_stored need the fused CPU path: device cpu, dtype float32");
+  const std::string need =
+      "weights as_stored need the fused CPU path: device cpu, dtype float32, KV float32 or "
+      "float16";
+  EXPECT_EQ(torch_path.status().message(), need);
+  // A bfloat16 KV store under fp32 compute takes the torch path: refused the same way.
+  LlamaOptions bf16_kv{.weights_as_stored = true};
+  bf16_kv.kv_dtype = torch::kBFloat16;
+  EXPECT_EQ(LlamaModel::FromGguf(Convert(GgmlType::kQ8_0), bf16_kv).status().message(), need);
+  LlamaOptions f16_kv{.weights_as_stored = true};
+  f16_kv.kv_dtype = torch::kHalf;
+  EXPECT_TRUE(LlamaModel::FromGguf(Convert(GgmlType::kQ8_0), f16_kv).ok());
   StatusOr<LlamaModel> dir = LoadModel(TinyDir(), 1, {.weights_as_stored = true});
   EXPECT_EQ(dir.status().message(),
             "weights as_stored need a GGUF model file; " + TinyDir() + " is not one");

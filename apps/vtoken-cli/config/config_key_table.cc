@@ -130,9 +130,9 @@ std::vector<ConfigKey> MakeKeys() {
                "of the fused CPU path read those blocks, dequantizing inside the matrix kernel "
                "(lib/model/cpu_quant_ops.h: a quarter to a seventh of fp32's bytes per decode "
                "step) with the same bits as the fp32 weights; prefill chunks of more than 64 "
-               "tokens still multiply the fp32 weights. Needs a GGUF file, `model.device` `cpu` "
-               "and `model.dtype` `float32` (else a one-line error). Recorded only when not "
-               "`float32`"),
+               "tokens still multiply the fp32 weights. Needs a GGUF file, `model.device` `cpu`, "
+               "`model.dtype` `float32` and `model.kv_dtype` `auto`, `float32` or `float16` "
+               "(else a one-line error). Recorded only when not `float32`"),
       Field(
           "model.kv_dtype", [](ExperimentConfig & c) -> auto& { return c.model_kv_dtype; })
           .Choices({"auto", "float32", "bfloat16", "float16"})
