@@ -387,7 +387,21 @@ VTOKEN_INLINE void NarrowOn(const float* from, int64_t n, uint16_t* to) {
   for (; i < n; ++i) to[i] = simd::NarrowF16(from[i]);
 }
 
+// y[0..n) = the n binary16 values at x, widened (exact).
+template <typename N>
+VTOKEN_INLINE void WidenOn(const uint16_t* x, int64_t n, float* y) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) simd::LoadF16<N>(x + i).Store(y + i);
+  for (; i < n; ++i) y[i] = simd::WidenF16(x[i]);
+}
+
 #if defined(__x86_64__)
+__attribute__((target("arch=x86-64-v4"))) void WidenAvx512(const uint16_t* x, int64_t n, float* y) {
+  WidenOn<V16>(x, n, y);
+}
+__attribute__((target("arch=x86-64-v3"))) void WidenAvx2(const uint16_t* x, int64_t n, float* y) {
+  WidenOn<V8>(x, n, y);
+}
 __attribute__((target("arch=x86-64-v4"))) void NarrowAvx512(const float* from, int64_t n,
                                                             uint16_t* to) {
   NarrowOn<V16>(from, n, to);
@@ -431,6 +445,25 @@ void CpuStoreKvRow(CpuKvElement element, const float* from, int64_t n, void* cac
 #endif
     default:
       return NarrowOn<V4>(from, n, to);
+  }
+}
+
+void CpuLoadKvRow(CpuKvElement element, const void* cache, int64_t at, int64_t n, float* y) {
+  if (element == CpuKvElement::kFloat32) {
+    const float* x = static_cast<const float*>(cache) + at;
+    std::copy(x, x + n, y);
+    return;
+  }
+  const uint16_t* x = static_cast<const uint16_t*>(cache) + at;
+  switch (ActiveCpuIsa()) {
+#if defined(__x86_64__)
+    case CpuIsa::kAvx512:
+      return WidenAvx512(x, n, y);
+    case CpuIsa::kAvx2:
+      return WidenAvx2(x, n, y);
+#endif
+    default:
+      return WidenOn<V4>(x, n, y);
   }
 }
 

@@ -96,6 +96,10 @@ int64_t CpuAttentionUnits(const CpuAttentionBatch& batch);
 // the nearest binary16, ties to even (as torch's `.to(torch::kHalf)` rounds).
 void CpuStoreKvRow(CpuKvElement element, const float* from, int64_t n, void* cache, int64_t at);
 
+// The reverse: y[0..n) = the n elements of a cache of `element` from element `at` on, as fp32 (a
+// copy, or each binary16 widened exactly).
+void CpuLoadKvRow(CpuKvElement element, const void* cache, int64_t at, int64_t n, float* y);
+
 namespace internal {
 
 // The CPU attention kernels' shared reading of a batch (cpu_paged_attention.cc,

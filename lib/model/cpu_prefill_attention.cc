@@ -145,44 +145,6 @@ float Norm(const float* a, int64_t n) {
   }
 }
 
-// y[0..n) = the n binary16 values at x, widened (exact).
-template <typename N>
-VTOKEN_INLINE void WidenOn(const uint16_t* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) simd::LoadF16<N>(x + i).Store(y + i);
-  for (; i < n; ++i) y[i] = simd::WidenF16(x[i]);
-}
-
-#if defined(__x86_64__)
-__attribute__((target("arch=x86-64-v4"))) void WidenAvx512(const uint16_t* x, float* y, int64_t n) {
-  WidenOn<V16>(x, y, n);
-}
-__attribute__((target("arch=x86-64-v3"))) void WidenAvx2(const uint16_t* x, float* y, int64_t n) {
-  WidenOn<V8>(x, y, n);
-}
-#endif
-
-// A row of the batch's cache (fp32 or fp16) into fp32.
-void CopyRow(const CpuAttentionBatch& b, const void* cache, int64_t at, float* y) {
-  const int64_t n = b.head_dim;
-  if (b.kv_element == CpuKvElement::kFloat32) {
-    const float* x = static_cast<const float*>(cache) + at;
-    std::copy(x, x + n, y);
-    return;
-  }
-  const uint16_t* x = static_cast<const uint16_t*>(cache) + at;
-  switch (ActiveCpuIsa()) {
-#if defined(__x86_64__)
-    case CpuIsa::kAvx512:
-      return WidenAvx512(x, y, n);
-    case CpuIsa::kAvx2:
-      return WidenAvx2(x, y, n);
-#endif
-    default:
-      return WidenOn<V4>(x, y, n);
-  }
-}
-
 Plan& CallerPlan() {
   thread_local Plan plan;
   return plan;
@@ -226,8 +188,8 @@ void CpuPrefillAttention(const CpuAttentionBatch& b, int64_t s, CpuPool& pool) {
           float* vd = pl.v.data() + g * pl.max_keys * hd;
           for (int64_t j = begin; j < std::min(end, r.keys); ++j) {
             const int64_t at = slots[j] * b.slot_stride + g * b.kv_head_stride;
-            CopyRow(b, b.k_cache, at, kd + j * hd);
-            CopyRow(b, b.v_cache, at, vd + j * hd);
+            CpuLoadKvRow(b.kv_element, b.k_cache, at, hd, kd + j * hd);
+            CpuLoadKvRow(b.kv_element, b.v_cache, at, hd, vd + j * hd);
             if (pl.norm) b.norm_sum[r.k0 + j] += Norm(kd + j * hd, hd) * inv_heads;
           }
         }

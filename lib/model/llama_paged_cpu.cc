@@ -240,9 +240,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     const float* vp = v.data_ptr<float>();
     void* k_cache = kv.k(li).data_ptr();
     void* v_cache = kv.v(li).data_ptr();
-    auto store = [&](const float* from, int64_t n, void* cache, int64_t at) {
-      CpuStoreKvRow(attn_batch.kv_element, from, n, cache, at);
-    };
+    const CpuKvElement kve = attn_batch.kv_element;
     const int64_t* layer_groups = head_group.data() + li * kv_heads;
     if (!b.query_moments.empty()) AddQueryMoments(b, li, qp);
     for (int64_t t = 0; t < total; ++t) {
@@ -251,13 +249,13 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
       if (slot_per_head) {
         for (int64_t hh = 0; hh < kv_heads; ++hh) {
           const int64_t slot = writes[layer_groups[hh] * total + t];
-          store(kp + t * kv_row + hh * hd, hd, k_cache, slot * hd);
-          store(vp + t * kv_row + hh * hd, hd, v_cache, slot * hd);
+          CpuStoreKvRow(kve, kp + t * kv_row + hh * hd, hd, k_cache, slot * hd);
+          CpuStoreKvRow(kve, vp + t * kv_row + hh * hd, hd, v_cache, slot * hd);
         }
       } else {
         const int64_t slot = writes[layer_groups[0] * total + t];
-        store(kp + t * kv_row, kv_row, k_cache, slot * kv_row);
-        store(vp + t * kv_row, kv_row, v_cache, slot * kv_row);
+        CpuStoreKvRow(kve, kp + t * kv_row, kv_row, k_cache, slot * kv_row);
+        CpuStoreKvRow(kve, vp + t * kv_row, kv_row, v_cache, slot * kv_row);
       }
     }
     attn_batch.head_group = layer_groups;
