@@ -34,6 +34,7 @@
 #include "lib/core/policy_registry.h"
 #include "lib/model/blas_info.h"
 #include "lib/model/cpu_isa.h"
+#include "lib/model/cpu_quant_ops.h"
 #include "lib/model/cpu_threads.h"
 #include "lib/model/io/model_files.h"
 #include "lib/model/kv_tensors.h"
@@ -509,18 +510,19 @@ BENCHMARK(BM_LlamaCppShapes)
 // (labelled so in the `smollm2_weights` context line): 30 layers, hidden 576, 9 query and 3 KV
 // heads of 64, FFN 1536, vocabulary 49,152, tied embeddings. With `stored` the real model with
 // weights_as_stored (its Q4_1 blocks read by the decode kernels), or an error when the file is
-// not there (synthetic weights have no stored form); with `kv16` its KV store in fp16
+// not there (synthetic weights have no stored form); stored = 2 also multiplies them by 8-bit
+// activations (LlamaOptions::q8_activations); with `kv16` its KV store in fp16
 // (LlamaOptions::kv_dtype). One model per combination, loaded on first use.
-const StatusOr<LlamaModel>& SmolLm2(bool stored, bool kv16) {
-  static std::map<std::pair<bool, bool>, StatusOr<LlamaModel>> models;
+const StatusOr<LlamaModel>& SmolLm2(int64_t stored, bool kv16) {
+  static std::map<std::pair<int64_t, bool>, StatusOr<LlamaModel>> models;
   auto it = models.find({stored, kv16});
   if (it != models.end()) return it->second;
   auto load = [&]() -> StatusOr<LlamaModel> {
-    LlamaOptions options{.weights_as_stored = stored};
+    LlamaOptions options{.weights_as_stored = stored != 0, .q8_activations = stored == 2};
     if (kv16) options.kv_dtype = torch::kHalf;
     StatusOr<std::string> path = ResolveModelPath("smollm2-135m");
     if (path.ok()) return LlamaModel::FromGguf(*path, options);
-    if (stored) return path.status();
+    if (stored != 0) return path.status();
     ModelConfig c;
     c.vocab_size = 49152;
     c.hidden_size = 576;
@@ -549,17 +551,18 @@ std::string SmolLm2Weights() {
 //   batch > 0: `batch` sequences whose KV already holds `context` tokens (noise), then 16 decode
 //              steps (llama-batched-bench's TG at that prompt length, -ntg 16).
 // stored = 1: the real model with weights as stored (LlamaOptions::weights_as_stored), against
-// llama.cpp on the same Q4_1 file. kv16 = 1: the KV store in fp16 (llama.cpp's default cache
-// type, which its side of the comparison uses throughout), else fp32.
+// llama.cpp on the same Q4_1 file; stored = 2: and the activations quantized to 8 bits as
+// llama.cpp does (LlamaOptions::q8_activations). kv16 = 1: the KV store in fp16 (llama.cpp's
+// default cache type, which its side of the comparison uses throughout), else fp32.
 void BM_SmolLm2Shapes(benchmark::State& state) {
-  const StatusOr<LlamaModel>& loaded = SmolLm2(state.range(2) != 0, state.range(3) != 0);
+  const StatusOr<LlamaModel>& loaded = SmolLm2(state.range(2), state.range(3) != 0);
   if (!loaded.ok()) return state.SkipWithError(loaded.status().ToString().c_str());
   TimeLlamaCppShape(state, *loaded, state.range(0), state.range(1), /*steps=*/16);
 }
 BENCHMARK(BM_SmolLm2Shapes)
     ->ArgNames({"batch", "context", "stored", "kv16"})
     ->ArgsProduct({{0, 1, 8, 32}, {512, 2048}, {0}, {0, 1}})
-    ->ArgsProduct({{1, 8}, {512}, {1}, {0, 1}})
+    ->ArgsProduct({{1, 8}, {512}, {1, 2}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
@@ -903,6 +906,9 @@ int main(int argc, char** argv) {
       "cpu_isa",
       std::string(vtoken::model::CpuIsaName(vtoken::model::ActiveCpuIsa())) +
           " (host: " + std::string(vtoken::model::CpuIsaName(vtoken::model::HostCpuIsa())) + ")");
+  benchmark::AddCustomContext(
+      "cpu_q8_kernel",
+      std::string(vtoken::model::CpuQ8KernelName(vtoken::model::ActiveCpuQ8Kernel())));
   benchmark::AddCustomContext("cpu_model", vtoken::model::CpuModelName());
   benchmark::AddCustomContext("smollm2_weights", vtoken::model::SmolLm2Weights());
   benchmark::AddCustomContext("torch_threads", std::to_string(torch::get_num_threads()));

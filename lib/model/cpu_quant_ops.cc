@@ -371,6 +371,7 @@ void CpuLinearOrStored(const CpuLinearArgs& args, const StoredWeight& stored, in
                              .in_features = args.in_features,
                              .out_features = args.out_features,
                              .accumulate = args.accumulate};
+  if (stored.dot == StoredDot::kQ8) return CpuQ8Linear(q, o_begin, o_end);
   CpuQuantLinear(q, o_begin, o_end);
 }
 

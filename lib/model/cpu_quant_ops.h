@@ -16,6 +16,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "lib/model/cpu_ops.h"
@@ -35,6 +37,12 @@ struct CpuQuantLinearArgs {
   bool accumulate = false;  // y += x W^T (a residual add) instead of y = x W^T.
 };
 
+// How a decode-sized projection multiplies the weights a model keeps as stored.
+enum class StoredDot : uint8_t {
+  kExact,  // CpuQuantLinear: dequantized in the kernel, CpuLinear's bits.
+  kQ8,     // CpuQ8Linear: activations quantized to 8 bits as llama.cpp does, integer products.
+};
+
 // True for Q8_0, Q4_0 and Q4_1.
 bool CpuQuantLinearSupports(GgmlType type);
 
@@ -43,19 +51,52 @@ bool CpuQuantLinearSupports(GgmlType type);
 // 0 <= o_begin <= o_end <= args.out_features.
 void CpuQuantLinear(const CpuQuantLinearArgs& args, int64_t o_begin, int64_t o_end);
 
+// CpuQ8Linear: y[:, o_begin:o_end] = x W^T (+ bias) (+ y) as llama.cpp's CPU backend computes it
+// for these types: each row of x quantized per 32-element block as ggml's x86 quantize_row_q8_0
+// does (Q8_1, which adds the block's scaled sum, for Q4_1 weights: d = amax / 127 rounded to f16,
+// q = x * 127 / amax rounded to nearest even), each block's integer dot product with the weight
+// block exact in int32, then scaled and summed in fp32: y = sum over blocks of (d_w d_x) * isum
+// (+ sum of m_w s_x for Q4_1). Not CpuQuantLinear's bits: the activations carry 8-bit rounding
+// (about 0.4% of each block's largest element), which llama.cpp's own greedy choices carry too.
+// The same bits on every kernel (CpuQ8Kernel) and whatever output ranges the work is split into.
+// `args.w` holds the weight as PackStoredQ8 packs it; args.x is quantized on each call (rows x
+// in_features, small beside the product).
+// REQUIRES: CpuQuantLinearSupports(args.type), args.in_features % 32 == 0,
+// 0 <= o_begin <= o_end <= args.out_features.
+void CpuQ8Linear(const CpuQuantLinearArgs& args, int64_t o_begin, int64_t o_end);
+
+// The weight rows CpuQ8Linear computes together, in the lanes of one vector.
+inline constexpr int64_t kQ8GroupRows = 16;
+
+// A stored weight [out_features] rows of blocks of `type` in the layout CpuQ8Linear reads:
+// records of one block of 16 rows each, their scales side by side and their quants in 4-byte
+// groups row by row (cpu_quant_q8.cc); the size of the blocks, rows padded to a multiple of 16.
+// REQUIRES: CpuQuantLinearSupports(type), in_features % 32 == 0, blocks holds out_features rows.
+std::vector<std::byte> PackStoredQ8(GgmlType type, std::span<const std::byte> blocks,
+                                    int64_t out_features, int64_t in_features);
+
+// The kernel CpuQ8Linear runs on ActiveCpuIsa(): at the AVX-512 level, vpdpbusd where the CPU has
+// AVX-512 VNNI (else the AVX2 kernel); at the AVX2 level, vpmaddubsw + vpmaddwd; below, scalar.
+enum class CpuQ8Kernel : uint8_t { kScalar, kAvx2, kAvx512Vnni };
+CpuQ8Kernel ActiveCpuQ8Kernel();
+// "scalar", "avx2", "avx512-vnni".
+std::string_view CpuQ8KernelName(CpuQ8Kernel kernel);
+
 // A linear weight [out_features, in_features] as a GGUF file stores it, rows in Hugging Face's
 // order (GgufCheckpoint::ReadStored), kept beside the fp32 weight for the decode-sized
 // projections of the fused CPU path (LlamaOptions::weights_as_stored). Undefined (no bytes) when
 // the model holds the weight in fp32 only.
 struct StoredWeight {
   GgmlType type = GgmlType::kF32;
-  std::vector<std::byte> bytes;
+  std::vector<std::byte> bytes;  // The file's blocks (kExact) or PackStoredQ8's layout (kQ8).
+  StoredDot dot = StoredDot::kExact;
 
   bool defined() const { return !bytes.empty(); }
 };
 
 // Outputs [o_begin, o_end) of CpuLinear's `args` (args.w the fp32 weight): from `stored`'s blocks
-// by CpuQuantLinear when it is defined, else CpuLinear. The same bits either way.
+// by CpuQuantLinear (the same bits) or CpuQ8Linear (stored.dot) when it is defined, else
+// CpuLinear.
 void CpuLinearOrStored(const CpuLinearArgs& args, const StoredWeight& stored, int64_t o_begin,
                        int64_t o_end);
 

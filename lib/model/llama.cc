@@ -6,6 +6,7 @@
 #include <map>
 #include <numbers>
 #include <span>
+#include <tuple>
 
 #include "lib/model/io/checkpoint.h"
 #include "lib/model/io/gguf_model.h"
@@ -208,7 +209,11 @@ StatusOr<LlamaModel> LlamaModel::FromGguf(const std::string& path, const LlamaOp
   }
   VTOKEN_ASSIGN_OR_RETURN(LlamaModel model,
                           FromNamedTensors(checkpoint.config(), tensors, options));
-  if (!options.weights_as_stored) return model;
+  if (!options.weights_as_stored) {
+    if (options.q8_activations)
+      return InvalidArgumentError("q8 activations need weights as_stored");
+    return model;
+  }
   const torch::Dtype kv_dtype = options.kv_dtype.value_or(options.compute_dtype);
   if (!options.device.is_cpu() || options.compute_dtype != torch::kFloat32 ||
       !options.fused_cpu_attention || (kv_dtype != torch::kFloat32 && kv_dtype != torch::kHalf)) {
@@ -217,23 +222,34 @@ StatusOr<LlamaModel> LlamaModel::FromGguf(const std::string& path, const LlamaOp
         "float16");
   }
   // Each linear weight the fused kernels can read as stored; the others stay fp32 only.
-  auto keep = [&](const std::string& name, StoredWeight& out) -> Status {
+  auto keep = [&](const std::string& name, const torch::Tensor& fp32, StoredWeight& out) -> Status {
     VTOKEN_ASSIGN_OR_RETURN(GgufCheckpoint::Stored stored, checkpoint.ReadStored(name));
-    if (CpuQuantLinearSupports(stored.type)) out = {stored.type, std::move(stored.bytes)};
+    if (!CpuQuantLinearSupports(stored.type)) return Status::Ok();
+    if (!options.q8_activations) {
+      out = {stored.type, std::move(stored.bytes)};
+      return Status::Ok();
+    }
+    out = {stored.type, PackStoredQ8(stored.type, stored.bytes, fp32.size(0), fp32.size(1)),
+           StoredDot::kQ8};
     return Status::Ok();
   };
   for (int64_t i = 0; i < static_cast<int64_t>(model.layers_.size()); ++i) {
     Layer& l = model.layers_[i];
-    const std::pair<const char*, StoredWeight*> weights[] = {
-        {"self_attn.q_proj.weight", &l.q_stored}, {"self_attn.k_proj.weight", &l.k_stored},
-        {"self_attn.v_proj.weight", &l.v_stored}, {"self_attn.o_proj.weight", &l.o_stored},
-        {"mlp.gate_proj.weight", &l.gate_stored}, {"mlp.up_proj.weight", &l.up_stored},
-        {"mlp.down_proj.weight", &l.down_stored}};
-    for (const auto& [name, out] : weights) VTOKEN_RETURN_IF_ERROR(keep(LayerName(i, name), *out));
+    const std::tuple<const char*, const torch::Tensor*, StoredWeight*> weights[] = {
+        {"self_attn.q_proj.weight", &l.q, &l.q_stored},
+        {"self_attn.k_proj.weight", &l.k, &l.k_stored},
+        {"self_attn.v_proj.weight", &l.v, &l.v_stored},
+        {"self_attn.o_proj.weight", &l.o, &l.o_stored},
+        {"mlp.gate_proj.weight", &l.gate, &l.gate_stored},
+        {"mlp.up_proj.weight", &l.up, &l.up_stored},
+        {"mlp.down_proj.weight", &l.down, &l.down_stored}};
+    for (const auto& [name, fp32, out] : weights) {
+      VTOKEN_RETURN_IF_ERROR(keep(LayerName(i, name), *fp32, *out));
+    }
   }
   VTOKEN_RETURN_IF_ERROR(
       keep(model.config_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight",
-           model.lm_head_stored_));
+           model.lm_head_, model.lm_head_stored_));
   return model;
 }
 

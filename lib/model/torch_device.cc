@@ -124,6 +124,16 @@ StatusOr<LlamaOptions> LlamaOptionsFor(const std::string& device, const std::str
   return options;
 }
 
+Status ApplyWeightsName(const std::string& weights, LlamaOptions& options) {
+  if (weights != "float32" && weights != "as_stored" && weights != "as_stored_q8") {
+    return InvalidArgumentError("weights \"" + weights +
+                                "\": must be one of float32, as_stored, as_stored_q8");
+  }
+  options.weights_as_stored = weights != "float32";
+  options.q8_activations = weights == "as_stored_q8";
+  return Status::Ok();
+}
+
 Status CheckDtypeRuns(const LlamaOptions& options) {
   Status status;
   try {

@@ -31,6 +31,12 @@ std::string TorchDtypeName(torch::Dtype dtype);
 // The errors of TorchDevice and TorchDtype.
 StatusOr<LlamaOptions> LlamaOptionsFor(const std::string& device, const std::string& dtype);
 
+// Sets options.weights_as_stored and options.q8_activations for the name of the weights a model
+// keeps (the key model.weights): "float32" (neither), "as_stored" (weights_as_stored) or
+// "as_stored_q8" (both). InvalidArgument `weights "x": must be one of float32, as_stored,
+// as_stored_q8` otherwise.
+Status ApplyWeightsName(const std::string& weights, LlamaOptions& options);
+
 // Free bytes on CUDA device `device` (lib/cuda's CudaMemoryInfo: before the model loads, what a
 // run can allocate there). FailedPrecondition in a build without lib/cuda, InvalidArgument for a
 // device that is not CUDA.

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The real model through the command line (the `smollm2` ctest fixture fetches it):
-#   - `generate --model smollm2-135m --chat` answers a question (the answer names Paris);
+#   - `generate --model smollm2-135m --chat` answers a question (the answer names Paris), also
+#     with `--weights as_stored_q8`;
 #   - `run` on a small quickstart-like workload in the three modes, at token and head granularity,
 #     with chat-wrapped prompts and prefix sharing: the run header names the GGUF file, its tensor
 #     types and the real KV bytes per token; naive and vtoken produce identical outputs; vtoken
@@ -15,6 +16,11 @@ answer=$("$CLI" generate --model smollm2-135m --chat --prompt "What is the capit
   --max-tokens 24 2>"$TMP/gen.err")
 echo "chat answer: $answer"
 [[ $answer == *Paris* ]] || fail "chat answer lacks Paris: '$answer' ($(cat "$TMP/gen.err"))"
+# Weights as stored times 8-bit activations (llama.cpp's arithmetic on this file) answer too.
+answer=$("$CLI" generate --model smollm2-135m --weights as_stored_q8 --chat \
+  --prompt "What is the capital of France?" --max-tokens 24 2>"$TMP/gen_q8.err")
+echo "chat answer, as_stored_q8: $answer"
+[[ $answer == *Paris* ]] || fail "as_stored_q8 answer lacks Paris: '$answer' ($(cat "$TMP/gen_q8.err"))"
 
 cat >"$TMP/s.toml" <<'TOML'
 name = "smollm2_cli"

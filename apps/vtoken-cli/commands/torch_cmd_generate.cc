@@ -122,7 +122,9 @@ int RunGenerate(const GenerateArgs& a) {
   // Errors start with `device "..."` / `dtype "..."`: "--" makes them name the flag.
   StatusOr<model::LlamaOptions> options = model::LlamaOptionsFor(a.device, a.dtype);
   if (!options.ok()) return Fail("--" + options.status().message());
-  options->weights_as_stored = a.weights == "as_stored";
+  if (Status s = model::ApplyWeightsName(a.weights, *options); !s.ok()) {
+    return Fail("--" + s.message());
+  }
   if (a.cuda_graphs && !options->device.is_cuda()) {
     return Fail("--cuda-graphs needs --device cuda (got --device " + a.device + ")");
   }

@@ -123,14 +123,18 @@ std::vector<ConfigKey> MakeKeys() {
                "cpu: not supported by this libtorch (...)`). Recorded only when not `float32`"),
       Field(
           "model.weights", [](ExperimentConfig & c) -> auto& { return c.model_weights; })
-          .Choices({"float32", "as_stored"})
+          .Choices({"float32", "as_stored", "as_stored_q8"})
           .Record(kSet)
-          .Doc("`float32`, or `as_stored`: a GGUF model's linear weights (and LM head) stored as "
-               "Q8_0, Q4_0 or Q4_1 are also kept as the file stores them, and decode-sized steps "
-               "of the fused CPU path read those blocks, dequantizing inside the matrix kernel "
-               "(lib/model/cpu_quant_ops.h: a quarter to a seventh of fp32's bytes per decode "
-               "step) with the same bits as the fp32 weights; prefill chunks of more than 64 "
-               "tokens still multiply the fp32 weights. Needs a GGUF file, `model.device` `cpu`, "
+          .Doc("`float32`, `as_stored` or `as_stored_q8`: a GGUF model's linear weights (and LM "
+               "head) stored as Q8_0, Q4_0 or Q4_1 are also kept as the file stores them, and "
+               "decode-sized steps of the fused CPU path read those blocks (lib/model/"
+               "cpu_quant_ops.h: a quarter to a seventh of fp32's bytes per decode step). "
+               "`as_stored` dequantizes them inside the matrix kernel, with the same bits as the "
+               "fp32 weights; `as_stored_q8` multiplies as llama.cpp's CPU backend does, the "
+               "activations quantized per 32-element block to 8 bits and the products summed in "
+               "integers (AVX-512 VNNI where the CPU has it): faster, not the fp32 bits. Prefill "
+               "chunks of more than 64 tokens still multiply the fp32 weights. Needs a GGUF file, "
+               "`model.device` `cpu`, "
                "`model.dtype` `float32` and `model.kv_dtype` `auto`, `float32` or `float16` "
                "(else a one-line error). Recorded only when not `float32`"),
       Field(

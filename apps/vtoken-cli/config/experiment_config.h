@@ -31,8 +31,9 @@ struct ExperimentConfig {
   // real or synthetic model's weights, activations and KV store.
   std::string model_device = "cpu";
   std::string model_dtype = "float32";
-  // [model] weights: "float32", or "as_stored" (decode reads a GGUF file's Q8_0 / Q4_0 / Q4_1
-  // blocks as the file stores them: LlamaOptions::weights_as_stored).
+  // [model] weights: "float32", "as_stored" (decode reads a GGUF file's Q8_0 / Q4_0 / Q4_1
+  // blocks as the file stores them: LlamaOptions::weights_as_stored) or "as_stored_q8" (and
+  // multiplies them by 8-bit activations: LlamaOptions::q8_activations).
   std::string model_weights = "float32";
   // [model] kv_dtype: the KV store's dtype, "auto" (model_dtype's) or a dtype name
   // (LlamaOptions::kv_dtype).

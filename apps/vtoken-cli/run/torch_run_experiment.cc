@@ -26,6 +26,7 @@
 #include "lib/engine/workload.h"
 #include "lib/model/blas_info.h"
 #include "lib/model/cpu_isa.h"
+#include "lib/model/cpu_quant_ops.h"
 #include "lib/model/io/model_files.h"
 #include "lib/model/io/tokenizer.h"
 #include "lib/model/llama_runner.h"
@@ -218,10 +219,15 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
             {"cpu_isa", std::string(model::CpuIsaName(model::ActiveCpuIsa()))},
             {"cpu_threads", std::to_string(torch::get_num_threads())},
             {"blas", model::BlasDescription()}};
+    // Weights as stored times 8-bit activations: the integer kernel in use (VNNI or not).
+    if (c.model_weights == "as_stored_q8") {
+      host["cpu_q8_kernel"] = std::string(model::CpuQ8KernelName(model::ActiveCpuQ8Kernel()));
+    }
     std::fprintf(stderr, "BLAS: %s; model step on %d CPU thread(s)\n",
                  model::BlasDescription().c_str(), torch::get_num_threads());
-    std::fprintf(stderr, "CPU: %s; kernels for %s\n", host["cpu_model"].c_str(),
-                 host["cpu_isa"].c_str());
+    std::fprintf(stderr, "CPU: %s; kernels for %s%s\n", host["cpu_model"].c_str(),
+                 host["cpu_isa"].c_str(),
+                 host.contains("cpu_q8_kernel") ? (", q8 " + host["cpu_q8_kernel"]).c_str() : "");
   }
   // A persistent memo serves later invocations: its partition also names what they may differ in.
   std::string memo_partition = MemoPartition(c);

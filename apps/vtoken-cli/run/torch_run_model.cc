@@ -51,7 +51,9 @@ StatusOr<model::LlamaOptions> RunOptions(const ExperimentConfig& c) {
   if (!options.ok()) {
     return Status(options.status().code(), c.file + ": model." + options.status().message());
   }
-  options->weights_as_stored = c.model_weights == "as_stored";
+  if (Status s = model::ApplyWeightsName(c.model_weights, *options); !s.ok()) {
+    return Status(s.code(), c.file + ": model." + s.message());
+  }
   if (c.model_kv_dtype != "auto") {
     VTOKEN_ASSIGN_OR_RETURN(options->kv_dtype, model::TorchDtype(c.model_kv_dtype));
   }
