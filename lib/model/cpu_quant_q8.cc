@@ -81,12 +81,16 @@ VTOKEN_INLINE void Quantize(const CpuQuantLinearArgs& a, Q8Rows& x) {
 #pragma omp simd reduction(max : amax)
     for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
     const float d = amax / 127.0f;
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    // ggml's `amax != 0`, except that a block whose amax is below 2^-100 (so small that d rounds
+    // to an f16 zero, and the block counts for nothing either way) gets q = 0 instead of an
+    // infinite 127 / amax. The clamp keeps the conversion defined for NaN (to 127).
+    const float id = amax > 0x1p-100f ? 127.0f / amax : 0.0f;
     int8_t* q = x.q.data() + i * kBlock;
     int32_t sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < kBlock; ++j) {
-      const int32_t qj = static_cast<int32_t>(__builtin_rintf(v[j] * id));
+      const float scaled = std::fmax(-127.0f, std::fmin(127.0f, v[j] * id));
+      const int32_t qj = static_cast<int32_t>(__builtin_rintf(scaled));
       q[j] = static_cast<int8_t>(qj);
       sum += qj;
     }

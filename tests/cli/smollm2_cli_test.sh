@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The real model through the command line (the `smollm2` ctest fixture fetches it):
-#   - `generate --model smollm2-135m --chat` answers a question (the answer names Paris), also
-#     with `--weights as_stored_q8`;
+#   - `generate --model smollm2-135m --chat` answers a question (the answer names Paris); with
+#     `--weights as_stored_q8` it answers as llama.cpp does on the file (not Paris);
 #   - `run` on a small quickstart-like workload in the three modes, at token and head granularity,
 #     with chat-wrapped prompts and prefix sharing: the run header names the GGUF file, its tensor
 #     types and the real KV bytes per token; naive and vtoken produce identical outputs; vtoken
@@ -16,11 +16,15 @@ answer=$("$CLI" generate --model smollm2-135m --chat --prompt "What is the capit
   --max-tokens 24 2>"$TMP/gen.err")
 echo "chat answer: $answer"
 [[ $answer == *Paris* ]] || fail "chat answer lacks Paris: '$answer' ($(cat "$TMP/gen.err"))"
-# Weights as stored times 8-bit activations (llama.cpp's arithmetic on this file) answer too.
+# Weights as stored times 8-bit activations: llama.cpp's arithmetic on this file, and its answer.
+# llama.cpp itself (llama-cli of the peer build in docs/PERFORMANCE.md, the Q4_1 file, --temp 0,
+# this system prompt) answers "L'Étoile, la Marseillaise, la femme au roi, ..." where fp32
+# activations answer Paris (2026-12-06); ours (an fp32 KV store) agree with it up to "la femme".
 answer=$("$CLI" generate --model smollm2-135m --weights as_stored_q8 --chat \
   --prompt "What is the capital of France?" --max-tokens 24 2>"$TMP/gen_q8.err")
 echo "chat answer, as_stored_q8: $answer"
-[[ $answer == *Paris* ]] || fail "as_stored_q8 answer lacks Paris: '$answer' ($(cat "$TMP/gen_q8.err"))"
+[[ $answer == "L'Étoile, la Marseillaise, la femme"* ]] ||
+  fail "as_stored_q8 answer is not llama.cpp's: '$answer' ($(cat "$TMP/gen_q8.err"))"
 
 cat >"$TMP/s.toml" <<'TOML'
 name = "smollm2_cli"

@@ -166,7 +166,8 @@ TEST(CpuQuantLinearTest, SameBitsAsCpuLinearOnDequantizedWeightsOnEveryIsa) {
 
 // CpuQ8Linear's contract computed here from the GGUF blocks, not the packed ones: x quantized as
 // ggml's x86 quantize_row_q8_0 / q8_1 (d = amax / 127 and s = d * sum q rounded to f16, q = x *
-// 127 / amax rounded to nearest even), each block's integer dot product, then per block
+// 127 / amax rounded to nearest even; q = 0 where amax <= 2^-100, whose d is an f16 zero), each
+// block's integer dot product, then per block
 // acc = fma(d_w * d_x, isum, acc) and macc = fma(m_w, s_x, macc) in block order.
 std::vector<float> Q8Reference(const QuantLinear& l) {
   const int64_t blocks = l.in / 32;
@@ -179,7 +180,7 @@ std::vector<float> Q8Reference(const QuantLinear& l) {
         const float* v = l.x.data() + r * l.in + b * 32;
         float amax = 0.0f;
         for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
-        const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        const float id = amax > 0x1p-100f ? 127.0f / amax : 0.0f;
         int32_t q[32], qsum = 0;
         for (int i = 0; i < 32; ++i) qsum += q[i] = static_cast<int32_t>(std::nearbyint(v[i] * id));
         const float dx = F16ToFloat(FloatToF16(amax / 127.0f));
@@ -259,6 +260,13 @@ TEST(CpuQ8LinearTest, ContractBitsOnEveryKernelAndSplit) {
     // Blocks of x that are all zero, and one of very different magnitude.
     if (seed % 5 == 0) std::fill_n(l.x.begin(), std::min<int64_t>(32, l.in), 0.0f);
     if (seed % 7 == 0) l.x[rng() % l.x.size()] *= 1e4f;
+    // A block below 2^-100 (q = 0) or just above it (an f16 scale of zero, q not zero).
+    for (const float tiny : {1e-33f, 1e-29f}) {
+      if (rng() % 6 == 0) {
+        for (int64_t i = 0; i < std::min<int64_t>(32, l.in); ++i)
+          l.x[l.in * (l.rows - 1) + i] *= tiny;
+      }
+    }
     const std::vector<std::byte> packed =
         PackStoredQ8(type, std::as_bytes(std::span(l.w.data(), l.w.size())), l.out, l.in);
     ASSERT_EQ(packed.size(), static_cast<size_t>((l.out + 15) / 16 * 16 * (l.w.size() / l.out)));
