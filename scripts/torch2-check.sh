@@ -7,7 +7,7 @@
 # (VTOKEN_TORCH_FREE_TESTS=OFF: tests/core, engine, sim and the fuzz replays, which the default
 # build and scripts/asan.sh build and run, and which do not depend on the libtorch), and runs the
 # tests that exercise libtorch: labels model, kernel_emu and cli (the vtoken-cli binary links it),
-# not slow. Each test computes on one thread (OMP_NUM_THREADS=1):
+# not slow, not configs (experiments_dry_run: the shipped TOML files, the same under any libtorch). Each test computes on one thread (OMP_NUM_THREADS=1):
 # two tests at once on two cores, each with two threads that spin between calls, took 150 s where
 # one thread each took 95 s (the SmolLM2 tests); tests that check thread counts set their own.
 #
@@ -33,8 +33,8 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DVTOKEN_WITH_CUDA=OF
   { echo "torch2-check: error: configure failed (see $build.configure.log)" >&2; exit 1; }
 say "build (-j $jobs)"
 cmake --build "$build" -j "$jobs"
-say "test: ctest -L 'model|kernel_emu|cli' -LE slow, one thread per test"
+say "test: ctest -L 'model|kernel_emu|cli' -LE 'slow|configs', one thread per test"
 cd "$build"
-OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 ctest -L 'model|kernel_emu|cli' -LE slow -j "$jobs" \
+OMP_WAIT_POLICY=PASSIVE OMP_NUM_THREADS=1 ctest -L 'model|kernel_emu|cli' -LE 'slow|configs' -j "$jobs" \
   --output-on-failure --timeout 900
 say "torch $version: passed"
