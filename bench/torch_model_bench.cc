@@ -552,7 +552,8 @@ std::string SmolLm2Weights() {
 //              steps (llama-batched-bench's TG at that prompt length, -ntg 16).
 // stored = 1: the real model with weights as stored (LlamaOptions::weights_as_stored), against
 // llama.cpp on the same Q4_1 file; stored = 2: and the activations quantized to 8 bits as
-// llama.cpp does (LlamaOptions::q8_activations). kv16 = 1: the KV store in fp16 (llama.cpp's
+// llama.cpp does (LlamaOptions::q8_activations), which prefill chunks use too (stored = 1
+// prefills on the fp32 weights). kv16 = 1: the KV store in fp16 (llama.cpp's
 // default cache type, which its side of the comparison uses throughout), else fp32.
 void BM_SmolLm2Shapes(benchmark::State& state) {
   const StatusOr<LlamaModel>& loaded = SmolLm2(state.range(2), state.range(3) != 0);
@@ -563,6 +564,7 @@ BENCHMARK(BM_SmolLm2Shapes)
     ->ArgNames({"batch", "context", "stored", "kv16"})
     ->ArgsProduct({{0, 1, 8, 32}, {512, 2048}, {0}, {0, 1}})
     ->ArgsProduct({{1, 8}, {512}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{0}, {512}, {1, 2}, {0}})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 

@@ -17,8 +17,9 @@
 #     -ntg 16 -npl 1,8,32 with one KV stream per sequence, its default), all on THREADS threads
 #     (default: every CPU), KV cache f16 and flash attention auto (llama.cpp's defaults). And the
 #     weights as stored: ours with model weights as_stored (BM_SmolLm2Shapes/.../stored:1, decode
-#     of batch 1 and 8 at context 512) and as_stored_q8 (stored:2: the activations quantized to 8
-#     bits as llama.cpp does) against llama.cpp on the Q4_1 file itself. Ours runs each
+#     of batch 1 and 8 at context 512, prefill of 512) and as_stored_q8 (stored:2: the activations
+#     quantized to 8 bits as llama.cpp does, prefill included) against llama.cpp on the Q4_1 file
+#     itself (llama-batched-bench's decode, and its prompt processing of one sequence). Ours runs each
 #     case twice, its KV store in fp32 and in fp16 (kv16 = 1: model.kv_dtype = float16).
 #  4. A table of medians (tokens/s) and ratios, ours over llama.cpp at the same ISA level, to
 #     stdout and OUT/summary.md; every raw output under OUT (default build/llama-cpp-compare).
@@ -144,6 +145,10 @@ def peer(isa):
                 if "speed_tg" in b:
                     for s in stored:
                         rows.setdefault((int(b["pl"]), int(b["pp"]), s), []).append(b["speed_tg"])
+                        # Its prompt processing of one sequence on the Q4_1 file: the prefill
+                        # row of our stored forms (stored = 1 prefills on fp32 weights).
+                        if s > 0 and int(b["pl"]) == 1:
+                            rows.setdefault((0, int(b["pp"]), s), []).append(b["speed_pp"])
     return rows
 print(f"Tokens/s, medians of {rounds} rounds; batch 0 = prefill of `context` tokens, else decode "
       "of `batch` sequences at that context (16 steps). Weights: fp32 (llama.cpp: the F32 GGUF) "

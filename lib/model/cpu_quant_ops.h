@@ -65,6 +65,27 @@ void CpuQuantLinear(const CpuQuantLinearArgs& args, int64_t o_begin, int64_t o_e
 // 0 <= o_begin <= o_end <= args.out_features.
 void CpuQ8Linear(const CpuQuantLinearArgs& args, int64_t o_begin, int64_t o_end);
 
+// Rows of x quantized for CpuQ8Linear: per 32-element block, ggml's q (int8), d and Q8_1's s
+// (f16 values held as float) and the sum of q. A prefill chunk's rows are quantized once, on the
+// pool, for every projection that reads them, instead of by every thread in every call.
+struct CpuQ8Activations {
+  int64_t rows = 0, blocks = 0;
+  std::vector<int8_t> q;     // [rows][blocks][32]
+  std::vector<float> d, s;   // [rows][blocks]
+  std::vector<int32_t> sum;  // [rows][blocks]
+};
+
+// Sizes `x` for `rows` rows of in_features (a multiple of 32).
+void CpuQ8Prepare(int64_t rows, int64_t in_features, CpuQ8Activations& x);
+
+// Quantizes rows [r_begin, r_end) of `in` ([x.rows, x.blocks * 32] fp32) into x, prepared by
+// CpuQ8Prepare; calls on disjoint row ranges may run in parallel.
+void CpuQ8Quantize(const float* in, int64_t r_begin, int64_t r_end, CpuQ8Activations& x);
+
+// CpuQ8Linear on rows quantized already (args.x unused; x.rows == args.rows): the same bits.
+void CpuQ8Linear(const CpuQuantLinearArgs& args, const CpuQ8Activations& x, int64_t o_begin,
+                 int64_t o_end);
+
 // The weight rows CpuQ8Linear computes together, in the lanes of one vector.
 inline constexpr int64_t kQ8GroupRows = 16;
 

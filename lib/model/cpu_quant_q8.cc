@@ -49,15 +49,7 @@ constexpr Layout LayoutOf(GgmlType t) {
                                 : Layout{64 + 256, 64, 0};  // Q4_1
 }
 
-// Activations quantized per 32-element block as ggml's x86 quantize_row_q8_0 / q8_1 do: d =
-// amax / 127 and q = round-to-nearest-even(x * 127 / amax), d kept as f16; Q8_1's s = f16(d *
-// sum q) (its fp32 d). d and s are held widened to fp32, sum q as an int.
-struct Q8Rows {
-  int64_t blocks = 0;
-  std::vector<int8_t> q;     // [rows][blocks][32]
-  std::vector<float> d, s;   // [rows][blocks]
-  std::vector<int32_t> sum;  // [rows][blocks]
-};
+using Q8Rows = CpuQ8Activations;
 
 VTOKEN_INLINE float Widen(const uint8_t* p) {
   uint16_t h;
@@ -66,17 +58,24 @@ VTOKEN_INLINE float Widen(const uint8_t* p) {
 }
 VTOKEN_INLINE float RoundF16(float x) { return simd::WidenF16(simd::NarrowF16(x)); }
 
-// Inlined into each instruction set's entry point, so that its loops vectorize for it; every
-// step is exact or one IEEE operation, so the bytes are the same on every level.
-VTOKEN_INLINE void Quantize(const CpuQuantLinearArgs& a, Q8Rows& x) {
-  const int64_t blocks = a.in_features / kBlock, n = a.rows * blocks;
+void Prepare(int64_t rows, int64_t in_features, Q8Rows& x) {
+  const int64_t blocks = in_features / kBlock, n = rows * blocks;
+  x.rows = rows;
   x.blocks = blocks;
   x.q.resize(n * kBlock);
   x.d.resize(n);
   x.s.resize(n);
   x.sum.resize(n);
-  for (int64_t i = 0; i < n; ++i) {
-    const float* v = a.x + (i / blocks) * a.in_features + (i % blocks) * kBlock;
+}
+
+// Rows [r_begin, r_end) of `in`. Inlined into each instruction set's entry point, so that its
+// loops vectorize for it; every step is exact or one IEEE operation, so the bytes are the same on
+// every level.
+VTOKEN_INLINE void Quantize(const float* in, int64_t in_features, int64_t r_begin, int64_t r_end,
+                            Q8Rows& x) {
+  const int64_t blocks = x.blocks;
+  for (int64_t i = r_begin * blocks; i < r_end * blocks; ++i) {
+    const float* v = in + (i / blocks) * in_features + (i % blocks) * kBlock;
     float amax = 0.0f;
 #pragma omp simd reduction(max : amax)
     for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(v[j]));
@@ -355,9 +354,8 @@ Q8Rows& Buffer() {
 }
 
 template <typename K>
-VTOKEN_INLINE void Run(const CpuQuantLinearArgs& a, int64_t o_begin, int64_t o_end) {
-  Q8Rows& x = Buffer();
-  Quantize(a, x);
+VTOKEN_INLINE void RunQuantized(const CpuQuantLinearArgs& a, const Q8Rows& x, int64_t o_begin,
+                                int64_t o_end) {
   switch (a.type) {
     case GgmlType::kQ8_0:
       return Groups<K, GgmlType::kQ8_0>(a, x, o_begin, o_end);
@@ -370,17 +368,55 @@ VTOKEN_INLINE void Run(const CpuQuantLinearArgs& a, int64_t o_begin, int64_t o_e
   }
 }
 
+// x == nullptr: quantize args.x into this thread's buffer first.
+template <typename K>
+VTOKEN_INLINE void Run(const CpuQuantLinearArgs& a, const Q8Rows* x, int64_t o_begin,
+                       int64_t o_end) {
+  if (x == nullptr) {
+    Q8Rows& own = Buffer();
+    Prepare(a.rows, a.in_features, own);
+    Quantize(a.x, a.in_features, 0, a.rows, own);
+    x = &own;
+  }
+  RunQuantized<K>(a, *x, o_begin, o_end);
+}
+
 #if defined(__x86_64__)
 __attribute__((target("arch=x86-64-v4,avx512vnni"))) void RunVnni(const CpuQuantLinearArgs& a,
-                                                                  int64_t b, int64_t e) {
-  Run<Vnni>(a, b, e);
+                                                                  const Q8Rows* x, int64_t b,
+                                                                  int64_t e) {
+  Run<Vnni>(a, x, b, e);
 }
-__attribute__((target("arch=x86-64-v3"))) void RunAvx2(const CpuQuantLinearArgs& a, int64_t b,
-                                                       int64_t e) {
-  Run<Avx2>(a, b, e);
+__attribute__((target("arch=x86-64-v3"))) void RunAvx2(const CpuQuantLinearArgs& a, const Q8Rows* x,
+                                                       int64_t b, int64_t e) {
+  Run<Avx2>(a, x, b, e);
+}
+__attribute__((target("arch=x86-64-v4"))) void QuantizeAvx512(const float* in, int64_t k, int64_t b,
+                                                              int64_t e, Q8Rows& x) {
+  Quantize(in, k, b, e, x);
+}
+__attribute__((target("arch=x86-64-v3"))) void QuantizeAvx2(const float* in, int64_t k, int64_t b,
+                                                            int64_t e, Q8Rows& x) {
+  Quantize(in, k, b, e, x);
 }
 #endif
-void RunScalar(const CpuQuantLinearArgs& a, int64_t b, int64_t e) { Run<Scalar>(a, b, e); }
+void RunScalar(const CpuQuantLinearArgs& a, const Q8Rows* x, int64_t b, int64_t e) {
+  Run<Scalar>(a, x, b, e);
+}
+
+void Dispatch(const CpuQuantLinearArgs& args, const Q8Rows* x, int64_t o_begin, int64_t o_end) {
+  if (o_begin >= o_end) return;
+  switch (ActiveCpuQ8Kernel()) {
+#if defined(__x86_64__)
+    case CpuQ8Kernel::kAvx512Vnni:
+      return RunVnni(args, x, o_begin, o_end);
+    case CpuQ8Kernel::kAvx2:
+      return RunAvx2(args, x, o_begin, o_end);
+#endif
+    default:
+      return RunScalar(args, x, o_begin, o_end);
+  }
+}
 
 }  // namespace
 
@@ -412,16 +448,29 @@ std::string_view CpuQ8KernelName(CpuQ8Kernel kernel) {
 }
 
 void CpuQ8Linear(const CpuQuantLinearArgs& args, int64_t o_begin, int64_t o_end) {
-  if (o_begin >= o_end) return;
-  switch (ActiveCpuQ8Kernel()) {
+  Dispatch(args, nullptr, o_begin, o_end);
+}
+
+void CpuQ8Linear(const CpuQuantLinearArgs& args, const CpuQ8Activations& x, int64_t o_begin,
+                 int64_t o_end) {
+  Dispatch(args, &x, o_begin, o_end);
+}
+
+void CpuQ8Prepare(int64_t rows, int64_t in_features, CpuQ8Activations& x) {
+  Prepare(rows, in_features, x);
+}
+
+void CpuQ8Quantize(const float* in, int64_t r_begin, int64_t r_end, CpuQ8Activations& x) {
+  const int64_t k = x.blocks * kBlock;
+  switch (ActiveCpuIsa()) {
 #if defined(__x86_64__)
-    case CpuQ8Kernel::kAvx512Vnni:
-      return RunVnni(args, o_begin, o_end);
-    case CpuQ8Kernel::kAvx2:
-      return RunAvx2(args, o_begin, o_end);
+    case CpuIsa::kAvx512:
+      return QuantizeAvx512(in, k, r_begin, r_end, x);
+    case CpuIsa::kAvx2:
+      return QuantizeAvx2(in, k, r_begin, r_end, x);
 #endif
     default:
-      return RunScalar(args, o_begin, o_end);
+      return Quantize(in, k, r_begin, r_end, x);
   }
 }
 

@@ -52,8 +52,9 @@ struct LlamaOptions {
   bool weights_as_stored = false;
   // With weights_as_stored: those projections multiply as llama.cpp's CPU backend does, the
   // activations quantized per 32-element block to 8 bits and the products summed in integers
-  // (CpuQ8Linear: AVX-512 VNNI where the CPU has it). Not the fp32 weights' bits: the activations'
-  // rounding (about 0.4% of each block's largest element) is llama.cpp's too.
+  // (CpuQ8Linear: AVX-512 VNNI where the CPU has it), in decode and in prefill chunks on the fused
+  // path (whose rows are quantized once per projection input). Not the fp32 weights' bits: the
+  // activations' rounding (about 0.4% of each block's largest element) is llama.cpp's too.
   bool q8_activations = false;
   // The KV store's dtype (KvOptions); unset: compute_dtype. kHalf under fp32 compute on the CPU
   // (llama.cpp's default cache type): half the bytes per token, which the fused path writes

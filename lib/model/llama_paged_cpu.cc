@@ -60,10 +60,50 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   // threads where PoolSgemm can (cpu_blas_gemm.h), else torch's addmm.
   const bool pool_sgemm = PoolSgemmAvailable();
   const bool own_gemm = UseCpuGemm();
+  // Prefill chunks on weights kept as stored with 8-bit activations (StoredDot::kQ8): the rows
+  // are quantized once, on the pool, for every projection that reads them (q8_in), and each
+  // projection's outputs split over the pool.
+  CpuQ8Activations q8_in;
+  auto quantize_q8 = [&](const torch::Tensor& in) {
+    CpuQ8Prepare(in.size(0), in.size(1), q8_in);
+    pool.ParallelFor(in.size(0), [&](int64_t begin, int64_t end) {
+      CpuQ8Quantize(in.data_ptr<float>(), begin, end, q8_in);
+    });
+  };
+  auto linear_q8 = [&](const CpuLinearArgs& a, const StoredWeight& stored) {
+    const CpuQuantLinearArgs q{.x = a.x,
+                               .w = stored.bytes.data(),
+                               .type = stored.type,
+                               .bias = a.bias,
+                               .y = a.y,
+                               .rows = a.rows,
+                               .in_features = a.in_features,
+                               .out_features = a.out_features,
+                               .accumulate = a.accumulate};
+    pool.ParallelFor(
+        a.out_features, [&](int64_t begin, int64_t end) { CpuQ8Linear(q, q8_in, begin, end); },
+        kQ8GroupRows);
+  };
+  auto q8 = [](const StoredWeight& stored) {
+    return stored.defined() && stored.dot == StoredDot::kQ8;
+  };
   auto linear = [&](const torch::Tensor& in, const torch::Tensor& w, const StoredWeight& stored,
                     const torch::Tensor& bias, torch::Tensor& out, bool accumulate) {
     const int64_t rows = in.size(0);
     const bool small = rows <= kCpuLinearMaxRows;
+    if (!small && q8(stored)) {
+      if (!accumulate) out = torch::empty({rows, w.size(0)}, torch::kFloat32);
+      quantize_q8(in);
+      return linear_q8({.x = in.data_ptr<float>(),
+                        .w = w.data_ptr<float>(),
+                        .bias = bias.defined() ? bias.data_ptr<float>() : nullptr,
+                        .y = out.data_ptr<float>(),
+                        .rows = rows,
+                        .in_features = w.size(1),
+                        .out_features = w.size(0),
+                        .accumulate = accumulate},
+                       stored);
+    }
     if (small || own_gemm || pool_sgemm) {
       if (!accumulate) out = torch::empty({rows, w.size(0)}, torch::kFloat32);
       const CpuLinearArgs a{.x = in.data_ptr<float>(),
@@ -112,6 +152,14 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   // a small step's few calls are what its threads synchronise on.
   auto project_qkv = [&](const torch::Tensor& h, const Layer& l, torch::Tensor& q, torch::Tensor& k,
                          torch::Tensor& v) {
+    const StoredWeight* stored[3] = {&l.q_stored, &l.k_stored, &l.v_stored};
+    if (h.size(0) > kCpuLinearMaxRows && q8(l.q_stored) && q8(l.k_stored) && q8(l.v_stored)) {
+      quantize_q8(h);
+      linear_q8(linear_args(h, l.q, l.q_bias, q), l.q_stored);
+      linear_q8(linear_args(h, l.k, l.k_bias, k), l.k_stored);
+      linear_q8(linear_args(h, l.v, l.v_bias, v), l.v_stored);
+      return;
+    }
     if (h.size(0) > kCpuLinearMaxRows) {
       q = project(h, l.q, l.q_bias);
       k = project(h, l.k, l.k_bias);
@@ -121,7 +169,6 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     const CpuLinearArgs args[3] = {linear_args(h, l.q, l.q_bias, q),
                                    linear_args(h, l.k, l.k_bias, k),
                                    linear_args(h, l.v, l.v_bias, v)};
-    const StoredWeight* stored[3] = {&l.q_stored, &l.k_stored, &l.v_stored};
     const int64_t total = args[0].out_features + args[1].out_features + args[2].out_features;
     pool.ParallelFor(
         total,
@@ -141,6 +188,13 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   // CpuSiluMul for prefill chunks. Returns [N, intermediate].
   auto swiglu = [&](const torch::Tensor& h2, const Layer& l) {
     torch::Tensor gate, up;
+    if (h2.size(0) > kCpuLinearMaxRows && q8(l.gate_stored) && q8(l.up_stored)) {
+      quantize_q8(h2);
+      linear_q8(linear_args(h2, l.gate, torch::Tensor(), gate), l.gate_stored);
+      linear_q8(linear_args(h2, l.up, torch::Tensor(), up), l.up_stored);
+      CpuSiluMul(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel());
+      return gate;
+    }
     if (h2.size(0) > kCpuLinearMaxRows) {
       gate = project(h2, l.gate, torch::Tensor());
       up = project(h2, l.up, torch::Tensor());

@@ -280,6 +280,24 @@ TEST(CpuQ8LinearTest, ContractBitsOnEveryKernelAndSplit) {
       ASSERT_EQ(Bits(RunQ8(l, packed, {})), want)
           << l.rows << "x" << l.in << " -> " << l.out << ": not the contract's bits";
       ASSERT_EQ(Bits(RunQ8(l, packed, cuts)), want) << "cuts " << cuts[0] << ", " << cuts[1];
+      // Rows quantized beforehand (prefill chunks), in two row ranges, then the outputs in two.
+      CpuQ8Activations x;
+      CpuQ8Prepare(l.rows, l.in, x);
+      const int64_t mid = static_cast<int64_t>(seed % static_cast<uint64_t>(l.rows + 1));
+      CpuQ8Quantize(l.x.data(), mid, l.rows, x);
+      CpuQ8Quantize(l.x.data(), 0, mid, x);
+      std::vector<float> y = l.y0;
+      const CpuQuantLinearArgs a{.w = packed.data(),
+                                 .type = l.type,
+                                 .bias = l.bias ? l.b.data() : nullptr,
+                                 .y = y.data(),
+                                 .rows = l.rows,
+                                 .in_features = l.in,
+                                 .out_features = l.out,
+                                 .accumulate = l.accumulate};
+      CpuQ8Linear(a, x, 0, cuts[0]);
+      CpuQ8Linear(a, x, cuts[0], l.out);
+      ASSERT_EQ(Bits(y), want) << "quantized beforehand, rows split at " << mid;
     }
   }
   ASSERT_TRUE(SetCpuIsa(HostCpuIsa()).ok());

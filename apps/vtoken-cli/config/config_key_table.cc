@@ -132,8 +132,9 @@ std::vector<ConfigKey> MakeKeys() {
                "`as_stored` dequantizes them inside the matrix kernel, with the same bits as the "
                "fp32 weights; `as_stored_q8` multiplies as llama.cpp's CPU backend does, the "
                "activations quantized per 32-element block to 8 bits and the products summed in "
-               "integers (AVX-512 VNNI where the CPU has it): faster, not the fp32 bits. Prefill "
-               "chunks of more than 64 tokens still multiply the fp32 weights. Needs a GGUF file, "
+               "integers (AVX-512 VNNI where the CPU has it), prefill chunks included: faster, not "
+               "the fp32 bits. With `as_stored`, prefill chunks of more than 64 tokens still "
+               "multiply the fp32 weights. Needs a GGUF file, "
                "`model.device` `cpu`, "
                "`model.dtype` `float32` and `model.kv_dtype` `auto`, `float32` or `float16` "
                "(else a one-line error). Recorded only when not `float32`"),
