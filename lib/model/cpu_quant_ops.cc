@@ -359,18 +359,22 @@ void CpuQuantLinear(const CpuQuantLinearArgs& args, int64_t o_begin, int64_t o_e
   }
 }
 
+CpuQuantLinearArgs StoredArgs(const CpuLinearArgs& args, const StoredWeight& stored) {
+  return {.x = args.x,
+          .w = stored.bytes.data(),
+          .type = stored.type,
+          .bias = args.bias,
+          .y = args.y,
+          .rows = args.rows,
+          .in_features = args.in_features,
+          .out_features = args.out_features,
+          .accumulate = args.accumulate};
+}
+
 void CpuLinearOrStored(const CpuLinearArgs& args, const StoredWeight& stored, int64_t o_begin,
                        int64_t o_end) {
   if (!stored.defined()) return CpuLinear(args, o_begin, o_end);
-  const CpuQuantLinearArgs q{.x = args.x,
-                             .w = stored.bytes.data(),
-                             .type = stored.type,
-                             .bias = args.bias,
-                             .y = args.y,
-                             .rows = args.rows,
-                             .in_features = args.in_features,
-                             .out_features = args.out_features,
-                             .accumulate = args.accumulate};
+  const CpuQuantLinearArgs q = StoredArgs(args, stored);
   if (stored.dot == StoredDot::kQ8) return CpuQ8Linear(q, o_begin, o_end);
   CpuQuantLinear(q, o_begin, o_end);
 }

@@ -115,6 +115,9 @@ struct StoredWeight {
   bool defined() const { return !bytes.empty(); }
 };
 
+// CpuLinear's `args` on `stored`'s blocks: w, type and dot from `stored`, the rest from args.
+CpuQuantLinearArgs StoredArgs(const CpuLinearArgs& args, const StoredWeight& stored);
+
 // Outputs [o_begin, o_end) of CpuLinear's `args` (args.w the fp32 weight): from `stored`'s blocks
 // by CpuQuantLinear (the same bits) or CpuQ8Linear (stored.dot) when it is defined, else
 // CpuLinear.

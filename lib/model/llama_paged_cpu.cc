@@ -55,9 +55,10 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
                eps);
     return out;
   };
-  // out = in W^T + bias, or out += in W^T + bias: CpuLinear for decode-sized batches; for prefill
-  // chunks CpuGemm where it is the faster (UseCpuGemm, cpu_gemm.h), else the BLAS on the pool's
-  // threads where PoolSgemm can (cpu_blas_gemm.h), else torch's addmm.
+  // out = in W^T + bias, or out += in W^T + bias: CpuLinear (or the stored weight's kernel) for
+  // decode-sized batches; for prefill chunks CpuQ8Linear on a stored weight with 8-bit
+  // activations, else CpuGemm where it is the faster (UseCpuGemm, cpu_gemm.h), else the BLAS on
+  // the pool's threads where PoolSgemm can (cpu_blas_gemm.h), else torch's addmm.
   const bool pool_sgemm = PoolSgemmAvailable();
   const bool own_gemm = UseCpuGemm();
   // Prefill chunks on weights kept as stored with 8-bit activations (StoredDot::kQ8): the rows
@@ -71,15 +72,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     });
   };
   auto linear_q8 = [&](const CpuLinearArgs& a, const StoredWeight& stored) {
-    const CpuQuantLinearArgs q{.x = a.x,
-                               .w = stored.bytes.data(),
-                               .type = stored.type,
-                               .bias = a.bias,
-                               .y = a.y,
-                               .rows = a.rows,
-                               .in_features = a.in_features,
-                               .out_features = a.out_features,
-                               .accumulate = a.accumulate};
+    const CpuQuantLinearArgs q = StoredArgs(a, stored);
     pool.ParallelFor(
         a.out_features, [&](int64_t begin, int64_t end) { CpuQ8Linear(q, q8_in, begin, end); },
         kQ8GroupRows);
@@ -91,20 +84,7 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
                     const torch::Tensor& bias, torch::Tensor& out, bool accumulate) {
     const int64_t rows = in.size(0);
     const bool small = rows <= kCpuLinearMaxRows;
-    if (!small && q8(stored)) {
-      if (!accumulate) out = torch::empty({rows, w.size(0)}, torch::kFloat32);
-      quantize_q8(in);
-      return linear_q8({.x = in.data_ptr<float>(),
-                        .w = w.data_ptr<float>(),
-                        .bias = bias.defined() ? bias.data_ptr<float>() : nullptr,
-                        .y = out.data_ptr<float>(),
-                        .rows = rows,
-                        .in_features = w.size(1),
-                        .out_features = w.size(0),
-                        .accumulate = accumulate},
-                       stored);
-    }
-    if (small || own_gemm || pool_sgemm) {
+    if (small || own_gemm || pool_sgemm || q8(stored)) {
       if (!accumulate) out = torch::empty({rows, w.size(0)}, torch::kFloat32);
       const CpuLinearArgs a{.x = in.data_ptr<float>(),
                             .w = w.data_ptr<float>(),
@@ -114,6 +94,10 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
                             .in_features = w.size(1),
                             .out_features = w.size(0),
                             .accumulate = accumulate};
+      if (!small && q8(stored)) {
+        quantize_q8(in);
+        return linear_q8(a, stored);
+      }
       if (!small && own_gemm) {
         pool.ParallelFor(
             (a.out_features + kGemmPanel - 1) / kGemmPanel, [&](int64_t begin, int64_t end) {
