@@ -478,8 +478,9 @@ std::vector<std::byte> PackStoredQ8(GgmlType type, std::span<const std::byte> bl
                                     int64_t out_features, int64_t in_features) {
   const Layout L = LayoutOf(type);
   const int64_t n = in_features / kBlock, groups = (out_features + kGroup - 1) / kGroup;
-  const int64_t block_bytes = type == GgmlType::kQ8_0 ? 34 : type == GgmlType::kQ4_0 ? 18 : 20;
-  const int64_t qs_at = type == GgmlType::kQ4_1 ? 4 : 2;
+  // A GGUF block: its f16 scales (a record's 16 rows' side by side), then its quants.
+  const int64_t block_bytes = GgmlTypeInfo(static_cast<uint32_t>(type))->type_size;
+  const int64_t qs_at = L.quants / kGroup;
   std::vector<std::byte> packed(groups * n * L.bytes);
   for (int64_t o = 0; o < out_features; ++o) {
     const int64_t l = o % kGroup;
