@@ -4,6 +4,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "lib/model/cpu_bf16.h"
 #include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_simd.h"
 
@@ -376,6 +377,7 @@ void CpuLinearOrStored(const CpuLinearArgs& args, const StoredWeight& stored, in
   if (!stored.defined()) return CpuLinear(args, o_begin, o_end);
   const CpuQuantLinearArgs q = StoredArgs(args, stored);
   if (stored.dot == StoredDot::kQ8) return CpuQ8Linear(q, o_begin, o_end);
+  if (stored.dot == StoredDot::kBf16) return CpuBf16Linear(q, o_begin, o_end);
   CpuQuantLinear(q, o_begin, o_end);
 }
 

@@ -37,10 +37,11 @@ struct CpuQuantLinearArgs {
   bool accumulate = false;  // y += x W^T (a residual add) instead of y = x W^T.
 };
 
-// How a decode-sized projection multiplies the weights a model keeps as stored.
+// How a projection multiplies the weights a model keeps beside (or instead of) fp32 ones.
 enum class StoredDot : uint8_t {
   kExact,  // CpuQuantLinear: dequantized in the kernel, CpuLinear's bits.
   kQ8,     // CpuQ8Linear: activations quantized to 8 bits as llama.cpp does, integer products.
+  kBf16,   // CpuBf16Linear (cpu_bf16.h): weights and activations rounded to bf16.
 };
 
 // True for Q8_0, Q4_0 and Q4_1.
@@ -104,12 +105,14 @@ CpuQ8Kernel ActiveCpuQ8Kernel();
 std::string_view CpuQ8KernelName(CpuQ8Kernel kernel);
 
 // A linear weight [out_features, in_features] as a GGUF file stores it, rows in Hugging Face's
-// order (GgufCheckpoint::ReadStored), kept beside the fp32 weight for the decode-sized
-// projections of the fused CPU path (LlamaOptions::weights_as_stored). Undefined (no bytes) when
-// the model holds the weight in fp32 only.
+// order (GgufCheckpoint::ReadStored; LlamaOptions::weights_as_stored), or rounded to bf16
+// (type kBF16, dot kBf16; LlamaOptions::bf16_weights), kept beside the fp32 weight for the
+// projections of the fused CPU path. Undefined (no bytes) when the model holds the weight in
+// fp32 only.
 struct StoredWeight {
   GgmlType type = GgmlType::kF32;
-  std::vector<std::byte> bytes;  // The file's blocks (kExact) or PackStoredQ8's layout (kQ8).
+  // The file's blocks (kExact), PackStoredQ8's layout (kQ8) or PackBf16's (kBf16).
+  std::vector<std::byte> bytes;
   StoredDot dot = StoredDot::kExact;
 
   bool defined() const { return !bytes.empty(); }
@@ -118,9 +121,9 @@ struct StoredWeight {
 // CpuLinear's `args` on `stored`'s blocks: w, type and dot from `stored`, the rest from args.
 CpuQuantLinearArgs StoredArgs(const CpuLinearArgs& args, const StoredWeight& stored);
 
-// Outputs [o_begin, o_end) of CpuLinear's `args` (args.w the fp32 weight): from `stored`'s blocks
-// by CpuQuantLinear (the same bits) or CpuQ8Linear (stored.dot) when it is defined, else
-// CpuLinear.
+// Outputs [o_begin, o_end) of CpuLinear's `args` (args.w the fp32 weight): from `stored`'s bytes
+// by CpuQuantLinear (the same bits), CpuQ8Linear or CpuBf16Linear (stored.dot) when it is
+// defined, else CpuLinear.
 void CpuLinearOrStored(const CpuLinearArgs& args, const StoredWeight& stored, int64_t o_begin,
                        int64_t o_end);
 
