@@ -33,6 +33,7 @@
 #include "lib/core/policy.h"
 #include "lib/core/policy_registry.h"
 #include "lib/model/blas_info.h"
+#include "lib/model/cpu_bf16.h"
 #include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_quant_ops.h"
 #include "lib/model/cpu_threads.h"
@@ -511,18 +512,21 @@ BENCHMARK(BM_LlamaCppShapes)
 // heads of 64, FFN 1536, vocabulary 49,152, tied embeddings. With `stored` the real model with
 // weights_as_stored (its Q4_1 blocks read by the decode kernels), or an error when the file is
 // not there (synthetic weights have no stored form); stored = 2 also multiplies them by 8-bit
-// activations (LlamaOptions::q8_activations); with `kv16` its KV store in fp16
+// activations (LlamaOptions::q8_activations); stored = 3 keeps the linear weights in bf16
+// (LlamaOptions::bf16_weights, real or synthetic); with `kv16` its KV store in fp16
 // (LlamaOptions::kv_dtype). One model per combination, loaded on first use.
 const StatusOr<LlamaModel>& SmolLm2(int64_t stored, bool kv16) {
   static std::map<std::pair<int64_t, bool>, StatusOr<LlamaModel>> models;
   auto it = models.find({stored, kv16});
   if (it != models.end()) return it->second;
   auto load = [&]() -> StatusOr<LlamaModel> {
-    LlamaOptions options{.weights_as_stored = stored != 0, .q8_activations = stored == 2};
+    LlamaOptions options{.weights_as_stored = stored == 1 || stored == 2,
+                         .q8_activations = stored == 2,
+                         .bf16_weights = stored == 3};
     if (kv16) options.kv_dtype = torch::kHalf;
     StatusOr<std::string> path = ResolveModelPath("smollm2-135m");
     if (path.ok()) return LlamaModel::FromGguf(*path, options);
-    if (stored != 0) return path.status();
+    if (options.weights_as_stored) return path.status();
     ModelConfig c;
     c.vocab_size = 49152;
     c.hidden_size = 576;
@@ -553,7 +557,9 @@ std::string SmolLm2Weights() {
 // stored = 1: the real model with weights as stored (LlamaOptions::weights_as_stored), against
 // llama.cpp on the same Q4_1 file; stored = 2: and the activations quantized to 8 bits as
 // llama.cpp does (LlamaOptions::q8_activations), which prefill chunks use too (stored = 1
-// prefills on the fp32 weights). kv16 = 1: the KV store in fp16 (llama.cpp's
+// prefills on the fp32 weights); stored = 3: the weights rounded to bf16 and multiplied by
+// activations rounded to bf16 (LlamaOptions::bf16_weights), decode and prefill, against llama.cpp
+// on a BF16 GGUF of the same rounded weights. kv16 = 1: the KV store in fp16 (llama.cpp's
 // default cache type, which its side of the comparison uses throughout), else fp32.
 void BM_SmolLm2Shapes(benchmark::State& state) {
   const StatusOr<LlamaModel>& loaded = SmolLm2(state.range(2), state.range(3) != 0);
@@ -565,6 +571,7 @@ BENCHMARK(BM_SmolLm2Shapes)
     ->ArgsProduct({{0, 1, 8, 32}, {512, 2048}, {0}, {0, 1}})
     ->ArgsProduct({{1, 8}, {512}, {1, 2}, {0, 1}})
     ->ArgsProduct({{0}, {512}, {1, 2}, {0}})
+    ->ArgsProduct({{0, 1, 8, 32}, {512, 2048}, {3}, {0, 1}})
     ->Unit(benchmark::kMillisecond)
     ->UseManualTime();
 
@@ -911,6 +918,9 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext(
       "cpu_q8_kernel",
       std::string(vtoken::model::CpuQ8KernelName(vtoken::model::ActiveCpuQ8Kernel())));
+  benchmark::AddCustomContext(
+      "cpu_bf16_kernel",
+      std::string(vtoken::model::CpuBf16KernelName(vtoken::model::ActiveCpuBf16Kernel())));
   benchmark::AddCustomContext("cpu_model", vtoken::model::CpuModelName());
   benchmark::AddCustomContext("smollm2_weights", vtoken::model::SmolLm2Weights());
   benchmark::AddCustomContext("torch_threads", std::to_string(torch::get_num_threads()));

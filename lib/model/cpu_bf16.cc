@@ -25,8 +25,7 @@ namespace vtoken::model {
 namespace {
 
 constexpr int64_t kGroup = kBf16GroupRows;
-constexpr int kMaxGroups = 3;                    // per tile, on any kernel
-constexpr int64_t kPanel = kMaxGroups * kGroup;  // outputs of a tile at most
+constexpr int64_t kPanel = kBf16PanelRows;  // outputs of a tile at most
 // Rows per block: x's block (192 rows of SmolLM2's 1,536 inputs: 576 KB) stays in L2 while the
 // panels pass over it.
 constexpr int64_t kBlockRows = 192;

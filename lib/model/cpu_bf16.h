@@ -32,6 +32,9 @@ float WidenBf16(uint16_t h);
 
 // The outputs CpuBf16Linear computes together, in the lanes of one AVX-512 vector.
 inline constexpr int64_t kBf16GroupRows = 16;
+// The outputs of its widest tile (3 groups): a split of the outputs into multiples of it computes
+// no panel in two parts. Any split gives the same bits.
+inline constexpr int64_t kBf16PanelRows = 3 * kBf16GroupRows;
 
 // W [out_features, in_features] (row-major fp32) rounded to bf16 in the layout CpuBf16Linear
 // reads: per group of 16 output rows (rows padded with zeros to a multiple of 16), per input

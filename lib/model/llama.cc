@@ -8,6 +8,7 @@
 #include <span>
 #include <tuple>
 
+#include "lib/model/cpu_bf16.h"
 #include "lib/model/io/checkpoint.h"
 #include "lib/model/io/gguf_model.h"
 #include "lib/model/io/safetensors.h"
@@ -30,6 +31,18 @@ Status CheckRunnable(const ModelConfig& c) {
   if (c.head_dim <= 0 || c.head_dim % 2 != 0) {
     return InvalidArgumentError("model config: head_dim must be positive and even for RoPE, got " +
                                 std::to_string(c.head_dim));
+  }
+  return Status::Ok();
+}
+
+// The fused CPU path that weights kept beside the fp32 ones (`what`) are read by.
+Status CheckFusedCpuPath(const LlamaOptions& options, const std::string& what) {
+  const torch::Dtype kv_dtype = options.kv_dtype.value_or(options.compute_dtype);
+  if (!options.device.is_cpu() || options.compute_dtype != torch::kFloat32 ||
+      !options.fused_cpu_attention || (kv_dtype != torch::kFloat32 && kv_dtype != torch::kHalf)) {
+    return InvalidArgumentError(what +
+                                " need the fused CPU path: device cpu, dtype float32, KV float32 "
+                                "or float16");
   }
   return Status::Ok();
 }
@@ -214,13 +227,7 @@ StatusOr<LlamaModel> LlamaModel::FromGguf(const std::string& path, const LlamaOp
       return InvalidArgumentError("q8 activations need weights as_stored");
     return model;
   }
-  const torch::Dtype kv_dtype = options.kv_dtype.value_or(options.compute_dtype);
-  if (!options.device.is_cpu() || options.compute_dtype != torch::kFloat32 ||
-      !options.fused_cpu_attention || (kv_dtype != torch::kFloat32 && kv_dtype != torch::kHalf)) {
-    return InvalidArgumentError(
-        "weights as_stored need the fused CPU path: device cpu, dtype float32, KV float32 or "
-        "float16");
-  }
+  VTOKEN_RETURN_IF_ERROR(CheckFusedCpuPath(options, "weights as_stored"));
   // Each linear weight the fused kernels can read as stored; the others stay fp32 only.
   auto keep = [&](const std::string& name, const torch::Tensor& fp32, StoredWeight& out) -> Status {
     VTOKEN_ASSIGN_OR_RETURN(GgufCheckpoint::Stored stored, checkpoint.ReadStored(name));
@@ -273,6 +280,33 @@ Status LlamaModel::Finish() {
     move(lm_head_);
   }
   inv_freq_ = RopeInverseFrequencies(config_).to(options_.device);
+  return options_.bf16_weights ? KeepBf16Weights() : Status::Ok();
+}
+
+Status LlamaModel::KeepBf16Weights() {
+  if (options_.weights_as_stored) {
+    return InvalidArgumentError("weights bfloat16 and as_stored exclude each other");
+  }
+  VTOKEN_RETURN_IF_ERROR(CheckFusedCpuPath(options_, "weights bfloat16"));
+  std::vector<std::pair<const torch::Tensor*, StoredWeight*>> weights;
+  for (Layer& l : layers_) {
+    weights.insert(weights.end(), {{&l.q, &l.q_stored},
+                                   {&l.k, &l.k_stored},
+                                   {&l.v, &l.v_stored},
+                                   {&l.o, &l.o_stored},
+                                   {&l.gate, &l.gate_stored},
+                                   {&l.up, &l.up_stored},
+                                   {&l.down, &l.down_stored}});
+  }
+  weights.emplace_back(&lm_head_, &lm_head_stored_);
+  for (const auto& [w, out] : weights) {
+    if (w->size(1) % 2 != 0) {
+      return InvalidArgumentError("weights bfloat16 need even input widths; a linear weight has " +
+                                  std::to_string(w->size(1)));
+    }
+    *out = {GgmlType::kBF16, PackBf16(w->data_ptr<float>(), w->size(0), w->size(1)),
+            StoredDot::kBf16};
+  }
   return Status::Ok();
 }
 

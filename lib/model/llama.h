@@ -56,6 +56,14 @@ struct LlamaOptions {
   // path (whose rows are quantized once per projection input). Not the fp32 weights' bits: the
   // activations' rounding (about 0.4% of each block's largest element) is llama.cpp's too.
   bool q8_activations = false;
+  // The linear weights (and the LM head) also kept rounded to bfloat16, which the fused CPU path's
+  // projections read, in decode and in prefill chunks, with activations rounded to bfloat16
+  // (CpuBf16Linear, cpu_bf16.h: vdpbf16ps where the CPU has AVX-512 BF16): half of fp32's bytes
+  // per decode step, products of 8-bit significands summed in fp32 (about 2^-7 of sum |x w| from
+  // the fp32 product). A copy made at load from the weights in compute_dtype, for any checkpoint;
+  // training does not update it. Needs device cpu, float32, the fused path, a KV store in fp32 or
+  // fp16, even in_features, and not weights_as_stored.
+  bool bf16_weights = false;
   // The KV store's dtype (KvOptions); unset: compute_dtype. kHalf under fp32 compute on the CPU
   // (llama.cpp's default cache type): half the bytes per token, which the fused path writes
   // rounded to fp16 and its attention kernels widen back to fp32 as they read them
@@ -223,7 +231,8 @@ class LlamaModel {
   std::vector<std::pair<std::string, torch::Tensor>> NamedParameters() const;
 
   int64_t NumParameters() const;
-  // Bytes of the weights kept as stored (LlamaOptions::weights_as_stored; 0 without it).
+  // Bytes of the weights kept as stored or in bf16 (LlamaOptions::weights_as_stored,
+  // bf16_weights; 0 without them).
   int64_t StoredWeightBytes() const;
 
   // Writes config.json and model.safetensors (fp32, HF names) into `dir` (which must exist).
@@ -237,7 +246,8 @@ class LlamaModel {
     torch::Tensor input_norm, q, k, v, o;
     torch::Tensor q_bias, k_bias, v_bias, o_bias;  // undefined when the config has none
     torch::Tensor post_norm, gate, up, down;
-    // LlamaOptions::weights_as_stored: the weights as the file stores them (undefined otherwise).
+    // LlamaOptions::weights_as_stored: the weights as the file stores them; bf16_weights: rounded
+    // to bf16 (undefined otherwise).
     StoredWeight q_stored, k_stored, v_stored, o_stored, gate_stored, up_stored, down_stored;
   };
 
@@ -322,6 +332,8 @@ class LlamaModel {
                                KvTensors& kv) const;
   // Fills inv_freq_ and checks shapes; shared by the factories.
   Status Finish();
+  // LlamaOptions::bf16_weights: the linear weights and the LM head packed for CpuBf16Linear.
+  Status KeepBf16Weights();
   torch::Tensor Embed(const torch::Tensor& tokens) const;
   torch::Tensor LmHead(const torch::Tensor& hidden) const;
   // cos/sin [N, head_dim] for int64 positions [N].
@@ -334,7 +346,8 @@ class LlamaModel {
   std::vector<Layer> layers_;
   torch::Tensor norm_;           // [hidden]
   torch::Tensor lm_head_;        // [vocab, hidden]; aliases embed_ when tied
-  StoredWeight lm_head_stored_;  // LlamaOptions::weights_as_stored (undefined otherwise)
+  // LlamaOptions::weights_as_stored or bf16_weights (undefined otherwise).
+  StoredWeight lm_head_stored_;
   torch::Tensor inv_freq_;       // [head_dim / 2] fp32
 };
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <optional>
 
+#include "lib/model/cpu_bf16.h"
 #include "lib/model/cpu_blas_gemm.h"
 #include "lib/model/cpu_gemm.h"
 #include "lib/model/cpu_ops.h"
@@ -56,35 +57,51 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     return out;
   };
   // out = in W^T + bias, or out += in W^T + bias: CpuLinear (or the stored weight's kernel) for
-  // decode-sized batches; for prefill chunks CpuQ8Linear on a stored weight with 8-bit
-  // activations, else CpuGemm where it is the faster (UseCpuGemm, cpu_gemm.h), else the BLAS on
+  // decode-sized batches; for prefill chunks CpuQ8Linear or CpuBf16Linear on a weight kept for
+  // them, else CpuGemm where it is the faster (UseCpuGemm, cpu_gemm.h), else the BLAS on
   // the pool's threads where PoolSgemm can (cpu_blas_gemm.h), else torch's addmm.
   const bool pool_sgemm = PoolSgemmAvailable();
   const bool own_gemm = UseCpuGemm();
-  // Prefill chunks on weights kept as stored with 8-bit activations (StoredDot::kQ8): the rows
-  // are quantized once, on the pool, for every projection that reads them (q8_in), and each
-  // projection's outputs split over the pool.
+  // Prefill chunks on weights whose kernel reads its rows prepared (StoredDot::kQ8: quantized to
+  // 8 bits; kBf16: rounded to bf16): the rows are prepared once, on the pool, for every projection
+  // that reads them (prepare), and each projection's outputs split over the pool.
   CpuQ8Activations q8_in;
-  auto quantize_q8 = [&](const torch::Tensor& in) {
-    CpuQ8Prepare(in.size(0), in.size(1), q8_in);
-    pool.ParallelFor(in.size(0), [&](int64_t begin, int64_t end) {
-      CpuQ8Quantize(in.data_ptr<float>(), begin, end, q8_in);
-    });
+  CpuBf16Activations bf16_in;
+  auto prepare = [&](const torch::Tensor& in, StoredDot dot) {
+    const float* rows = in.data_ptr<float>();
+    if (dot == StoredDot::kQ8) {
+      CpuQ8Prepare(in.size(0), in.size(1), q8_in);
+      pool.ParallelFor(in.size(0), [&](int64_t begin, int64_t end) {
+        CpuQ8Quantize(rows, begin, end, q8_in);
+      });
+    } else {
+      CpuBf16Prepare(in.size(0), in.size(1), bf16_in);
+      pool.ParallelFor(in.size(0), [&](int64_t begin, int64_t end) {
+        CpuBf16Round(rows, begin, end, bf16_in);
+      });
+    }
   };
-  auto linear_q8 = [&](const CpuLinearArgs& a, const StoredWeight& stored) {
+  auto linear_prepared = [&](const CpuLinearArgs& a, const StoredWeight& stored) {
     const CpuQuantLinearArgs q = StoredArgs(a, stored);
-    pool.ParallelFor(
-        a.out_features, [&](int64_t begin, int64_t end) { CpuQ8Linear(q, q8_in, begin, end); },
-        kQ8GroupRows);
+    if (stored.dot == StoredDot::kQ8) {
+      pool.ParallelFor(
+          a.out_features, [&](int64_t begin, int64_t end) { CpuQ8Linear(q, q8_in, begin, end); },
+          kQ8GroupRows);
+    } else {
+      pool.ParallelFor(
+          a.out_features,
+          [&](int64_t begin, int64_t end) { CpuBf16Linear(q, bf16_in, begin, end); },
+          kBf16PanelRows);
+    }
   };
-  auto q8 = [](const StoredWeight& stored) {
-    return stored.defined() && stored.dot == StoredDot::kQ8;
+  auto prepared = [](const StoredWeight& stored) {
+    return stored.defined() && stored.dot != StoredDot::kExact;
   };
   auto linear = [&](const torch::Tensor& in, const torch::Tensor& w, const StoredWeight& stored,
                     const torch::Tensor& bias, torch::Tensor& out, bool accumulate) {
     const int64_t rows = in.size(0);
     const bool small = rows <= kCpuLinearMaxRows;
-    if (small || own_gemm || pool_sgemm || q8(stored)) {
+    if (small || own_gemm || pool_sgemm || prepared(stored)) {
       if (!accumulate) out = torch::empty({rows, w.size(0)}, torch::kFloat32);
       const CpuLinearArgs a{.x = in.data_ptr<float>(),
                             .w = w.data_ptr<float>(),
@@ -94,9 +111,9 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
                             .in_features = w.size(1),
                             .out_features = w.size(0),
                             .accumulate = accumulate};
-      if (!small && q8(stored)) {
-        quantize_q8(in);
-        return linear_q8(a, stored);
+      if (!small && prepared(stored)) {
+        prepare(in, stored.dot);
+        return linear_prepared(a, stored);
       }
       if (!small && own_gemm) {
         pool.ParallelFor(
@@ -137,11 +154,12 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   auto project_qkv = [&](const torch::Tensor& h, const Layer& l, torch::Tensor& q, torch::Tensor& k,
                          torch::Tensor& v) {
     const StoredWeight* stored[3] = {&l.q_stored, &l.k_stored, &l.v_stored};
-    if (h.size(0) > kCpuLinearMaxRows && q8(l.q_stored) && q8(l.k_stored) && q8(l.v_stored)) {
-      quantize_q8(h);
-      linear_q8(linear_args(h, l.q, l.q_bias, q), l.q_stored);
-      linear_q8(linear_args(h, l.k, l.k_bias, k), l.k_stored);
-      linear_q8(linear_args(h, l.v, l.v_bias, v), l.v_stored);
+    if (h.size(0) > kCpuLinearMaxRows && prepared(l.q_stored) && prepared(l.k_stored) &&
+        prepared(l.v_stored)) {  // One option sets all three: one kind (StoredDot).
+      prepare(h, l.q_stored.dot);
+      linear_prepared(linear_args(h, l.q, l.q_bias, q), l.q_stored);
+      linear_prepared(linear_args(h, l.k, l.k_bias, k), l.k_stored);
+      linear_prepared(linear_args(h, l.v, l.v_bias, v), l.v_stored);
       return;
     }
     if (h.size(0) > kCpuLinearMaxRows) {
@@ -172,10 +190,10 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
   // CpuSiluMul for prefill chunks. Returns [N, intermediate].
   auto swiglu = [&](const torch::Tensor& h2, const Layer& l) {
     torch::Tensor gate, up;
-    if (h2.size(0) > kCpuLinearMaxRows && q8(l.gate_stored) && q8(l.up_stored)) {
-      quantize_q8(h2);
-      linear_q8(linear_args(h2, l.gate, torch::Tensor(), gate), l.gate_stored);
-      linear_q8(linear_args(h2, l.up, torch::Tensor(), up), l.up_stored);
+    if (h2.size(0) > kCpuLinearMaxRows && prepared(l.gate_stored) && prepared(l.up_stored)) {
+      prepare(h2, l.gate_stored.dot);
+      linear_prepared(linear_args(h2, l.gate, torch::Tensor(), gate), l.gate_stored);
+      linear_prepared(linear_args(h2, l.up, torch::Tensor(), up), l.up_stored);
       CpuSiluMul(gate.data_ptr<float>(), up.data_ptr<float>(), gate.numel());
       return gate;
     }

@@ -125,12 +125,14 @@ StatusOr<LlamaOptions> LlamaOptionsFor(const std::string& device, const std::str
 }
 
 Status ApplyWeightsName(const std::string& weights, LlamaOptions& options) {
-  if (weights != "float32" && weights != "as_stored" && weights != "as_stored_q8") {
+  if (weights != "float32" && weights != "as_stored" && weights != "as_stored_q8" &&
+      weights != "bfloat16") {
     return InvalidArgumentError("weights \"" + weights +
-                                "\": must be one of float32, as_stored, as_stored_q8");
+                                "\": must be one of float32, as_stored, as_stored_q8, bfloat16");
   }
-  options.weights_as_stored = weights != "float32";
+  options.weights_as_stored = weights == "as_stored" || weights == "as_stored_q8";
   options.q8_activations = weights == "as_stored_q8";
+  options.bf16_weights = weights == "bfloat16";
   return Status::Ok();
 }
 

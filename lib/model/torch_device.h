@@ -31,10 +31,10 @@ std::string TorchDtypeName(torch::Dtype dtype);
 // The errors of TorchDevice and TorchDtype.
 StatusOr<LlamaOptions> LlamaOptionsFor(const std::string& device, const std::string& dtype);
 
-// Sets options.weights_as_stored and options.q8_activations for the name of the weights a model
-// keeps (the key model.weights): "float32" (neither), "as_stored" (weights_as_stored) or
-// "as_stored_q8" (both). InvalidArgument `weights "x": must be one of float32, as_stored,
-// as_stored_q8` otherwise.
+// Sets options.weights_as_stored, q8_activations and bf16_weights for the name of the weights a
+// model keeps (the key model.weights): "float32" (none), "as_stored" (weights_as_stored),
+// "as_stored_q8" (both of those) or "bfloat16" (bf16_weights). InvalidArgument `weights "x": must
+// be one of float32, as_stored, as_stored_q8, bfloat16` otherwise.
 Status ApplyWeightsName(const std::string& weights, LlamaOptions& options);
 
 // Free bytes on CUDA device `device` (lib/cuda's CudaMemoryInfo: before the model loads, what a

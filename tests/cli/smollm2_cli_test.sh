@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real model through the command line (the `smollm2` ctest fixture fetches it):
 #   - `generate --model smollm2-135m --chat` answers a question (the answer names Paris); with
-#     `--weights as_stored_q8` it answers as llama.cpp does on the file (not Paris);
+#     `--weights as_stored_q8` it answers as llama.cpp does on the file (not Paris); with
+#     `--weights bfloat16 --kv-dtype float16`, Paris again;
 #   - `run` on a small quickstart-like workload in the three modes, at token and head granularity,
 #     with chat-wrapped prompts and prefix sharing: the run header names the GGUF file, its tensor
 #     types and the real KV bytes per token; naive and vtoken produce identical outputs; vtoken
@@ -27,6 +28,16 @@ answer=$("$CLI" generate --model smollm2-135m --weights as_stored_q8 --chat \
 echo "chat answer, as_stored_q8: $answer"
 [[ $answer == "L'Étoile, la "* ]] ||
   fail "as_stored_q8 answer does not start as llama.cpp's: '$answer' ($(cat "$TMP/gen_q8.err"))"
+# Weights and activations in bf16 (vdpbf16ps where the CPU has AVX-512 BF16), over an fp16 KV
+# store: still Paris (2026-12-07: "The capital of France is Paris.").
+answer=$("$CLI" generate --model smollm2-135m --weights bfloat16 --kv-dtype float16 --chat \
+  --prompt "What is the capital of France?" --max-tokens 24 2>"$TMP/gen_bf16.err")
+echo "chat answer, bfloat16 weights, fp16 KV: $answer"
+[[ $answer == *Paris* ]] || fail "bfloat16 answer lacks Paris: '$answer' ($(cat "$TMP/gen_bf16.err"))"
+if "$CLI" generate --model smollm2-135m --kv-dtype float8 --prompt x 2>"$TMP/kv.err"; then
+  fail "--kv-dtype float8 accepted"
+fi
+grep -q -- '--kv-dtype' "$TMP/kv.err" || fail "--kv-dtype float8: error does not name the flag: $(cat "$TMP/kv.err")"
 
 cat >"$TMP/s.toml" <<'TOML'
 name = "smollm2_cli"

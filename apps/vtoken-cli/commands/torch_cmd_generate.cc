@@ -55,6 +55,7 @@ struct GenerateArgs {
   std::string device = "cpu";
   std::string dtype = "float32";
   std::string weights = "float32";
+  std::string kv_dtype = "auto";
   std::string granularity = "token";
   bool cuda_graphs = false;
   int threads = 0;  // 0: every CPU this process may use.
@@ -124,6 +125,11 @@ int RunGenerate(const GenerateArgs& a) {
   if (!options.ok()) return Fail("--" + options.status().message());
   if (Status s = model::ApplyWeightsName(a.weights, *options); !s.ok()) {
     return Fail("--" + s.message());
+  }
+  if (a.kv_dtype != "auto") {
+    StatusOr<torch::Dtype> kv = model::TorchDtype(a.kv_dtype);
+    if (!kv.ok()) return Fail("--kv-dtype: " + kv.status().message());
+    options->kv_dtype = *kv;
   }
   if (a.cuda_graphs && !options->device.is_cuda()) {
     return Fail("--cuda-graphs needs --device cuda (got --device " + a.device + ")");
@@ -250,6 +256,7 @@ int RunGenerate(const GenerateArgs& a) {
         {"device", a.device},
         {"dtype", a.dtype},
         {"weights", a.weights},
+        {"kv_dtype", a.kv_dtype},
         {"granularity", a.granularity},
         {"chat", a.chat},
         {"cuda_graphs", a.cuda_graphs},
@@ -327,6 +334,7 @@ CLI::App* SetupGenerate(CLI::App& app) {
   AddKeyFlag(*cmd, "model.device", a->device)->capture_default_str();
   AddKeyFlag(*cmd, "model.dtype", a->dtype)->capture_default_str();
   AddKeyFlag(*cmd, "model.weights", a->weights)->capture_default_str();
+  AddKeyFlag(*cmd, "model.kv_dtype", a->kv_dtype)->capture_default_str();
   AddKeyFlag(*cmd, "cache.granularity", a->granularity)->capture_default_str();
   cmd->add_flag("--cuda-graphs", a->cuda_graphs,
                 "Decode steps replay CUDA graphs (engine.cuda_graphs; needs --device cuda)");

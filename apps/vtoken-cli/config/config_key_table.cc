@@ -123,9 +123,9 @@ std::vector<ConfigKey> MakeKeys() {
                "cpu: not supported by this libtorch (...)`). Recorded only when not `float32`"),
       Field(
           "model.weights", [](ExperimentConfig & c) -> auto& { return c.model_weights; })
-          .Choices({"float32", "as_stored", "as_stored_q8"})
+          .Choices({"float32", "as_stored", "as_stored_q8", "bfloat16"})
           .Record(kSet)
-          .Doc("`float32`, `as_stored` or `as_stored_q8`: a GGUF model's linear weights (and LM "
+          .Doc("`float32`, `as_stored`, `as_stored_q8` or `bfloat16`: a GGUF model's linear weights (and LM "
                "head) stored as Q8_0, Q4_0 or Q4_1 are also kept as the file stores them, and "
                "decode-sized steps of the fused CPU path read those blocks (lib/model/"
                "cpu_quant_ops.h: a quarter to a seventh of fp32's bytes per decode step). "
@@ -134,7 +134,13 @@ std::vector<ConfigKey> MakeKeys() {
                "activations quantized per 32-element block to 8 bits and the products summed in "
                "integers (AVX-512 VNNI where the CPU has it), prefill chunks included: faster, not "
                "the fp32 bits. With `as_stored`, prefill chunks of more than 64 tokens still "
-               "multiply the fp32 weights. Needs a GGUF file, "
+               "multiply the fp32 weights. `bfloat16` (any model, not only GGUF) also keeps every "
+               "linear weight rounded to bf16, and the fused CPU path's projections, decode and "
+               "prefill chunks, multiply them by activations rounded to bf16 (lib/model/"
+               "cpu_bf16.h: AVX-512 BF16's vdpbf16ps where the CPU has it): half of fp32's bytes "
+               "per decode step, products of 8-bit significands (within about 2^-7 of sum |x w| "
+               "of the fp32 product); not the compute dtype, which stays `float32`. `as_stored*` "
+               "need a GGUF file; all need "
                "`model.device` `cpu`, "
                "`model.dtype` `float32` and `model.kv_dtype` `auto`, `float32` or `float16` "
                "(else a one-line error). Recorded only when not `float32`"),

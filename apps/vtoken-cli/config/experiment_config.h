@@ -32,8 +32,9 @@ struct ExperimentConfig {
   std::string model_device = "cpu";
   std::string model_dtype = "float32";
   // [model] weights: "float32", "as_stored" (decode reads a GGUF file's Q8_0 / Q4_0 / Q4_1
-  // blocks as the file stores them: LlamaOptions::weights_as_stored) or "as_stored_q8" (and
-  // multiplies them by 8-bit activations: LlamaOptions::q8_activations).
+  // blocks as the file stores them: LlamaOptions::weights_as_stored), "as_stored_q8" (and
+  // multiplies them by 8-bit activations: LlamaOptions::q8_activations) or "bfloat16" (linear
+  // weights kept in bf16, times activations in bf16: LlamaOptions::bf16_weights).
   std::string model_weights = "float32";
   // [model] kv_dtype: the KV store's dtype, "auto" (model_dtype's) or a dtype name
   // (LlamaOptions::kv_dtype).

@@ -25,6 +25,7 @@
 #include "lib/engine/tasks.h"
 #include "lib/engine/workload.h"
 #include "lib/model/blas_info.h"
+#include "lib/model/cpu_bf16.h"
 #include "lib/model/cpu_isa.h"
 #include "lib/model/cpu_quant_ops.h"
 #include "lib/model/io/model_files.h"
@@ -220,14 +221,21 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
             {"cpu_threads", std::to_string(torch::get_num_threads())},
             {"blas", model::BlasDescription()}};
     // Weights as stored times 8-bit activations: the integer kernel in use (VNNI or not).
+    // bf16 weights: the bf16 kernel in use (AVX-512 BF16 or not).
+    std::string kernels;
     if (c.model_weights == "as_stored_q8") {
       host["cpu_q8_kernel"] = std::string(model::CpuQ8KernelName(model::ActiveCpuQ8Kernel()));
+      kernels = ", q8 " + host["cpu_q8_kernel"];
+    }
+    if (c.model_weights == "bfloat16") {
+      host["cpu_bf16_kernel"] =
+          std::string(model::CpuBf16KernelName(model::ActiveCpuBf16Kernel()));
+      kernels = ", bf16 " + host["cpu_bf16_kernel"];
     }
     std::fprintf(stderr, "BLAS: %s; model step on %d CPU thread(s)\n",
                  model::BlasDescription().c_str(), torch::get_num_threads());
     std::fprintf(stderr, "CPU: %s; kernels for %s%s\n", host["cpu_model"].c_str(),
-                 host["cpu_isa"].c_str(),
-                 host.contains("cpu_q8_kernel") ? (", q8 " + host["cpu_q8_kernel"]).c_str() : "");
+                 host["cpu_isa"].c_str(), kernels.c_str());
   }
   // A persistent memo serves later invocations: its partition also names what they may differ in.
   std::string memo_partition = MemoPartition(c);
