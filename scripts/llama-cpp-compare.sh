@@ -9,7 +9,8 @@
 #     `native` (-DGGML_NATIVE=ON: every ISA this CPU has) and `avx2` (GGML_NATIVE=OFF, AVX2 + FMA
 #     + F16C, no AVX-512), the comparison for AVX2-only hosts. Kept once built.
 #  2. The model: the Q4_1 GGUF that scripts/fetch-model.sh fetched, every tensor dequantized to
-#     F32 (gguf_dequant_dump --f32): the weights our runtime computes with after loading it.
+#     F32 (gguf_dequant_dump --f32): the weights our runtime computes with after loading it; and
+#     its matrices rounded to BF16 (gguf_dequant_dump --bf16), for our model.weights = bfloat16.
 #  3. ROUNDS rounds (default 3), each running in turn: ours at every ISA level this CPU has
 #     (VTOKEN_CPU_ISA=avx512 / avx2; bench/torch_model_bench --benchmark_filter=BM_SmolLm2Shapes:
 #     prefill 512 and 2,048; decode of batch 1, 8 and 32 at contexts 512 and 2,048, 16 steps) and
@@ -19,7 +20,9 @@
 #     weights as stored: ours with model weights as_stored (BM_SmolLm2Shapes/.../stored:1, decode
 #     of batch 1 and 8 at context 512, prefill of 512) and as_stored_q8 (stored:2: the activations
 #     quantized to 8 bits as llama.cpp does, prefill included) against llama.cpp on the Q4_1 file
-#     itself (llama-batched-bench's decode, and its prompt processing of one sequence). Ours runs each
+#     itself (llama-batched-bench's decode, and its prompt processing of one sequence). And bf16:
+#     ours with model weights bfloat16 (stored:3, every prefill and decode case above) against
+#     llama.cpp on the BF16 file (llama-bench, llama-batched-bench as for F32). Ours runs each
 #     case twice, its KV store in fp32 and in fp16 (kv16 = 1: model.kv_dtype = float16).
 #  4. A table of medians (tokens/s) and ratios, ours over llama.cpp at the same ISA level, to
 #     stdout and OUT/summary.md; every raw output under OUT (default build/llama-cpp-compare).
@@ -81,10 +84,14 @@ build_peer native -DGGML_NATIVE=ON
 build_peer avx2 -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
   -DGGML_BMI2=ON -DGGML_AVX512=OFF
 
-# 2. The F32 model.
+# 2. The F32 model, and the BF16 one (the same weights rounded to bf16).
 model=$peers/smollm2-135m-f32.gguf
 if [[ ! -f $model || $model -ot $model_q ]]; then
   "$dump" --f32 "$model_q" "$model" || fail "cannot write $model"
+fi
+model_bf16=$peers/smollm2-135m-bf16.gguf
+if [[ ! -f $model_bf16 || $model_bf16 -ot $model_q ]]; then
+  "$dump" --bf16 "$model_q" "$model_bf16" || fail "cannot write $model_bf16"
 fi
 
 # 3. The rounds. Our ISA levels: the host's best and every FMA level below it.
@@ -113,6 +120,13 @@ for ((r = 1; r <= rounds; r++)); do
       -npl 1,8 -t "$threads" --output-format jsonl \
       >"$out/peer-$isa-$r-q.jsonl" 2>"$out/peer-$isa-$r-q.err" ||
       fail "llama-batched-bench on $model_q failed (see $out/peer-$isa-$r-q.err)"
+    "$peer/llama-bench" -m "$model_bf16" -p 512,2048 -n 0 -t "$threads" -r 1 -o json \
+      >"$out/peer-$isa-$r-bf16-pp.json" 2>"$out/peer-$isa-$r-bf16-pp.err" ||
+      fail "llama-bench on $model_bf16 failed (see $out/peer-$isa-$r-bf16-pp.err)"
+    "$peer/llama-batched-bench" -m "$model_bf16" -c 67000 -b 2048 -ub 512 -npp 512,2048 -ntg 16 \
+      -npl 1,8,32 -t "$threads" --output-format jsonl \
+      >"$out/peer-$isa-$r-bf16.jsonl" 2>"$out/peer-$isa-$r-bf16.err" ||
+      fail "llama-batched-bench on $model_bf16 failed (see $out/peer-$isa-$r-bf16.err)"
   done
 done
 
@@ -133,10 +147,12 @@ def ours(isa):
 def peer(isa):
     rows = {}
     for r in range(1, rounds + 1):
-        for b in json.load(open(f"{out}/peer-{isa}-{r}-pp.json")):
-            rows.setdefault((0, int(b["n_prompt"]), 0), []).append(b["avg_ts"])
-        # llama.cpp on the Q4_1 file faces both of our stored forms (stored 1 and 2).
-        for name, stored in (("tg.jsonl", (0,)), ("q.jsonl", (1, 2))):
+        for name, stored in (("pp.json", 0), ("bf16-pp.json", 3)):
+            for b in json.load(open(f"{out}/peer-{isa}-{r}-{name}")):
+                rows.setdefault((0, int(b["n_prompt"]), stored), []).append(b["avg_ts"])
+        # llama.cpp on the Q4_1 file faces both of our stored forms (stored 1 and 2); on the BF16
+        # file, our bf16 weights (stored 3).
+        for name, stored in (("tg.jsonl", (0,)), ("q.jsonl", (1, 2)), ("bf16.jsonl", (3,))):
             for line in open(f"{out}/peer-{isa}-{r}-{name}"):
                 line = line.strip()
                 if not line.startswith("{"):
@@ -147,13 +163,14 @@ def peer(isa):
                         rows.setdefault((int(b["pl"]), int(b["pp"]), s), []).append(b["speed_tg"])
                         # Its prompt processing of one sequence on the Q4_1 file: the prefill
                         # row of our stored forms (stored = 1 prefills on fp32 weights).
-                        if s > 0 and int(b["pl"]) == 1:
+                        if s in (1, 2) and int(b["pl"]) == 1:
                             rows.setdefault((0, int(b["pp"]), s), []).append(b["speed_pp"])
     return rows
 print(f"Tokens/s, medians of {rounds} rounds; batch 0 = prefill of `context` tokens, else decode "
       "of `batch` sequences at that context (16 steps). Weights: fp32 (llama.cpp: the F32 GGUF) "
       "or Q4_1 as stored (ours: model.weights = as_stored, or as_stored_q8 with 8-bit activations "
-      "as llama.cpp computes; llama.cpp: the Q4_1 file). KV cache: "
+      "as llama.cpp computes; llama.cpp: the Q4_1 file) or bf16 (ours: model.weights = bfloat16; "
+      "llama.cpp: the BF16 GGUF of the same rounded weights). KV cache: "
       "llama.cpp's f16 (its default); ours in fp32 and in fp16 (model.kv_dtype = float16).\n")
 print("| ISA | weights | case | llama.cpp | ours, fp32 KV | ratio | ours, fp16 KV | ratio |")
 print("|---|---|---|---:|---:|---:|---:|---:|")
@@ -164,7 +181,7 @@ for isa in levels:
             continue
         mp = statistics.median(p[key])
         case = f"prefill {key[1]}" if key[0] == 0 else f"decode batch {key[0]}, context {key[1]}"
-        weights = ("fp32", "Q4_1 as stored", "Q4_1 as stored, q8")[key[2]]
+        weights = ("fp32", "Q4_1 as stored", "Q4_1 as stored, q8", "bf16")[key[2]]
         cells = ""
         for kv16 in (0, 1):
             if kv16 in o[key]:

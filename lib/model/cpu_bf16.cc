@@ -25,7 +25,7 @@ namespace vtoken::model {
 namespace {
 
 constexpr int64_t kGroup = kBf16GroupRows;
-constexpr int64_t kPanel = kBf16PanelRows;  // outputs of a tile at most
+constexpr int64_t kPanel = 4 * kGroup;  // outputs of a tile at most (AVX2's one row: 4 groups)
 // Rows per block: x's block (192 rows of SmolLM2's 1,536 inputs: 576 KB) stays in L2 while the
 // panels pass over it.
 constexpr int64_t kBlockRows = 192;
@@ -112,6 +112,10 @@ VTOKEN_TARGET_BF16 void TileBf16(const uint32_t* w, const uint32_t* x, int64_t p
   }
 }
 
+VTOKEN_INLINE __attribute__((target("arch=x86-64-v3"))) __m256i Words256(const uint32_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+
 // AVX2: each half of a word widened (mask, shift), the odd element's product added first.
 template <int R, int G>
 VTOKEN_TARGET_AVX2 void TileAvx2(const uint32_t* w, const uint32_t* x, int64_t pairs, Out* out) {
@@ -123,14 +127,29 @@ VTOKEN_TARGET_AVX2 void TileAvx2(const uint32_t* w, const uint32_t* x, int64_t p
     for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
   }
   const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  if constexpr (R == 1) {
+    // One row: each vector widened as it is used, so that 2 G accumulators (chains of two FMAs
+    // per pair) keep the FMA units busy without holding 4 G widened vectors.
+    for (int64_t p = 0; p < pairs; ++p) {
+      const __m256 xh = _mm256_set1_ps(Hi(x[p])), xl = _mm256_set1_ps(Lo(x[p]));
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) {
+        const __m256i u = Words256(w + ((v / 2) * pairs + p) * kGroup + 8 * (v % 2));
+        acc[0][v] = _mm256_fmadd_ps(xh, _mm256_castsi256_ps(_mm256_and_si256(u, high)), acc[0][v]);
+        acc[0][v] = _mm256_fmadd_ps(xl, _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)), acc[0][v]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(out[0] + 8 * v, acc[0][v]);
+    return;
+  }
   for (int64_t p = 0; p < pairs; ++p) {
     __m256 wh[V], wl[V];
 #pragma GCC unroll 8
     for (int v = 0; v < V; ++v) {
-      const __m256i words = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(w + ((v / 2) * pairs + p) * kGroup + 8 * (v % 2)));
-      wh[v] = _mm256_castsi256_ps(_mm256_and_si256(words, high));
-      wl[v] = _mm256_castsi256_ps(_mm256_slli_epi32(words, 16));
+      const __m256i u = Words256(w + ((v / 2) * pairs + p) * kGroup + 8 * (v % 2));
+      wh[v] = _mm256_castsi256_ps(_mm256_and_si256(u, high));
+      wl[v] = _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
     }
 #pragma GCC unroll 32
     for (int r = 0; r < R; ++r) {
@@ -153,8 +172,8 @@ VTOKEN_TARGET_AVX2 void TileAvx2(const uint32_t* w, const uint32_t* x, int64_t p
 
 // The tiles of one kernel, [G - 1][R - 1], R up to kRows and G up to kGroups: the accumulators,
 // a pair's weight vectors and x's broadcasts fit the registers (AVX-512: 8 x 3 groups, 24
-// accumulators of 32 registers; AVX2: 4 rows x 1 group, 8 of 16, or 1 row x 2 groups, whose
-// 4 accumulators and 8 widened weight vectors keep a batch-1 step's chains apart).
+// accumulators of 32 registers; AVX2: 4 rows x 1 group, 8 of 16, or 1 row x 4 groups, whose 8
+// accumulators keep a batch-1 step's FMA chains apart).
 template <int G, int... R, typename F>
 constexpr std::array<TileFn, sizeof...(R)> RowTiles(std::integer_sequence<int, R...>, F f) {
   return {f.template operator()<R + 1, G>()...};
@@ -183,12 +202,14 @@ struct Bf16 {
 };
 struct Avx2 {
   static constexpr int kRows = 4;
-  static int Groups(int64_t rows) { return rows == 1 ? 2 : 1; }
+  static int Groups(int64_t rows) { return rows == 1 ? 4 : 1; }
   static TileFn Tile(int r, int g) {
     constexpr auto f = []<int RR, int GG>() -> TileFn { return &TileAvx2<RR, GG>; };
     static constexpr std::array<TileFn, kRows> kTiles =
         RowTiles<1>(std::make_integer_sequence<int, kRows>(), f);
-    return g == 2 ? &TileAvx2<1, 2> : kTiles[r - 1];
+    static constexpr std::array<TileFn, 4> kOneRow = {&TileAvx2<1, 1>, &TileAvx2<1, 2>,
+                                                      &TileAvx2<1, 3>, &TileAvx2<1, 4>};
+    return r == 1 ? kOneRow[g - 1] : kTiles[r - 1];
   }
   static void Round(const float* in, int64_t b, int64_t e, Acts& x);
 };

@@ -344,11 +344,11 @@ class LlamaModel {
   LlamaOptions options_;
   torch::Tensor embed_;  // [vocab, hidden]
   std::vector<Layer> layers_;
-  torch::Tensor norm_;           // [hidden]
-  torch::Tensor lm_head_;        // [vocab, hidden]; aliases embed_ when tied
+  torch::Tensor norm_;     // [hidden]
+  torch::Tensor lm_head_;  // [vocab, hidden]; aliases embed_ when tied
   // LlamaOptions::weights_as_stored or bf16_weights (undefined otherwise).
   StoredWeight lm_head_stored_;
-  torch::Tensor inv_freq_;       // [head_dim / 2] fp32
+  torch::Tensor inv_freq_;  // [head_dim / 2] fp32
 };
 
 }  // namespace vtoken::model

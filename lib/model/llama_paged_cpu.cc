@@ -71,14 +71,12 @@ torch::Tensor LlamaModel::PagedLayersCpu(torch::Tensor x, const std::vector<int6
     const float* rows = in.data_ptr<float>();
     if (dot == StoredDot::kQ8) {
       CpuQ8Prepare(in.size(0), in.size(1), q8_in);
-      pool.ParallelFor(in.size(0), [&](int64_t begin, int64_t end) {
-        CpuQ8Quantize(rows, begin, end, q8_in);
-      });
+      pool.ParallelFor(in.size(0),
+                       [&](int64_t begin, int64_t end) { CpuQ8Quantize(rows, begin, end, q8_in); });
     } else {
       CpuBf16Prepare(in.size(0), in.size(1), bf16_in);
-      pool.ParallelFor(in.size(0), [&](int64_t begin, int64_t end) {
-        CpuBf16Round(rows, begin, end, bf16_in);
-      });
+      pool.ParallelFor(
+          in.size(0), [&](int64_t begin, int64_t end) { CpuBf16Round(rows, begin, end, bf16_in); });
     }
   };
   auto linear_prepared = [&](const CpuLinearArgs& a, const StoredWeight& stored) {

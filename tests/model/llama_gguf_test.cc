@@ -256,10 +256,10 @@ TEST_F(LlamaGgufTest, Bf16WeightsStayCloseToTheFp32Logits) {
   auto bytes = [&](int64_t out, int64_t in) { return (out + 15) / 16 * 16 * in * 2; };
   const int64_t kv = c.num_key_value_heads * c.head_dim, q = c.num_attention_heads * c.head_dim;
   EXPECT_EQ(bf16->StoredWeightBytes(),
-            c.num_hidden_layers * (bytes(q, c.hidden_size) + 2 * bytes(kv, c.hidden_size) +
-                                   bytes(c.hidden_size, q) +
-                                   2 * bytes(c.intermediate_size, c.hidden_size) +
-                                   bytes(c.hidden_size, c.intermediate_size)) +
+            c.num_hidden_layers *
+                    (bytes(q, c.hidden_size) + 2 * bytes(kv, c.hidden_size) +
+                     bytes(c.hidden_size, q) + 2 * bytes(c.intermediate_size, c.hidden_size) +
+                     bytes(c.hidden_size, c.intermediate_size)) +
                 bytes(c.vocab_size, c.hidden_size));
   bool differ = false;
   const double worst = LargestLogitGap(*fp32, *bf16, differ);

@@ -125,7 +125,8 @@ std::vector<ConfigKey> MakeKeys() {
           "model.weights", [](ExperimentConfig & c) -> auto& { return c.model_weights; })
           .Choices({"float32", "as_stored", "as_stored_q8", "bfloat16"})
           .Record(kSet)
-          .Doc("`float32`, `as_stored`, `as_stored_q8` or `bfloat16`: a GGUF model's linear weights (and LM "
+          .Doc("`float32`, `as_stored`, `as_stored_q8` or `bfloat16`: a GGUF model's linear "
+               "weights (and LM "
                "head) stored as Q8_0, Q4_0 or Q4_1 are also kept as the file stores them, and "
                "decode-sized steps of the fused CPU path read those blocks (lib/model/"
                "cpu_quant_ops.h: a quarter to a seventh of fp32's bytes per decode step). "

@@ -228,8 +228,7 @@ StatusOr<RunOutcome> RunExperiment(const ExperimentConfig& config, const std::st
       kernels = ", q8 " + host["cpu_q8_kernel"];
     }
     if (c.model_weights == "bfloat16") {
-      host["cpu_bf16_kernel"] =
-          std::string(model::CpuBf16KernelName(model::ActiveCpuBf16Kernel()));
+      host["cpu_bf16_kernel"] = std::string(model::CpuBf16KernelName(model::ActiveCpuBf16Kernel()));
       kernels = ", bf16 " + host["cpu_bf16_kernel"];
     }
     std::fprintf(stderr, "BLAS: %s; model step on %d CPU thread(s)\n",

@@ -10,7 +10,10 @@
 //   gguf_dequant_dump --f32 IN OUT  writes OUT: IN with every tensor dequantized to F32 and
 //                                   general.file_type 0 (ALL_F32), metadata otherwise as in IN
 //                                   (the F32 model of the llama.cpp comparison,
-//                                   scripts/llama-cpp-peer.sh)
+//                                   scripts/llama-cpp-compare.sh)
+//   gguf_dequant_dump --bf16 IN OUT as --f32, but every tensor of two or more dimensions rounded
+//                                   to BF16 (QuantizeRow: to nearest even), general.file_type 32
+//                                   (MOSTLY_BF16): the BF16 model of that comparison
 //
 // Exits 1 with the error on stderr when the file does not open or a call fails.
 #include <chrono>
@@ -91,12 +94,15 @@ int Dump(const std::string& path) {
   return std::fflush(stdout) == 0 ? 0 : Fail("write to stdout failed");
 }
 
-int ToF32(const std::string& in, const std::string& out) {
+// --f32 (bf16 false) or --bf16.
+int Convert(const std::string& in, const std::string& out, bool bf16) {
   StatusOr<GgufFile> file = GgufFile::Open(in);
   if (!file.ok()) return Fail(file.status().ToString());
   std::vector<std::vector<float>> data;
+  std::vector<std::string> rounded;
   std::vector<GgufTensorToWrite> tensors;
   data.reserve(file->tensors().size());
+  rounded.reserve(file->tensors().size());
   for (const GgufTensor& t : file->tensors()) {
     if (!CanDequantize(t.type)) {
       return Fail(in + ": tensor " + t.name + ": type " +
@@ -104,10 +110,18 @@ int ToF32(const std::string& in, const std::string& out) {
     }
     data.emplace_back(static_cast<size_t>(t.num_elements()));
     if (Status s = DequantizeTensor(t, data.back()); !s.ok()) return Fail(s.ToString());
-    tensors.push_back({t.name, GgmlType::kF32, t.dims, std::as_bytes(std::span(data.back()))});
+    if (bf16 && t.dims.size() >= 2) {
+      StatusOr<std::string> bytes = QuantizeRow(GgmlType::kBF16, data.back());
+      if (!bytes.ok()) return Fail(bytes.status().ToString());
+      rounded.push_back(std::move(*bytes));
+      tensors.push_back({t.name, GgmlType::kBF16, t.dims,
+                         std::as_bytes(std::span(rounded.back().data(), rounded.back().size()))});
+    } else {
+      tensors.push_back({t.name, GgmlType::kF32, t.dims, std::as_bytes(std::span(data.back()))});
+    }
   }
   GgufMetadata metadata = file->metadata();
-  metadata.Set("general.file_type", GgufValue::Uint32(0));
+  metadata.Set("general.file_type", GgufValue::Uint32(bf16 ? 32 : 0));
   if (Status s = WriteGguf(out, metadata, tensors); !s.ok()) return Fail(s.ToString());
   return 0;
 }
@@ -118,9 +132,11 @@ int main(int argc, char** argv) {
   const std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && args[0] == "--types") return DumpTypes();
   if (args.size() == 2 && args[0] == "--quantize") return Quantize(args[1]);
-  if (args.size() == 3 && args[0] == "--f32") return ToF32(args[1], args[2]);
+  if (args.size() == 3 && args[0] == "--f32") return Convert(args[1], args[2], false);
+  if (args.size() == 3 && args[0] == "--bf16") return Convert(args[1], args[2], true);
   if (args.size() == 1 && args[0].rfind("--", 0) != 0) return Dump(args[0]);
-  std::fprintf(stderr,
-               "usage: gguf_dequant_dump FILE | --types | --quantize TYPE | --f32 IN OUT\n");
+  std::fprintf(
+      stderr,
+      "usage: gguf_dequant_dump FILE | --types | --quantize TYPE | --f32 IN OUT | --bf16 IN OUT\n");
   return 2;
 }
