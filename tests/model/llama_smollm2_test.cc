@@ -7,7 +7,8 @@
 //     paged engine) equal its own token for token until a step whose margin is below kF32Tie;
 //   - greedy.json: llama.cpp on the Q4_1 file as it stands, which quantizes activations to Q8_1
 //     and the KV cache to F16 (logits up to ~2 away from fp32): the same comparisons with
-//     kQ4Tie; and both again over an fp16 KV store;
+//     kQ4Tie; and both again over an fp16 KV store; with 8-bit activations or bf16 weights,
+//     greedy.json's comparison alone;
 //   - naive and vtoken eviction give identical tokens at token, layer and head granularity
 //     (the same tokens are evicted; only their physical placement differs), tokens really moved.
 #include <gtest/gtest.h>
@@ -174,12 +175,19 @@ TEST_F(SmolLm2Test, GreedyTokensMatchLlamaCpp) {
   // over an fp16 KV store (LlamaOptions::kv_dtype), llama.cpp's default cache type, to the same
   // ties (on 2026-12-06 its tokens were the fp32 store's, all 16 cases identical to the F32
   // fixture's).
-  // Last, llama.cpp's own arithmetic on this file: 8-bit activations (CpuQ8Linear) and an fp16
+  // Then llama.cpp's own arithmetic on this file: 8-bit activations (CpuQ8Linear) and an fp16
   // KV store, against greedy.json alone (the F32 fixture's near-ties are not its near-ties).
-  for (const auto& [kv16, q8] : {std::pair{false, false}, {true, false}, {true, true}}) {
-    SCOPED_TRACE(std::string(kv16 ? "fp16 KV" : "fp32 KV") + (q8 ? ", q8 activations" : ""));
-    std::printf("KV store in %s%s\n", kv16 ? "fp16" : "fp32", q8 ? ", q8 activations" : "");
-    LlamaOptions options{.weights_as_stored = true, .q8_activations = q8};
+  // Last, weights and activations in bf16 (CpuBf16Linear) over an fp16 KV store: another lossy
+  // arithmetic, against greedy.json's ties too.
+  enum Weights { kStored, kQ8, kBf16 };
+  for (const auto& [kv16, weights] :
+       {std::pair{false, kStored}, {true, kStored}, {true, kQ8}, {true, kBf16}}) {
+    const char* label = weights == kQ8 ? ", q8 activations" : weights == kBf16 ? ", bf16" : "";
+    SCOPED_TRACE(std::string(kv16 ? "fp16 KV" : "fp32 KV") + label);
+    std::printf("KV store in %s%s\n", kv16 ? "fp16" : "fp32", label);
+    LlamaOptions options{.weights_as_stored = weights != kBf16,
+                         .q8_activations = weights == kQ8,
+                         .bf16_weights = weights == kBf16};
     if (kv16) options.kv_dtype = torch::kHalf;
     std::unique_ptr<LlamaRunner> runner =
         Runner(int64_t{o.pool.num_blocks} * o.pool.block_size, Granularity::kToken, options);
@@ -188,7 +196,7 @@ TEST_F(SmolLm2Test, GreedyTokensMatchLlamaCpp) {
     ASSERT_FALSE(runner->bos_token_id().has_value()) << "SmolLM2's file says add_bos_token false";
     StatusOr<engine::EngineResult> result = engine::RunEngine(o, *runner, requests);
     ASSERT_TRUE(result.ok()) << result.status().ToString();
-    if (q8) {
+    if (weights != kStored) {
       CompareGreedy(requests, *result, n_predict, {{"greedy.json", &q4, kQ4Tie}});
     } else {
       CompareGreedy(requests, *result, n_predict,

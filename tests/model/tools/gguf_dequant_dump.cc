@@ -14,6 +14,11 @@
 //   gguf_dequant_dump --bf16 IN OUT as --f32, but every tensor of two or more dimensions rounded
 //                                   to BF16 (QuantizeRow: to nearest even), general.file_type 32
 //                                   (MOSTLY_BF16): the BF16 model of that comparison
+//   gguf_dequant_dump --from-dir DIR OUT
+//                                   writes the model directory DIR (config.json, safetensors,
+//                                   tokenizer.json) to OUT as an F32 llama GGUF with llama.cpp's
+//                                   tokenizer metadata (tests/model/gguf_test_writer.h): vt-tiny
+//                                   for llama.cpp (docs/PERFORMANCE.md's vt-tiny comparison)
 //
 // Exits 1 with the error on stderr when the file does not open or a call fails.
 #include <chrono>
@@ -27,6 +32,7 @@
 
 #include "lib/model/io/ggml_quants.h"
 #include "lib/model/io/gguf.h"
+#include "tests/model/gguf_test_writer.h"
 
 namespace {
 
@@ -126,6 +132,16 @@ int Convert(const std::string& in, const std::string& out, bool bf16) {
   return 0;
 }
 
+int FromDir(const std::string& dir, const std::string& out) {
+  StatusOr<Checkpoint> checkpoint = LoadCheckpoint(dir);
+  if (!checkpoint.ok()) return Fail(checkpoint.status().ToString());
+  StatusOr<Tokenizer> tokenizer = Tokenizer::Load(dir + "/tokenizer.json");
+  if (!tokenizer.ok()) return Fail(tokenizer.status().ToString());
+  const std::string error = testing::WriteLlamaGguf(*checkpoint, out, GgmlType::kF32,
+                                                    testing::TokenizerMetadata(*tokenizer));
+  return error.empty() ? 0 : Fail(error);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -134,9 +150,11 @@ int main(int argc, char** argv) {
   if (args.size() == 2 && args[0] == "--quantize") return Quantize(args[1]);
   if (args.size() == 3 && args[0] == "--f32") return Convert(args[1], args[2], false);
   if (args.size() == 3 && args[0] == "--bf16") return Convert(args[1], args[2], true);
+  if (args.size() == 3 && args[0] == "--from-dir") return FromDir(args[1], args[2]);
   if (args.size() == 1 && args[0].rfind("--", 0) != 0) return Dump(args[0]);
   std::fprintf(
       stderr,
-      "usage: gguf_dequant_dump FILE | --types | --quantize TYPE | --f32 IN OUT | --bf16 IN OUT\n");
+      "usage: gguf_dequant_dump FILE | --types | --quantize TYPE | --f32 IN OUT | --bf16 IN OUT "
+               "| --from-dir DIR OUT\n");
   return 2;
 }
