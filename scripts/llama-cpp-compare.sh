@@ -27,20 +27,27 @@
 #  4. A table of medians (tokens/s) and ratios, ours over llama.cpp at the same ISA level, to
 #     stdout and OUT/summary.md; every raw output under OUT (default build/llama-cpp-compare).
 #
-# Usage: scripts/llama-cpp-compare.sh [--rounds N] [--threads N] [--out DIR]
+# With --vt-tiny, the bundled vt-tiny model instead (models/vt-tiny written as an F32 GGUF by
+# gguf_dequant_dump --from-dir): ours BM_LlamaCppShapes (a 512-token prefill; 128 decode steps
+# from an empty cache; batch 1, 8 and 32 at context 512, 128 steps; fp32 KV) against llama-bench
+# -p 512 -n 128 and llama-batched-bench -npp 512 -ntg 128 -npl 1,8,32 (f16 KV), per ISA level.
+#
+# Usage: scripts/llama-cpp-compare.sh [--rounds N] [--threads N] [--out DIR] [--vt-tiny]
 # Needs the release build's bench/torch_model_bench and tests/gguf_dequant_dump (make build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
 fail() { echo "llama-cpp-compare: error: $*" >&2; exit 1; }
 
-rounds=3 threads=$(nproc) out=build/llama-cpp-compare
+rounds=3 threads=$(nproc) out=build/llama-cpp-compare vt_tiny=0
+usage="usage: scripts/llama-cpp-compare.sh [--rounds N] [--threads N] [--out DIR] [--vt-tiny]"
 while [[ $# -gt 0 ]]; do
   case $1 in
+    --vt-tiny) vt_tiny=1; shift ;;
     --rounds) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || fail "--rounds needs a count >= 1"; rounds=$2; shift 2 ;;
     --threads) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || fail "--threads needs a count >= 1"; threads=$2; shift 2 ;;
     --out) [[ -n ${2:-} ]] || fail "--out needs a directory"; out=$2; shift 2 ;;
-    *) fail "unknown argument '$1' (usage: scripts/llama-cpp-compare.sh [--rounds N] [--threads N] [--out DIR])" ;;
+    *) fail "unknown argument '$1' ($usage)" ;;
   esac
 done
 
@@ -84,6 +91,68 @@ build_peer native -DGGML_NATIVE=ON
 build_peer avx2 -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
   -DGGML_BMI2=ON -DGGML_AVX512=OFF
 
+# Our ISA levels: the host's best and every FMA level below it.
+levels=()
+for isa in avx512 avx2; do
+  VTOKEN_CPU_ISA=$isa "$bench" --benchmark_filter=NONE >/dev/null 2>&1 && levels+=("$isa")
+done
+[[ ${#levels[@]} -ge 1 ]] || fail "this CPU has neither AVX2 nor AVX-512: nothing to compare"
+peer_of() { [[ $1 == avx512 ]] && echo native || echo avx2; }
+
+if [[ $vt_tiny == 1 ]]; then
+  tiny=$peers/vt-tiny-f32.gguf
+  "$dump" --from-dir "$repo/models/vt-tiny" "$tiny" || fail "cannot write $tiny"
+  for ((r = 1; r <= rounds; r++)); do
+    for isa in "${levels[@]}"; do
+      echo "llama-cpp-compare: vt-tiny round $r/$rounds: ours, $isa" >&2
+      VTOKEN_CPU_ISA=$isa taskset -c "0-$((threads - 1))" "$bench" \
+        --benchmark_filter=BM_LlamaCppShapes --benchmark_min_time=0.5 --benchmark_format=json \
+        >"$out/tiny-ours-$isa-$r.json" 2>"$out/tiny-ours-$isa-$r.err" ||
+        fail "torch_model_bench failed (see $out/tiny-ours-$isa-$r.err)"
+      peer=$peers/llama.cpp-$(peer_of "$isa")/bin
+      echo "llama-cpp-compare: vt-tiny round $r/$rounds: llama.cpp, $(peer_of "$isa")" >&2
+      "$peer/llama-bench" -m "$tiny" -p 512 -n 128 -t "$threads" -r 1 -o json \
+        >"$out/tiny-peer-$isa-$r-pp.json" 2>"$out/tiny-peer-$isa-$r-pp.err" ||
+        fail "llama-bench failed (see $out/tiny-peer-$isa-$r-pp.err)"
+      "$peer/llama-batched-bench" -m "$tiny" -c 32768 -b 2048 -ub 512 -npp 512 -ntg 128 \
+        -npl 1,8,32 -t "$threads" --output-format jsonl \
+        >"$out/tiny-peer-$isa-$r-tg.jsonl" 2>"$out/tiny-peer-$isa-$r-tg.err" ||
+        fail "llama-batched-bench failed (see $out/tiny-peer-$isa-$r-tg.err)"
+    done
+  done
+  python3 - "$out" "$rounds" "${levels[@]}" <<'EOF' | tee "$out/summary-vt-tiny.md"
+import json, statistics, sys
+out, rounds, levels = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+print(f"vt-tiny, tokens/s, medians of {rounds} rounds. Ours: BM_LlamaCppShapes, fp32 weights and "
+      "KV; llama.cpp: the F32 GGUF, its default f16 KV cache.\n")
+print("| ISA | case | llama.cpp | ours | ratio |")
+print("|---|---|---:|---:|---:|")
+for isa in levels:
+    o, p = {}, {}
+    for r in range(1, rounds + 1):
+        for b in json.load(open(f"{out}/tiny-ours-{isa}-{r}.json"))["benchmarks"]:
+            if b.get("run_type") == "aggregate" or "tok_s" not in b:
+                continue
+            parts = dict(x.split(":") for x in b["name"].split("/")[1:3])
+            batch, prompt = int(parts["batch"]), int(parts["prompt"])
+            key = ("prefill 512" if prompt == 0 else "decode batch 1, empty cache" if prompt < 0
+                   else f"decode batch {batch}, context {prompt}")
+            o.setdefault(key, []).append(b["tok_s"])
+        for b in json.load(open(f"{out}/tiny-peer-{isa}-{r}-pp.json")):
+            key = "prefill 512" if int(b["n_gen"]) == 0 else "decode batch 1, empty cache"
+            p.setdefault(key, []).append(b["avg_ts"])
+        for line in open(f"{out}/tiny-peer-{isa}-{r}-tg.jsonl"):
+            if line.strip().startswith("{") and "speed_tg" in line:
+                b = json.loads(line)
+                p.setdefault(f"decode batch {b['pl']}, context {b['pp']}", []).append(b["speed_tg"])
+    for key in o:
+        if key in p:
+            mo, mp = statistics.median(o[key]), statistics.median(p[key])
+            print(f"| {isa} | {key} | {mp:,.0f} | {mo:,.0f} | **{mo / mp:.2f}x** |")
+EOF
+  exit 0
+fi
+
 # 2. The F32 model, and the BF16 one (the same weights rounded to bf16).
 model=$peers/smollm2-135m-f32.gguf
 if [[ ! -f $model || $model -ot $model_q ]]; then
@@ -94,13 +163,7 @@ if [[ ! -f $model_bf16 || $model_bf16 -ot $model_q ]]; then
   "$dump" --bf16 "$model_q" "$model_bf16" || fail "cannot write $model_bf16"
 fi
 
-# 3. The rounds. Our ISA levels: the host's best and every FMA level below it.
-levels=()
-for isa in avx512 avx2; do
-  VTOKEN_CPU_ISA=$isa "$bench" --benchmark_filter=NONE >/dev/null 2>&1 && levels+=("$isa")
-done
-[[ ${#levels[@]} -ge 1 ]] || fail "this CPU has neither AVX2 nor AVX-512: nothing to compare"
-peer_of() { [[ $1 == avx512 ]] && echo native || echo avx2; }
+# 3. The rounds.
 for ((r = 1; r <= rounds; r++)); do
   for isa in "${levels[@]}"; do
     echo "llama-cpp-compare: round $r/$rounds: ours, $isa" >&2
