@@ -155,6 +155,6 @@ int main(int argc, char** argv) {
   std::fprintf(
       stderr,
       "usage: gguf_dequant_dump FILE | --types | --quantize TYPE | --f32 IN OUT | --bf16 IN OUT "
-               "| --from-dir DIR OUT\n");
+      "| --from-dir DIR OUT\n");
   return 2;
 }
