@@ -40,6 +40,11 @@ VTOKEN_INLINE uint32_t RoundBits(uint32_t u) {
   return (u & 0x7F800000u) == 0 ? zero : (u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded;
 }
 
+// The word holding a pair: element 2p (`even`, fp32 bits) in the low half, 2p + 1 in the high.
+VTOKEN_INLINE uint32_t PairWord(uint32_t even, uint32_t odd) {
+  return RoundBits(even) | RoundBits(odd) << 16;
+}
+
 VTOKEN_INLINE float Hi(uint32_t word) { return std::bit_cast<float>(word & 0xFFFF0000u); }
 VTOKEN_INLINE float Lo(uint32_t word) { return std::bit_cast<float>(word << 16); }
 
@@ -56,7 +61,7 @@ VTOKEN_INLINE void Round(const float* in, int64_t r_begin, int64_t r_end, Acts& 
   const uint32_t* u = reinterpret_cast<const uint32_t*>(in) + 2 * r_begin * x.pairs;
   uint32_t* out = x.x.data() + r_begin * x.pairs;
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) out[i] = RoundBits(u[2 * i]) | RoundBits(u[2 * i + 1]) << 16;
+  for (int64_t i = 0; i < n; ++i) out[i] = PairWord(u[2 * i], u[2 * i + 1]);
 }
 
 // A tile: R rows of x (x, row stride `pairs` words) times G groups of the packed weight (w, group
@@ -227,8 +232,7 @@ __attribute__((target("arch=x86-64-v4,avx512bf16"))) void Bf16::Round(const floa
     _mm512_storeu_si512(out + i, (__m512i)v);
   }
   for (; i < n; ++i) {
-    out[i] = RoundBits(std::bit_cast<uint32_t>(src[2 * i])) |
-             RoundBits(std::bit_cast<uint32_t>(src[2 * i + 1])) << 16;
+    out[i] = PairWord(std::bit_cast<uint32_t>(src[2 * i]), std::bit_cast<uint32_t>(src[2 * i + 1]));
   }
 }
 __attribute__((target("arch=x86-64-v3"))) void Avx2::Round(const float* in, int64_t b, int64_t e,
@@ -310,7 +314,7 @@ std::vector<std::byte> PackBf16(const float* w, int64_t out_features, int64_t in
     const uint32_t* row = reinterpret_cast<const uint32_t*>(w + o * in_features);
     uint32_t* dst = words.data() + (o / kGroup) * pairs * kGroup + o % kGroup;
     for (int64_t p = 0; p < pairs; ++p) {
-      dst[p * kGroup] = RoundBits(row[2 * p]) | RoundBits(row[2 * p + 1]) << 16;
+      dst[p * kGroup] = PairWord(row[2 * p], row[2 * p + 1]);
     }
   }
   std::vector<std::byte> packed(words.size() * sizeof(uint32_t));

@@ -1,6 +1,7 @@
 #include "lib/model/llama.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -33,6 +34,20 @@ Status CheckRunnable(const ModelConfig& c) {
                                 std::to_string(c.head_dim));
   }
   return Status::Ok();
+}
+
+// A layer's linear weights with their names in the checkpoint and the StoredWeight each may
+// keep beside it (LlamaModel::Layer, deduced: the type is private).
+template <typename L>
+auto LinearWeights(L& l) {
+  return std::array<std::tuple<const char*, decltype(&l.q), decltype(&l.q_stored)>, 7>{
+      {{"self_attn.q_proj.weight", &l.q, &l.q_stored},
+       {"self_attn.k_proj.weight", &l.k, &l.k_stored},
+       {"self_attn.v_proj.weight", &l.v, &l.v_stored},
+       {"self_attn.o_proj.weight", &l.o, &l.o_stored},
+       {"mlp.gate_proj.weight", &l.gate, &l.gate_stored},
+       {"mlp.up_proj.weight", &l.up, &l.up_stored},
+       {"mlp.down_proj.weight", &l.down, &l.down_stored}}};
 }
 
 // The fused CPU path that weights kept beside the fp32 ones (`what`) are read by.
@@ -241,16 +256,7 @@ StatusOr<LlamaModel> LlamaModel::FromGguf(const std::string& path, const LlamaOp
     return Status::Ok();
   };
   for (int64_t i = 0; i < static_cast<int64_t>(model.layers_.size()); ++i) {
-    Layer& l = model.layers_[i];
-    const std::tuple<const char*, const torch::Tensor*, StoredWeight*> weights[] = {
-        {"self_attn.q_proj.weight", &l.q, &l.q_stored},
-        {"self_attn.k_proj.weight", &l.k, &l.k_stored},
-        {"self_attn.v_proj.weight", &l.v, &l.v_stored},
-        {"self_attn.o_proj.weight", &l.o, &l.o_stored},
-        {"mlp.gate_proj.weight", &l.gate, &l.gate_stored},
-        {"mlp.up_proj.weight", &l.up, &l.up_stored},
-        {"mlp.down_proj.weight", &l.down, &l.down_stored}};
-    for (const auto& [name, fp32, out] : weights) {
+    for (const auto& [name, fp32, out] : LinearWeights(model.layers_[i])) {
       VTOKEN_RETURN_IF_ERROR(keep(LayerName(i, name), *fp32, *out));
     }
   }
@@ -290,13 +296,7 @@ Status LlamaModel::KeepBf16Weights() {
   VTOKEN_RETURN_IF_ERROR(CheckFusedCpuPath(options_, "weights bfloat16"));
   std::vector<std::pair<const torch::Tensor*, StoredWeight*>> weights;
   for (Layer& l : layers_) {
-    weights.insert(weights.end(), {{&l.q, &l.q_stored},
-                                   {&l.k, &l.k_stored},
-                                   {&l.v, &l.v_stored},
-                                   {&l.o, &l.o_stored},
-                                   {&l.gate, &l.gate_stored},
-                                   {&l.up, &l.up_stored},
-                                   {&l.down, &l.down_stored}});
+    for (const auto& [name, w, out] : LinearWeights(l)) weights.emplace_back(w, out);
   }
   weights.emplace_back(&lm_head_, &lm_head_stored_);
   for (const auto& [w, out] : weights) {
@@ -345,9 +345,8 @@ int64_t LlamaModel::NumParameters() const {
 int64_t LlamaModel::StoredWeightBytes() const {
   int64_t n = static_cast<int64_t>(lm_head_stored_.bytes.size());
   for (const Layer& l : layers_) {
-    for (const StoredWeight* w : {&l.q_stored, &l.k_stored, &l.v_stored, &l.o_stored,
-                                  &l.gate_stored, &l.up_stored, &l.down_stored}) {
-      n += static_cast<int64_t>(w->bytes.size());
+    for (const auto& [name, w, stored] : LinearWeights(l)) {
+      n += static_cast<int64_t>(stored->bytes.size());
     }
   }
   return n;
